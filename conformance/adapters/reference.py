@@ -1,0 +1,218 @@
+"""The bundled reference (``dspark_ref``) behind the adapter contract: ``--dspark-impl reference``.
+
+Each class below implements one capability of :mod:`conformance.contract` by calling the
+reference; mutants (``fixtures/mutants``) subclass these and change one thing. The
+reference's greedy rule is SGLang's (``top_k <= 1``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from dspark_ref import confidence, folded, markov, scheduler, simulated, speculative, verify
+from dspark_ref.sampling import greedy_rows, sample_step
+
+from .. import contract as c
+
+GREEDY_RULE = "top_k"
+
+
+def greedy_mask_of(temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Greedy rows by the reference's declared rule (``top_k <= 1``, SPEC S3)."""
+    return greedy_rows(temperatures=temperatures, top_k=top_k, rule=GREEDY_RULE)
+
+
+class StepSampler:
+    """SPEC S3 through :func:`dspark_ref.sampling.sample_step` (fresh noise per call)."""
+
+    def sample(self, logits, temperatures, top_k, vocab_size, generator):
+        return sample_step(
+            logits, temperatures, greedy_mask_of(temperatures, top_k),
+            generator=generator, vocab_size=vocab_size,
+        )
+
+
+class NoiseStepSampler:
+    """SPEC S3 exponential race with explicit noise."""
+
+    def sample_with_noise(self, logits, temperatures, top_k, noise):
+        return sample_step(logits, temperatures, greedy_mask_of(temperatures, top_k), noise=noise)
+
+
+class MarkovBlock:
+    """SPEC S2 through :mod:`dspark_ref.markov`; the head handle is the reference module."""
+
+    def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device):
+        head = markov.build_markov_head(
+            {"markov_head_type": head_type, "markov_rank": rank, "vocab_size": vocab_size,
+             "hidden_size": hidden_size}
+        )
+        head.load_state_dict(dict(state_dict))
+        return head.to(device)
+
+    def step_sampler(self, temperatures, top_k, generator):
+        """The per-step sampler ``sample_block`` calls (fresh noise from ``generator``)."""
+        greedy = greedy_mask_of(temperatures, top_k)
+        return lambda logits, k: sample_step(logits, temperatures, greedy, generator=generator)
+
+    def sample_block(self, head, base_logits, first_prev, hidden, temperatures, top_k, generator):
+        block = markov.sample_block(
+            head, base_logits, first_prev, hidden, self.step_sampler(temperatures, top_k, generator)
+        )
+        return block.tokens, block.corrected_logits
+
+    def apply_block_logits(self, head, base_logits, token_ids, hidden):
+        return markov.apply_block_logits(head, base_logits, token_ids, hidden)
+
+
+class FoldedSession:
+    """One :class:`dspark_ref.folded.FoldedDraftSampler`; counts real graph replays."""
+
+    def __init__(self, sampler: folded.FoldedDraftSampler) -> None:
+        self.sampler = sampler
+        self.graph_replays = 0
+        self.sample_block_calls: int | None = None
+        self._bs = sampler.max_bs
+
+    def stage(self, bs, temperatures, top_k):
+        self._bs = bs
+        self.sampler.stage_sampling_params(bs, temperatures=temperatures, top_k=top_k)
+
+    def load_inputs(self, base_logits, first_prev, hidden):
+        self._bs = base_logits.shape[0]
+        self.sampler.load_inputs(base_logits, first_prev, hidden)
+
+    def capture(self):
+        self.sampler.capture(self._bs)
+
+    def replay(self):
+        out = self.sampler.replay(self._bs)
+        if self.sampler.device.type == "cuda":
+            self.graph_replays += 1
+        return out.tokens, out.corrected_logits
+
+
+class FoldedDraft:
+    """SPEC S4 sessions over :class:`dspark_ref.folded.FoldedDraftSampler`."""
+
+    def session(self, head, max_bs, gamma, vocab_size, lm_dtype, device, seed):
+        generator = torch.Generator(device=device)
+        generator.manual_seed(seed)
+        return FoldedSession(
+            folded.FoldedDraftSampler(
+                head, max_bs=max_bs, gamma=gamma, vocab_size=vocab_size, lm_dtype=lm_dtype,
+                device=device, generator=generator,
+            )
+        )
+
+
+class FoldGate:
+    """SPEC S4.7 through :func:`dspark_ref.folded.resolve_folded_sampling`."""
+
+    def buffer_bytes(self, max_bs, gamma, vocab_size, lm_dtype):
+        return folded.folded_buffer_bytes(max_bs, gamma, vocab_size, lm_dtype)
+
+    def folds_sampling(self, mode, max_bs, gamma, vocab_size, lm_dtype, free_bytes):
+        return folded.resolve_folded_sampling(
+            folded.FoldingMode[mode.upper()], max_bs=max_bs, gamma=gamma,
+            vocab_size=vocab_size, lm_dtype=lm_dtype, free_bytes=free_bytes,
+        )
+
+
+class ChainVerifier:
+    """SPEC S5 through :func:`dspark_ref.verify.chain_verify`."""
+
+    def verify(self, draft_tokens, target_logits, draft_logits, temperatures, top_k, *,
+               generator=None, accept_uniforms=None, final_uniforms=None, cap=None):
+        uniforms = None
+        if accept_uniforms is not None or final_uniforms is not None:
+            uniforms = verify.VerifyUniforms(accept=accept_uniforms, final=final_uniforms)
+            generator = None
+        result = verify.chain_verify(
+            draft_tokens, target_logits, draft_logits, temperatures, greedy_mask_of(temperatures, top_k),
+            uniforms=uniforms, generator=generator, cap=cap,
+        )
+        return result.accepted, result.tokens
+
+
+class GreedyVerifier:
+    """SPEC S5 greedy verification through :func:`dspark_ref.verify.greedy_verify`."""
+
+    def verify_greedy(self, draft_tokens, target_logits, cap=None):
+        result = verify.greedy_verify(draft_tokens, target_logits, cap=cap)
+        return result.accepted, result.tokens
+
+
+class SimulatedAcceptance:
+    """SPEC S6 through :mod:`dspark_ref.simulated`."""
+
+    def sample_acc_len(self, value, method, max_len, generator):
+        return simulated.sample_simulated_acc_len(value, method, max_len, generator=generator)
+
+    def executor(self, value, method, gamma, seed):
+        return simulated.SimulatedVerifyExecutor(
+            value, method, gamma, generator=torch.Generator().manual_seed(seed)
+        )
+
+
+class Confidence:
+    """SPEC S7 through :mod:`dspark_ref.confidence` (state dict of ``ConfidenceHead``)."""
+
+    def confidences(self, state_dict: Mapping[str, torch.Tensor], hidden, markov_features, temperatures):
+        fan_in = state_dict["proj.weight"].shape[1]
+        rank = fan_in - hidden.shape[-1] or None
+        head = confidence.ConfidenceHead(hidden.shape[-1], markov_rank=rank)
+        head.load_state_dict(dict(state_dict))
+        return head.to(hidden.device)(hidden, markov_features, temperatures)
+
+    def prefix_survival(self, confidences):
+        return confidence.prefix_survival(confidences)
+
+    def fit_sts(self, raw, accepted):
+        return confidence.fit_sts(raw, accepted)
+
+
+class PrefixScheduler:
+    """SPEC S8 through :func:`dspark_ref.scheduler.schedule_prefixes` (Algorithm 1)."""
+
+    def schedule(self, confidences: torch.Tensor, sps: Sequence[float]) -> torch.Tensor:
+        return scheduler.schedule_prefixes(confidences, sps)
+
+
+class SpeculativeLoop:
+    """SPEC S9 through :func:`dspark_ref.speculative.speculative_generate`."""
+
+    def generate(self, target, draft, prompt, max_new_tokens, temperature, generator) -> Any:
+        result = speculative.speculative_generate(
+            target, draft, prompt, max_new_tokens, temperature=temperature, generator=generator
+        )
+        return result.tokens, result.accept_lengths
+
+
+def capabilities() -> dict[type, Any]:
+    """A fresh capability mapping of the reference (mutants replace one entry)."""
+    return {
+        c.StepSampler: StepSampler(),
+        c.NoiseStepSampler: NoiseStepSampler(),
+        c.MarkovBlock: MarkovBlock(),
+        c.FoldedDraft: FoldedDraft(),
+        c.FoldGate: FoldGate(),
+        c.ChainVerifier: ChainVerifier(),
+        c.GreedyVerifier: GreedyVerifier(),
+        c.SimulatedAcceptance: SimulatedAcceptance(),
+        c.Confidence: Confidence(),
+        c.PrefixScheduler: PrefixScheduler(),
+        c.SpeculativeLoop: SpeculativeLoop(),
+    }
+
+
+def make_adapter() -> c.Adapter:
+    """The reference adapter: every capability, SGLang's greedy rule, CPU and CUDA."""
+    return c.Adapter(
+        name="reference",
+        conventions=c.Conventions(greedy_rule=GREEDY_RULE),
+        capabilities=capabilities(),
+        description="dspark_ref: the bundled reference implementation of SPEC S1-S9",
+    )

@@ -1,0 +1,411 @@
+"""The adapter contract: one ``typing.Protocol`` per capability, in canonical shapes.
+
+An implementation under test (IUT) is an :class:`Adapter`: a name, its declared
+:class:`Conventions`, and a mapping from capability Protocol to an object implementing it.
+Tests ask for a capability with ``require(StepSampler)``; an adapter that does not offer it
+gets a skip that names the capability (never a pass, never a ``hasattr`` probe).
+
+Canonical forms (SPEC notation): token ids ``int64``; logits ``float32`` unless a dtype is
+passed; temperatures ``float32 [B]``; ``top_k`` ``int64 [B]``; all tensors on the device
+the test chose. Randomness reaches an IUT only through a ``torch.Generator`` (or explicit
+noise/uniforms), so the suite controls seeds; an IUT with its own RNG derives its seed from
+draws of that generator.
+
+Markov heads travel as weights in the reference layout (``dspark_ref.markov`` state dict):
+``W1.weight [V, r]``, ``W2.weight [V, r]``, plus ``gate.weight/bias`` (gated) or
+``cell.weight/bias`` (rnn). An adapter translates them into its engine's layout.
+
+How to add a capability: add a Protocol here (with the SPEC section in its docstring), add
+it to ``CAPABILITIES``, implement it in ``adapters/reference.py``, then write tests that
+``require`` it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+
+__all__ = [
+    "Conventions",
+    "Adapter",
+    "StepSampler",
+    "NoiseStepSampler",
+    "MarkovBlock",
+    "FoldedDraft",
+    "FoldedSession",
+    "FoldGate",
+    "ChainVerifier",
+    "GreedyVerifier",
+    "SimulatedAcceptance",
+    "Confidence",
+    "PrefixScheduler",
+    "SpeculativeLoop",
+    "CAPABILITIES",
+    "Inconclusive",
+]
+
+
+class Inconclusive(Exception):
+    """Raised by an adapter or test when the path under test never executed.
+
+    Example: a folded draft that silently fell back to eager, or a loop that never drafted.
+    The suite reports the test INCONCLUSIVE (not passed, not failed).
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Conventions:
+    """What an implementation declares about itself (SPEC S3 conventions).
+
+    Attributes:
+        greedy_rule: ``"top_k"`` (greedy iff ``top_k <= 1``, SGLang) or ``"temperature"``
+            (greedy iff ``temperature < 1e-5``, vLLM).
+        tie_break: ``"lowest"``: greedy argmax returns the lowest index among ties.
+        dtypes: LM-head dtypes the folded sampler supports.
+        devices: device types the adapter runs on (``"cpu"``, ``"cuda"``).
+    """
+
+    greedy_rule: Literal["top_k", "temperature"] = "top_k"
+    tie_break: Literal["lowest"] = "lowest"
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpectedFailure:
+    """One ledger entry: a test id the adapter is known to fail, with its reason.
+
+    ``test`` matches a test's node name (``test_S3_...[param]``) or its function name.
+    The suite turns it into a strict xfail: an unexpected pass is reported, and an entry
+    that matches no collected test is an error.
+    """
+
+    test: str
+    section: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Adapter:
+    """An implementation under test.
+
+    Attributes:
+        name: shown in reports, e.g. ``"reference"``, ``"sglang==0.5.23"``, ``"mutant:..."``.
+        conventions: declared conventions.
+        capabilities: maps a capability Protocol class to the object implementing it.
+        expected_failures: the adapter's ledger of known divergences.
+        description: one line for the report.
+    """
+
+    name: str
+    conventions: Conventions
+    capabilities: Mapping[type, Any]
+    expected_failures: tuple[ExpectedFailure, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        for cap, impl in self.capabilities.items():
+            if cap not in CAPABILITIES:
+                raise ValueError(f"capabilities: {cap!r} is not a capability of the contract")
+            if not isinstance(impl, cap):
+                raise TypeError(
+                    f"capabilities[{cap.__name__}]: {type(impl).__name__} does not implement "
+                    f"{cap.__name__} (missing methods)"
+                )
+
+    def get(self, capability: type) -> Any | None:
+        """The object implementing ``capability``, or None if not offered."""
+        return self.capabilities.get(capability)
+
+    def replace(self, **changes: Any) -> "Adapter":
+        """A copy with fields replaced; ``capabilities`` given as a dict is merged in."""
+        if "capabilities" in changes:
+            changes["capabilities"] = {**self.capabilities, **changes["capabilities"]}
+        return dataclasses.replace(self, **changes)
+
+
+# --------------------------------------------------------------------------- S3
+@runtime_checkable
+class StepSampler(Protocol):
+    """SPEC S3: one sampling step with fresh noise from ``generator``.
+
+    ``sample(logits[B, V_pad] f32, temperatures[B] f32, top_k[B] i64, vocab_size,
+    generator) -> tokens[B] i64``. Greedy rows follow the declared ``greedy_rule``; ids
+    are ``< vocab_size`` even when logits are padded wider. Successive calls with one
+    generator must use fresh noise.
+    """
+
+    def sample(
+        self,
+        logits: torch.Tensor,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        vocab_size: int,
+        generator: torch.Generator,
+    ) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class NoiseStepSampler(Protocol):
+    """SPEC S3: exponential race with explicit noise (exact parity path).
+
+    ``sample_with_noise(logits[B, V] f32, temperatures[B] f32, top_k[B] i64,
+    noise[B, V] f32 Exp(1)) -> tokens[B] i64``: ``argmax_v softmax(L/T)_v / noise_v`` for
+    sampling rows, ``argmax L`` (lowest index) for greedy rows.
+    """
+
+    def sample_with_noise(
+        self,
+        logits: torch.Tensor,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        noise: torch.Tensor,
+    ) -> torch.Tensor: ...
+
+
+# --------------------------------------------------------------------------- S2
+@runtime_checkable
+class MarkovBlock(Protocol):
+    """SPEC S2: Markov heads, block sampling and teacher forcing.
+
+    ``load_head(head_type, state_dict, vocab_size, rank, hidden_size, device) -> handle``
+    builds the IUT's head from reference-layout weights. ``sample_block(handle,
+    base_logits[B, gamma, V], first_prev[B], hidden[B, gamma, d] | None, temperatures[B],
+    top_k[B], generator) -> (tokens[B, gamma] i64, corrected_logits[B, gamma, V])``.
+    ``apply_block_logits(handle, base_logits, token_ids[B, gamma], hidden) -> corrected``.
+    """
+
+    def load_head(
+        self,
+        head_type: str,
+        state_dict: Mapping[str, torch.Tensor],
+        vocab_size: int,
+        rank: int,
+        hidden_size: int,
+        device: torch.device,
+    ) -> Any: ...
+
+    def sample_block(
+        self,
+        head: Any,
+        base_logits: torch.Tensor,
+        first_prev: torch.Tensor,
+        hidden: torch.Tensor | None,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def apply_block_logits(
+        self,
+        head: Any,
+        base_logits: torch.Tensor,
+        token_ids: torch.Tensor,
+        hidden: torch.Tensor | None,
+    ) -> torch.Tensor: ...
+
+
+# --------------------------------------------------------------------------- S4
+@runtime_checkable
+class FoldedSession(Protocol):
+    """SPEC S4: one folded draft sampler instance with static buffers.
+
+    ``stage(bs, temperatures[bs] | None, top_k[bs] | None)`` runs on the host before a
+    replay; ``load_inputs(base_logits[bs, gamma, V], first_prev[bs], hidden | None)``
+    copies inputs into static buffers; ``capture()`` records the graph (CUDA; no-op on
+    CPU); ``replay() -> (tokens[bs, gamma] i64, corrected[bs, gamma, V])`` (views or
+    copies of ``out`` / ``corrected_out``). ``graph_replays`` counts replays that really
+    ran a captured graph (0 on CPU), so a silent eager fallback is INCONCLUSIVE.
+    ``sample_block_calls`` counts block passes (None when the IUT cannot be spied on).
+    """
+
+    graph_replays: int
+    sample_block_calls: int | None
+
+    def stage(
+        self, bs: int, temperatures: torch.Tensor | None, top_k: torch.Tensor | None
+    ) -> None: ...
+
+    def load_inputs(
+        self, base_logits: torch.Tensor, first_prev: torch.Tensor, hidden: torch.Tensor | None
+    ) -> None: ...
+
+    def capture(self) -> None: ...
+
+    def replay(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@runtime_checkable
+class FoldedDraft(Protocol):
+    """SPEC S4: factory of folded sessions for a head loaded through :class:`MarkovBlock`.
+
+    ``session(head, max_bs, gamma, vocab_size, lm_dtype, device, seed) -> FoldedSession``.
+    """
+
+    def session(
+        self,
+        head: Any,
+        max_bs: int,
+        gamma: int,
+        vocab_size: int,
+        lm_dtype: torch.dtype,
+        device: torch.device,
+        seed: int,
+    ) -> FoldedSession: ...
+
+
+@runtime_checkable
+class FoldGate(Protocol):
+    """SPEC S4.7: the OFF/AUTO/FORCE memory gate for folded sampling.
+
+    ``buffer_bytes(max_bs, gamma, vocab_size, lm_dtype) -> int`` and
+    ``folds_sampling(mode in {"off","auto","force"}, max_bs, gamma, vocab_size, lm_dtype,
+    free_bytes) -> bool``.
+    """
+
+    def buffer_bytes(
+        self, max_bs: int, gamma: int, vocab_size: int, lm_dtype: torch.dtype
+    ) -> int: ...
+
+    def folds_sampling(
+        self,
+        mode: str,
+        max_bs: int,
+        gamma: int,
+        vocab_size: int,
+        lm_dtype: torch.dtype,
+        free_bytes: int,
+    ) -> bool: ...
+
+
+# --------------------------------------------------------------------------- S5
+@runtime_checkable
+class ChainVerifier(Protocol):
+    """SPEC S5: chain speculative sampling per row.
+
+    ``verify(draft_tokens[B, l] i64, target_logits[B, l+1, V] f32, draft_logits[B, l, V]
+    f32 (corrected logits), temperatures[B] f32, top_k[B] i64, *, generator=None,
+    accept_uniforms[B, l] f64 | None, final_uniforms[B] f64 | None, cap: int | None)
+    -> (accepted[B] i64, tokens[B, l+1] i64 padded with -1)``. With explicit uniforms the
+    result is deterministic (bit parity with the reference); otherwise draws come from
+    ``generator``. An IUT that cannot take explicit uniforms raises ``NotImplementedError``
+    for them (reported as a skip naming the feature).
+    """
+
+    def verify(
+        self,
+        draft_tokens: torch.Tensor,
+        target_logits: torch.Tensor,
+        draft_logits: torch.Tensor,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        *,
+        generator: torch.Generator | None = None,
+        accept_uniforms: torch.Tensor | None = None,
+        final_uniforms: torch.Tensor | None = None,
+        cap: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@runtime_checkable
+class GreedyVerifier(Protocol):
+    """SPEC S5: greedy verification with optional cap.
+
+    ``verify_greedy(draft_tokens[B, l] i64, target_logits[B, l+1, V], cap) ->
+    (accepted[B] i64, tokens[B, l+1] i64 padded with -1)``.
+    """
+
+    def verify_greedy(
+        self, draft_tokens: torch.Tensor, target_logits: torch.Tensor, cap: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+# --------------------------------------------------------------------------- S6
+@runtime_checkable
+class SimulatedAcceptance(Protocol):
+    """SPEC S6: simulated acceptance lengths (benchmark mode).
+
+    ``sample_acc_len(value, method, max_len, generator) -> int in [1, max_len]``;
+    ``executor(value, method, gamma, seed)`` returns an object whose
+    ``step(draft_tokens[B, gamma] i64) -> acc_len[B] i64`` is called once per verify step.
+    """
+
+    def sample_acc_len(
+        self, value: float, method: str, max_len: int, generator: torch.Generator
+    ) -> int: ...
+
+    def executor(self, value: float, method: str, gamma: int, seed: int) -> Any: ...
+
+
+# --------------------------------------------------------------------------- S7
+@runtime_checkable
+class Confidence(Protocol):
+    """SPEC S7: confidence head outputs, calibration and STS.
+
+    ``confidences(state_dict, hidden[B, gamma, d], markov_features[B, gamma, r] | None,
+    temperatures[gamma] | None) -> c[B, gamma]`` (calibrated ``sigmoid(raw / t)``; shapes
+    follow the runtime gamma of ``hidden``); ``prefix_survival(c[..., gamma])``;
+    ``fit_sts(raw[N, gamma], accepted[N, gamma] bool) -> temperatures[gamma]``.
+    """
+
+    def confidences(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        hidden: torch.Tensor,
+        markov_features: torch.Tensor | None,
+        temperatures: torch.Tensor | None,
+    ) -> torch.Tensor: ...
+
+    def prefix_survival(self, confidences: torch.Tensor) -> torch.Tensor: ...
+
+    def fit_sts(self, raw: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor: ...
+
+
+# --------------------------------------------------------------------------- S8
+@runtime_checkable
+class PrefixScheduler(Protocol):
+    """SPEC S8: hardware-aware prefix scheduler (paper Algorithm 1).
+
+    ``schedule(confidences[R, gamma] f64 in [0, 1], sps: Sequence[float]) -> lengths[R]
+    i64``, where ``sps[b - 1]`` is the steps-per-second at forward batch size ``b``.
+    """
+
+    def schedule(self, confidences: torch.Tensor, sps: Sequence[float]) -> torch.Tensor: ...
+
+
+# --------------------------------------------------------------------------- S9
+@runtime_checkable
+class SpeculativeLoop(Protocol):
+    """SPEC S9: the speculative loop on the suite's tiny models.
+
+    ``generate(target, draft, prompt[B, n] i64, max_new_tokens, temperature, generator)
+    -> (tokens[B, max_new_tokens] i64, taus: list[Tensor[B]] one per round)`` where
+    ``target``/``draft`` are ``dspark_ref.tiny_models`` instances.
+    """
+
+    def generate(
+        self,
+        target: Any,
+        draft: Any,
+        prompt: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]: ...
+
+
+CAPABILITIES: tuple[type, ...] = (
+    StepSampler,
+    NoiseStepSampler,
+    MarkovBlock,
+    FoldedDraft,
+    FoldGate,
+    ChainVerifier,
+    GreedyVerifier,
+    SimulatedAcceptance,
+    Confidence,
+    PrefixScheduler,
+    SpeculativeLoop,
+)

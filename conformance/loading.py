@@ -1,0 +1,78 @@
+"""Resolve ``--dspark-impl`` into an :class:`~conformance.contract.Adapter`.
+
+Accepted forms:
+
+* a built-in name: ``reference`` (the bundled ``dspark_ref``), ``sglang`` (the installed
+  PyPI package), ``mutant:<id>`` (a known-bug variant from ``fixtures/mutants``);
+* ``package.module:attr``, where ``attr`` is an ``Adapter`` or a zero-argument callable
+  returning one;
+* the name of an entry point in the group ``dspark_conformance.adapters`` (how an engine
+  ships its adapter as a plugin, like a pytest plugin).
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from .contract import Adapter
+
+ENTRY_POINT_GROUP = "dspark_conformance.adapters"
+
+_BUILTINS = {
+    "reference": "conformance.adapters.reference:make_adapter",
+    "sglang": "conformance.adapters.sglang:make_adapter",
+}
+
+
+class AdapterLoadError(RuntimeError):
+    """The adapter named by ``--dspark-impl`` could not be loaded (message says why)."""
+
+
+def _resolve_object(target: str) -> object:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AdapterLoadError(f"--dspark-impl {target!r}: cannot import {module_name!r}: {exc}") from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError as exc:
+        raise AdapterLoadError(f"--dspark-impl {target!r}: {module_name} has no attribute {attr!r}") from exc
+    return obj() if callable(obj) and not isinstance(obj, Adapter) else obj
+
+
+def _checked(spec: str, obj: object) -> Adapter:
+    if not isinstance(obj, Adapter):
+        raise AdapterLoadError(
+            f"--dspark-impl {spec!r}: expected a conformance.contract.Adapter, got {type(obj).__name__}"
+        )
+    return obj
+
+
+def load_adapter(spec: str) -> Adapter:
+    """Load the adapter named by ``spec`` (see the module docstring for the forms).
+
+    Raises:
+        AdapterLoadError: unknown name, import failure, or an object that is not an Adapter.
+    """
+    if spec.startswith("mutant:"):
+        from fixtures.mutants import make_mutant
+
+        return _checked(spec, make_mutant(spec.removeprefix("mutant:")))
+    if spec.split("==")[0] in _BUILTINS:
+        name, _, version = spec.partition("==")
+        obj = _resolve_object(_BUILTINS[name])
+        if version and getattr(obj, "name", "").split("==")[-1] != version:
+            raise AdapterLoadError(f"--dspark-impl {spec!r}: installed version is {obj.name!r}")
+        return _checked(spec, obj)
+    if ":" in spec:
+        return _checked(spec, _resolve_object(spec))
+    found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
+    if found:
+        obj = found[0].load()
+        return _checked(spec, obj() if callable(obj) and not isinstance(obj, Adapter) else obj)
+    known = sorted(_BUILTINS) + ["mutant:<id>"] + sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+    raise AdapterLoadError(
+        f"--dspark-impl {spec!r}: unknown implementation; expected one of {known} or 'module:attr'"
+    )

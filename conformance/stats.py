@@ -1,0 +1,910 @@
+"""The statistics engine: every distributional assertion of the suite goes through here.
+
+Each rule states its null hypothesis, statistic, alpha, the smallest effect it must detect
+and the power it has there, and returns a :class:`StatResult` (estimate, confidence bound,
+p-value, verdict) instead of comparing against a raw threshold (DESIGN.md "Statistics
+policy"). Defaults come from ``conformance/budget.py``; every result is recorded in a
+:class:`~conformance.budget.StatLedger` (``budget.RUN_LEDGER`` unless told otherwise).
+
+Rules (scipy.stats underneath):
+
+* :func:`goodness_of_fit` -- counts of sampled tokens against expected probabilities
+  (Pearson chi-square or G-test, sparse bins pooled, zero-probability hits fail exactly);
+  sample size from :func:`sample_size_for_tv`.
+* :func:`two_sample` -- two implementations' counts against each other (chi-square
+  contingency).
+* :func:`binomial` -- an event count against a probability (exact binomial test); sample
+  size from :func:`sample_size_for_proportion`.
+* :func:`bounded_mean` -- the mean of bounded iid samples (Hoeffding or empirical
+  Bernstein); sample size from :func:`sample_size_for_mean`.
+* :func:`holm`, :func:`bonferroni_alpha` -- multiple-testing helpers.
+* :func:`derive_seed`, :func:`generator_for` -- seeds from (base seed, case id).
+
+Conventions: a rule passes iff ``p_value > alpha``. ``effect_ci_upper`` is an upper
+confidence bound on the true effect that holds with probability >= ``1 - alpha``.
+
+To add a rule: validate in one ``_check_*`` helper, compute with scipy.stats, build the
+record with :func:`_finish`, and give it a false-positive and a power test in
+``tests/test_stats.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import scipy.stats
+import torch
+
+from dspark_ref._checks import check_choice, check_float, check_int
+
+from .budget import DEFAULT_MIN_TV, PER_ASSERTION_ALPHA, RUN_LEDGER, TARGET_POWER, StatLedger
+
+__all__ = [
+    "StatResult",
+    "goodness_of_fit",
+    "two_sample",
+    "power_chisquare",
+    "sample_size_for_tv",
+    "binomial",
+    "power_proportion",
+    "sample_size_for_proportion",
+    "bounded_mean",
+    "hoeffding_radius",
+    "empirical_bernstein_radius",
+    "power_mean",
+    "sample_size_for_mean",
+    "holm",
+    "bonferroni_alpha",
+    "derive_seed",
+    "generator_for",
+]
+
+PROB_SUM_TOLERANCE = 1e-6
+CHI_SQUARE_STATISTICS = {"pearson": "chi-square (Pearson)", "log-likelihood": "G (log-likelihood ratio)"}
+ALTERNATIVES = ("two-sided", "greater", "less")
+MEAN_METHODS = ("hoeffding", "bernstein")
+
+
+@dataclasses.dataclass(frozen=True)
+class StatResult:
+    """The record of one statistical assertion.
+
+    Fields: ``name`` (assertion id ``<section>/<family>/<detail>``), ``null`` (the null
+    hypothesis, in words), ``statistic_name`` / ``statistic``, ``p_value``, ``alpha``, ``n``
+    (observations), ``effect_name`` / ``effect`` (point estimate of the effect size),
+    ``effect_ci_upper`` (upper confidence bound on the true effect, valid with probability
+    >= 1 - alpha), ``min_effect`` (smallest effect the assertion must detect),
+    ``power_at_min_effect`` (probability of detecting it at this ``n``; NaN when the test
+    is vacuous) and ``passed`` (``p_value > alpha``).
+    """
+
+    name: str
+    null: str
+    statistic_name: str
+    statistic: float
+    p_value: float
+    alpha: float
+    n: int
+    effect_name: str
+    effect: float
+    effect_ci_upper: float
+    min_effect: float
+    power_at_min_effect: float
+    passed: bool
+
+    def message(self) -> str:
+        """One line naming the case, the verdict, p-value, effect and its bound."""
+        verdict = "passed" if self.passed else "FAILED"
+        relation = ">" if self.passed else "<="
+        return (
+            f"{self.name}: {verdict}: H0: {self.null}; {self.statistic_name} = {self.statistic:.4g}, "
+            f"p = {self.p_value:.3g} {relation} alpha = {self.alpha:.3g}, n = {self.n}; "
+            f"{self.effect_name} = {self.effect:.4g} (upper bound {self.effect_ci_upper:.4g} "
+            f"at confidence 1 - alpha); min effect {self.min_effect:.4g} detected with power "
+            f"{self.power_at_min_effect:.4f}"
+        )
+
+    def assert_ok(self) -> StatResult:
+        """Return ``self`` if passed.
+
+        Raises:
+            AssertionError: with :meth:`message`.
+        """
+        if not self.passed:
+            raise AssertionError(self.message())
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain Python values (JSON-serialisable)."""
+        return dataclasses.asdict(self)
+
+
+def _finish(ledger: StatLedger | None, **fields: Any) -> StatResult:
+    """Build the record (plain Python types, ``passed = p > alpha``) and log it."""
+    floats = ("statistic", "p_value", "alpha", "effect", "effect_ci_upper", "min_effect", "power_at_min_effect")
+    for key in floats:
+        fields[key] = float(fields[key])
+    fields["n"] = int(fields["n"])
+    result = StatResult(passed=fields["p_value"] > fields["alpha"], **fields)
+    (RUN_LEDGER if ledger is None else ledger).record(result.name, result)
+    return result
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected an assertion id string, got {type(name).__name__}")
+    if not name:
+        raise ValueError("name: expected a non-empty assertion id '<section>/<family>/<detail>', got ''")
+
+
+def _check_open_unit(name: str, value: object, *, closed_right: bool = False) -> float:
+    """A number in (0, 1), or (0, 1] with ``closed_right``."""
+    value = check_float(name, value, minimum=0.0, maximum=1.0)
+    if value == 0.0 or (value == 1.0 and not closed_right):
+        interval = "(0, 1]" if closed_right else "(0, 1)"
+        raise ValueError(f"{name}: expected a number in {interval}, got {value}")
+    return value
+
+
+def _as_vector(name: str, value: object) -> np.ndarray:
+    """A non-empty 1-D real array from a sequence, numpy array or tensor (any device)."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool or value.is_complex():
+            raise TypeError(f"{name}: expected a real-valued tensor, got dtype {value.dtype}")
+        value = value.detach().to("cpu", torch.float64 if value.is_floating_point() else torch.int64).numpy()
+    arr = np.asarray(value)
+    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name}: expected real numbers, got dtype {arr.dtype}")
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name}: expected a non-empty 1-D sequence, got shape {arr.shape}")
+    _check_finite_vector(name, arr)
+    return arr
+
+
+def _first_index(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def _check_finite_vector(name: str, arr: np.ndarray) -> None:
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = _first_index(bad)
+        raise ValueError(f"{name}: expected finite values, got {arr[i]} at index {i}")
+
+
+def _check_counts(name: str, value: object) -> np.ndarray:
+    arr = _as_vector(name, value)
+    bad = (arr < 0) | (arr != np.round(arr))
+    if bad.any():
+        i = _first_index(bad)
+        raise ValueError(f"{name}: expected non-negative integer counts, got {arr[i]} at index {i}")
+    if arr.sum() == 0:
+        raise ValueError(f"{name}: expected at least one observation, got all-zero counts")
+    return arr.astype(np.int64)
+
+
+def _check_probs(name: str, value: object, size: int, size_name: str) -> np.ndarray:
+    arr = _as_vector(name, value).astype(np.float64)
+    if arr.size != size:
+        raise ValueError(f"{name}: expected {size} probabilities (one per bin of {size_name}), got {arr.size}")
+    if (arr < 0).any():
+        i = _first_index(arr < 0)
+        raise ValueError(f"{name}: expected non-negative probabilities, got {arr[i]} at index {i}")
+    total = math.fsum(arr)
+    if abs(total - 1.0) > PROB_SUM_TOLERANCE:
+        raise ValueError(
+            f"{name}: expected probabilities summing to 1 within {PROB_SUM_TOLERANCE:g}, got sum {total!r}; "
+            f"normalise them (in float64)"
+        )
+    return arr / total
+
+
+def _check_goodness_of_fit(counts, probs, name, alpha, min_tv, min_expected, lambda_):
+    _check_name(name)
+    _check_open_unit("alpha", alpha)
+    _check_open_unit("min_tv", min_tv, closed_right=True)
+    check_float("min_expected", min_expected, minimum=0.0)
+    check_choice("lambda_", lambda_, CHI_SQUARE_STATISTICS)
+    counts = _check_counts("counts", counts)
+    return counts, _check_probs("probs", probs, counts.size, "counts")
+
+
+def _check_two_sample(counts_a, counts_b, name, alpha, min_tv, min_expected):
+    _check_name(name)
+    _check_open_unit("alpha", alpha)
+    _check_open_unit("min_tv", min_tv, closed_right=True)
+    check_float("min_expected", min_expected, minimum=0.0)
+    a, b = _check_counts("counts_a", counts_a), _check_counts("counts_b", counts_b)
+    if a.size != b.size:
+        raise ValueError(f"counts_b: expected {a.size} bins (as counts_a), got {b.size}")
+    return a, b
+
+
+# --------------------------------------------------------------------------- chi-square
+
+
+def _pool_columns(table: np.ndarray, weight: np.ndarray, min_weight: float) -> np.ndarray:
+    """Pool the columns of ``table [rows, k]`` whose ``weight`` (expected count) is sparse.
+
+    Columns with weight < ``min_weight`` are summed into one 'rest' column; if the rest is
+    still below ``min_weight`` it is merged into the kept column of smallest weight. Pooling
+    depends only on the weights, so under H0 it cannot bias the test.
+    """
+    sparse = weight < min_weight
+    if not sparse.any():
+        return table
+    kept = table[:, ~sparse].copy()
+    rest = table[:, sparse].sum(axis=1)
+    if weight[sparse].sum() < min_weight and kept.shape[1] > 0:
+        kept[:, np.argmin(weight[~sparse])] += rest
+        return kept
+    return np.concatenate([kept, rest[:, None]], axis=1)
+
+
+def _l1_radius(k: int, n: float, delta: float) -> float:
+    """eps with P(||p_hat - p||_1 >= eps) <= delta for n draws over k bins.
+
+    Weissman et al. (2003): P(||p_hat - p||_1 >= eps) <= (2^k - 2) exp(-n eps^2 / 2).
+    """
+    if k < 2:
+        return 0.0
+    log_partitions = k * math.log(2.0) + math.log1p(-(2.0 ** (1 - k)))  # log(2^k - 2), no overflow
+    return math.sqrt(2.0 * (log_partitions - math.log(delta)) / n)
+
+
+def power_chisquare(n: float, k: int, min_tv: float, alpha: float) -> float:
+    """Power of the level-``alpha`` chi-square test on ``k`` bins against any alternative
+    at total-variation distance >= ``min_tv``, from ``n`` observations.
+
+    Under an alternative ``p0 + d`` the statistic is approximately noncentral chi-square
+    with ``df = k - 1`` and noncentrality ``n * sum(d^2 / p0)`` (Pitman alternatives; the
+    same for the G-test). Cauchy-Schwarz gives ``sum(d^2 / p0) >= (sum |d|)^2 = (2 TV)^2``,
+    attained when ``|d|`` is proportional to ``p0``, so the least favourable alternative
+    has noncentrality ``4 * n * min_tv^2``. ``n`` may be fractional (an effective size).
+
+    Raises:
+        TypeError / ValueError: ``n`` not > 0, ``k`` < 2, ``min_tv`` not in (0, 1],
+            ``alpha`` not in (0, 1).
+
+    Example:
+        >>> power_chisquare(146_499, 2, 0.01, 5e-6) >= 0.999 > power_chisquare(146_498, 2, 0.01, 5e-6)
+        True
+    """
+    _check_power_chisquare(n, k, min_tv, alpha)
+    df = k - 1
+    return float(scipy.stats.ncx2.sf(scipy.stats.chi2.isf(alpha, df), df, 4.0 * n * min_tv**2))
+
+
+def _check_power_chisquare(n, k, min_tv, alpha) -> None:
+    if check_float("n", n, minimum=0.0) == 0.0:
+        raise ValueError("n: expected a positive number of observations, got 0")
+    check_int("k", k, minimum=2)
+    _check_open_unit("min_tv", min_tv, closed_right=True)
+    _check_open_unit("alpha", alpha)
+
+
+def _least_n(power_at: Callable[[int], float], target: float) -> int:
+    """Smallest integer n >= 1 with ``power_at(n) >= target`` (``power_at`` increasing)."""
+    hi = 1
+    while power_at(hi) < target:
+        hi *= 2
+        if hi > 2**62:
+            raise ValueError("power: not reachable with any sample size (numerical failure)")
+    lo = hi // 2  # power_at(lo) < target, or lo == 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if power_at(mid) >= target else (mid, hi)
+    return hi
+
+
+def sample_size_for_tv(
+    probs_or_k: int | Sequence[float] | np.ndarray | torch.Tensor,
+    *,
+    min_tv: float = DEFAULT_MIN_TV,
+    alpha: float = PER_ASSERTION_ALPHA,
+    power: float = TARGET_POWER,
+) -> int:
+    """Smallest ``n`` giving the chi-square test power >= ``power`` against every
+    alternative at total-variation distance >= ``min_tv`` (see :func:`power_chisquare`).
+
+    ``probs_or_k``: the number of bins ``k``, or the expected probabilities ``[k]`` (then
+    only bins with nonzero probability count: zero-probability hits fail exactly). Power
+    refers to TV measured on the bins tested; bins pooled by :func:`goodness_of_fit` are
+    compared only through their total. For :func:`two_sample` with equal groups, give each
+    group twice this ``n`` (its effective size is ``n_a n_b / (n_a + n_b)``).
+
+    Raises:
+        TypeError / ValueError: fewer than 2 (nonzero-probability) bins, bad probabilities,
+            ``min_tv`` not in (0, 1], ``alpha`` or ``power`` not in (0, 1).
+
+    Example:
+        >>> sample_size_for_tv(4, min_tv=0.1, alpha=0.05, power=0.999)
+        795
+    """
+    k = _check_sample_size_for_tv(probs_or_k, min_tv, alpha, power)
+    return _least_n(lambda n: power_chisquare(n, k, min_tv, alpha), power)
+
+
+def _check_sample_size_for_tv(probs_or_k, min_tv, alpha, power) -> int:
+    _check_open_unit("min_tv", min_tv, closed_right=True)
+    _check_open_unit("alpha", alpha)
+    _check_open_unit("power", power)
+    if isinstance(probs_or_k, int) and not isinstance(probs_or_k, bool):
+        return check_int("probs_or_k", probs_or_k, minimum=2)
+    probs = _as_vector("probs_or_k", probs_or_k)
+    probs = _check_probs("probs_or_k", probs, probs.size, "probs_or_k")
+    k = int((probs > 0).sum())
+    if k < 2:
+        raise ValueError(f"probs_or_k: expected at least 2 bins with nonzero probability, got {k}")
+    return k
+
+
+def goodness_of_fit(
+    counts: Sequence[int] | np.ndarray | torch.Tensor,
+    probs: Sequence[float] | np.ndarray | torch.Tensor,
+    *,
+    name: str,
+    alpha: float = PER_ASSERTION_ALPHA,
+    min_tv: float = DEFAULT_MIN_TV,
+    min_expected: float = 5.0,
+    lambda_: str = "pearson",
+    ledger: StatLedger | None = None,
+) -> StatResult:
+    """Test that ``counts [k]`` are multinomial draws from ``probs [k]``.
+
+    * A nonzero count in a bin of probability exactly 0 fails at once (``p_value = 0``,
+      ``statistic = inf``): no sample size excuses an impossible token.
+    * The other bins are pooled (Cochran's rule): bins with expected count
+      ``n * p < min_expected`` are summed into one 'rest' bin; if that bin is still below
+      ``min_expected`` it is merged into the smallest remaining bin. Pooling depends only
+      on ``probs`` and ``n``, so the test keeps its level.
+    * Statistic: Pearson chi-square, or the G-test with ``lambda_="log-likelihood"``
+      (``scipy.stats.power_divergence``), ``df = bins - 1``. With fewer than 2 bins left
+      the chi-square part is vacuous (p = 1, power NaN).
+    * Effect: TV distance between the observed frequencies and ``probs`` on the pooled
+      bins (plus one bin for all zero-probability bins); its upper bound adds half the
+      L1 deviation radius of Weissman et al. (2003) at ``delta = alpha``.
+    * ``power_at_min_effect``: :func:`power_chisquare` at the pooled bin count.
+
+    Args:
+        counts: non-negative integer counts ``[k]`` (list, numpy or any-device tensor).
+        probs: expected probabilities ``[k]``, summing to 1 within 1e-6 (renormalised).
+        name: assertion id; alpha, min_tv: see ``conformance/budget.py``.
+        ledger: where the result is recorded (default ``budget.RUN_LEDGER``).
+
+    Raises:
+        TypeError: non-numeric input. ValueError: negative or non-integer counts, no
+            observations, probabilities negative or not summing to 1, length mismatch,
+            alpha / min_tv out of range, unknown ``lambda_``; each names the argument.
+
+    Example:
+        >>> from conformance.budget import StatLedger
+        >>> r = goodness_of_fit([50, 50], [0.5, 0.5], name="demo/coin/fair", ledger=StatLedger())
+        >>> r.passed, r.p_value, r.effect
+        (True, 1.0, 0.0)
+    """
+    counts, probs = _check_goodness_of_fit(counts, probs, name, alpha, min_tv, min_expected, lambda_)
+    n = int(counts.sum())
+    impossible = probs == 0
+    expected = n * probs[~impossible]
+    observed, expected = _pool_columns(np.stack([counts[~impossible], expected]), expected, min_expected)
+    bins = observed.size
+    hits = int(counts[impossible].sum())
+    if hits:
+        statistic, p_value = math.inf, 0.0
+    elif bins < 2:
+        statistic, p_value = 0.0, 1.0
+    else:
+        statistic, p_value = scipy.stats.power_divergence(observed, expected, lambda_=lambda_)
+    tv = 0.5 * (np.abs(observed - expected).sum() + hits) / n
+    tv_bins = bins + int(impossible.any())
+    return _finish(
+        ledger,
+        name=name,
+        null=f"counts ~ Multinomial(n, probs); {bins} bins tested ({counts.size} given, "
+        f"pooled to expected >= {min_expected:g}), {int(impossible.sum())} impossible bins",
+        statistic_name=CHI_SQUARE_STATISTICS[lambda_],
+        statistic=statistic,
+        p_value=p_value,
+        alpha=alpha,
+        n=n,
+        effect_name="TV(observed, probs)",
+        effect=tv,
+        effect_ci_upper=min(1.0, tv + 0.5 * _l1_radius(tv_bins, n, alpha)),
+        min_effect=min_tv,
+        power_at_min_effect=power_chisquare(n, bins, min_tv, alpha) if bins >= 2 else math.nan,
+    )
+
+
+def two_sample(
+    counts_a: Sequence[int] | np.ndarray | torch.Tensor,
+    counts_b: Sequence[int] | np.ndarray | torch.Tensor,
+    *,
+    name: str,
+    alpha: float = PER_ASSERTION_ALPHA,
+    min_tv: float = DEFAULT_MIN_TV,
+    min_expected: float = 5.0,
+    ledger: StatLedger | None = None,
+) -> StatResult:
+    """Test that ``counts_a [k]`` and ``counts_b [k]`` come from one distribution.
+
+    For comparing two samplers (e.g. folded vs eager draft sampling, SPEC S4) without
+    knowing the probabilities. Bins empty in both samples are dropped; bins whose smaller
+    expected count ``total * min(n_a, n_b) / (n_a + n_b)`` is below ``min_expected`` are
+    pooled as in :func:`goodness_of_fit` (here pooling sees the column totals, which are
+    ancillary under H0). Statistic: chi-square test of homogeneity on the ``2 x bins``
+    table (``scipy.stats.chi2_contingency``, no continuity correction). Effect: TV between
+    the two observed frequency vectors on the pooled bins; upper bound adds half the
+    Weissman L1 radii of both samples at ``delta = alpha / 2`` each (approximate, as the
+    pooling is chosen from the data). Power: :func:`power_chisquare` at the effective size
+    ``n_a n_b / (n_a + n_b)``. ``n`` in the result is ``n_a + n_b``.
+
+    Raises:
+        TypeError / ValueError: as :func:`goodness_of_fit`, naming ``counts_a`` /
+            ``counts_b``; ``counts_b`` of another length.
+
+    Example:
+        >>> from conformance.budget import StatLedger
+        >>> r = two_sample([30, 70], [60, 140], name="demo/coin/ab", ledger=StatLedger())
+        >>> r.passed, r.statistic
+        (True, 0.0)
+    """
+    a, b = _check_two_sample(counts_a, counts_b, name, alpha, min_tv, min_expected)
+    n_a, n_b = int(a.sum()), int(b.sum())
+    seen = (a + b) > 0
+    table = np.stack([a[seen], b[seen]]).astype(np.float64)
+    table = _pool_columns(table, table.sum(axis=0) * min(n_a, n_b) / (n_a + n_b), min_expected)
+    bins = table.shape[1]
+    if bins < 2:
+        statistic, p_value = 0.0, 1.0
+    else:
+        res = scipy.stats.chi2_contingency(table, correction=False)
+        statistic, p_value = res.statistic, res.pvalue
+    tv = 0.5 * np.abs(table[0] / n_a - table[1] / n_b).sum()
+    radius = _l1_radius(bins, n_a, alpha / 2) + _l1_radius(bins, n_b, alpha / 2)
+    n_eff = n_a * n_b / (n_a + n_b)
+    return _finish(
+        ledger,
+        name=name,
+        null=f"counts_a and counts_b from one distribution; {bins} bins tested ({a.size} given)",
+        statistic_name="chi-square (homogeneity)",
+        statistic=statistic,
+        p_value=p_value,
+        alpha=alpha,
+        n=n_a + n_b,
+        effect_name="TV(a, b)",
+        effect=tv,
+        effect_ci_upper=min(1.0, tv + 0.5 * radius),
+        min_effect=min_tv,
+        power_at_min_effect=power_chisquare(n_eff, bins, min_tv, alpha) if bins >= 2 else math.nan,
+    )
+
+
+# --------------------------------------------------------------------------- binomial
+
+
+def _proportion_sides(p0: float, min_effect: float, alternative: str) -> list[float]:
+    """The alternatives ``p0 +- min_effect`` (within [0, 1]) the test must detect."""
+    sides = {"two-sided": (-1, 1), "greater": (1,), "less": (-1,)}[alternative]
+    return [p0 + s * min_effect for s in sides if 0.0 <= p0 + s * min_effect <= 1.0]
+
+
+def _check_proportion_design(p0, min_effect, alpha, alternative) -> list[float]:
+    check_float("p0", p0, minimum=0.0, maximum=1.0)
+    _check_open_unit("min_effect", min_effect)
+    _check_open_unit("alpha", alpha)
+    check_choice("alternative", alternative, ALTERNATIVES)
+    sides = _proportion_sides(p0, min_effect, alternative)
+    if not sides:
+        raise ValueError(
+            f"min_effect: expected p0 {'+-' if alternative == 'two-sided' else 'shifted by'} "
+            f"min_effect to stay within [0, 1] for alternative={alternative!r}, got p0={p0}, min_effect={min_effect}"
+        )
+    return sides
+
+
+def _z_alpha(alpha: float, alternative: str) -> float:
+    return float(scipy.stats.norm.isf(alpha / 2 if alternative == "two-sided" else alpha))
+
+
+def power_proportion(n: int, p0: float, min_effect: float, alpha: float, *, alternative: str = "two-sided") -> float:
+    """Power of the level-``alpha`` binomial test of ``p = p0`` from ``n`` trials when the
+    true probability is ``p0 +- min_effect`` (the worse side for two-sided).
+
+    Normal approximation: rejection when ``|p_hat - p0| > z_a sqrt(p0 (1 - p0) / n)``, so
+    power ``= Phi((sqrt(n) * min_effect - z_a * s0) / s1)`` with ``s = sqrt(p (1 - p))``
+    (far tail ignored). Accurate when ``n p (1 - p)`` is large (say >= 10); the exact test
+    is discrete and slightly conservative.
+
+    Raises:
+        TypeError / ValueError: ``n`` < 1, ``p0`` not in [0, 1], ``min_effect`` / ``alpha``
+            not in (0, 1), no alternative within [0, 1], unknown ``alternative``.
+
+    Example:
+        >>> power_proportion(582, 0.3, 0.1, 0.05) >= 0.999 > power_proportion(581, 0.3, 0.1, 0.05)
+        True
+    """
+    check_int("n", n, minimum=1)
+    sides = _check_proportion_design(p0, min_effect, alpha, alternative)
+    return min(_normal_power(n, p0, p1, _z_alpha(alpha, alternative)) for p1 in sides)
+
+
+def _normal_power(n: int, p0: float, p1: float, z_a: float) -> float:
+    gap = math.sqrt(n) * abs(p1 - p0) - z_a * math.sqrt(p0 * (1 - p0))
+    s1 = math.sqrt(p1 * (1 - p1))
+    if s1 == 0.0:  # p_hat == p1 surely
+        return 1.0 if gap > 0 else 0.0
+    return float(scipy.stats.norm.cdf(gap / s1))
+
+
+def sample_size_for_proportion(
+    p0: float,
+    min_effect: float,
+    alpha: float = PER_ASSERTION_ALPHA,
+    power: float = TARGET_POWER,
+    *,
+    alternative: str = "two-sided",
+) -> int:
+    """Smallest ``n`` with :func:`power_proportion` >= ``power``:
+    ``n = ((z_a s0 + z_power s1) / min_effect)^2`` on the worse side (normal approximation).
+
+    Raises:
+        TypeError / ValueError: as :func:`power_proportion`; ``power`` not in (0, 1).
+
+    Example:
+        >>> sample_size_for_proportion(0.3, 0.1, 0.05, 0.999)
+        582
+    """
+    sides = _check_proportion_design(p0, min_effect, alpha, alternative)
+    _check_open_unit("power", power)
+    z_a, z_b = _z_alpha(alpha, alternative), float(scipy.stats.norm.isf(1 - power))
+    s0 = math.sqrt(p0 * (1 - p0))
+    n = max(math.ceil(((z_a * s0 + z_b * math.sqrt(p1 * (1 - p1))) / min_effect) ** 2) for p1 in sides)
+    while power_proportion(n, p0, min_effect, alpha, alternative=alternative) < power:  # rounding
+        n += 1
+    return n
+
+
+def binomial(
+    k: int,
+    n: int,
+    p0: float,
+    *,
+    name: str,
+    alpha: float = PER_ASSERTION_ALPHA,
+    min_effect: float,
+    alternative: str = "two-sided",
+    ledger: StatLedger | None = None,
+) -> StatResult:
+    """Exact binomial test that ``k`` successes in ``n`` trials have probability ``p0``.
+
+    ``scipy.stats.binomtest`` with ``alternative`` ("two-sided", "greater": H1 p > p0,
+    "less": H1 p < p0). Effect: ``abs(p - p0)`` (two-sided), ``p - p0`` ("greater") or
+    ``p0 - p`` ("less"); its upper bound comes from the two-sided Clopper-Pearson interval
+    at level ``1 - alpha`` (``proportion_ci(method="exact")``). Power: :func:`power_proportion`.
+
+    Raises:
+        TypeError / ValueError: ``n`` < 1, ``k`` not in [0, n], and as
+            :func:`power_proportion`; each names the argument.
+
+    Example:
+        >>> from conformance.budget import StatLedger
+        >>> r = binomial(50, 100, 0.5, name="demo/coin/heads", min_effect=0.1, ledger=StatLedger())
+        >>> r.passed, r.p_value
+        (True, 1.0)
+    """
+    _check_binomial(k, n, p0, name, alpha, min_effect, alternative)
+    test = scipy.stats.binomtest(k, n, p0, alternative=alternative)
+    ci = scipy.stats.binomtest(k, n, p0).proportion_ci(confidence_level=1 - alpha, method="exact")
+    p_hat = k / n
+    effect, upper, effect_name = {
+        "two-sided": (abs(p_hat - p0), max(ci.high - p0, p0 - ci.low), "abs(p - p0)"),
+        "greater": (p_hat - p0, ci.high - p0, "p - p0"),
+        "less": (p0 - p_hat, p0 - ci.low, "p0 - p"),
+    }[alternative]
+    return _finish(
+        ledger,
+        name=name,
+        null=f"p = {p0:.6g} ({alternative} alternative)",
+        statistic_name="successes",
+        statistic=k,
+        p_value=test.pvalue,
+        alpha=alpha,
+        n=n,
+        effect_name=effect_name,
+        effect=effect,
+        effect_ci_upper=upper,
+        min_effect=min_effect,
+        power_at_min_effect=power_proportion(n, p0, min_effect, alpha, alternative=alternative),
+    )
+
+
+def _check_binomial(k, n, p0, name, alpha, min_effect, alternative) -> None:
+    _check_name(name)
+    check_int("n", n, minimum=1)
+    check_int("k", k, minimum=0, maximum=n)
+    _check_proportion_design(p0, min_effect, alpha, alternative)
+
+
+# --------------------------------------------------------------------------- bounded mean
+
+
+def hoeffding_radius(n: int, *, low: float, high: float, alpha: float) -> float:
+    """Two-sided Hoeffding radius: ``P(|mean_hat - mean| >= r) <= alpha`` for ``n`` iid
+    samples in ``[low, high]``, ``r = (high - low) * sqrt(log(2 / alpha) / (2 n))``.
+
+    Raises:
+        TypeError / ValueError: ``n`` < 1, ``low >= high``, ``alpha`` not in (0, 1).
+
+    Example:
+        >>> round(hoeffding_radius(100, low=0.0, high=1.0, alpha=0.05), 6)
+        0.13581
+    """
+    check_int("n", n, minimum=1)
+    _check_interval(low, high)
+    _check_open_unit("alpha", alpha)
+    return (high - low) * math.sqrt(math.log(2.0 / alpha) / (2.0 * n))
+
+
+def empirical_bernstein_radius(n: int, variance: float, *, low: float, high: float, alpha: float) -> float:
+    """Two-sided empirical Bernstein radius (Maurer & Pontil 2009, Theorem 4, each side at
+    ``alpha / 2``): ``sqrt(2 V log(4/alpha) / n) + 7 (high - low) log(4/alpha) / (3 (n - 1))``
+    with ``V`` the unbiased sample variance. Tighter than Hoeffding for low-variance data.
+
+    Raises:
+        TypeError / ValueError: ``n`` < 2, ``variance`` < 0, ``low >= high``, ``alpha``
+            not in (0, 1).
+
+    Example:
+        >>> round(empirical_bernstein_radius(1000, 0.0, low=0.0, high=1.0, alpha=0.05), 6)
+        0.010235
+    """
+    check_int("n", n, minimum=2)
+    check_float("variance", variance, minimum=0.0)
+    _check_interval(low, high)
+    _check_open_unit("alpha", alpha)
+    log_term = math.log(4.0 / alpha)
+    return math.sqrt(2.0 * variance * log_term / n) + 7.0 * (high - low) * log_term / (3.0 * (n - 1))
+
+
+def _check_interval(low, high) -> None:
+    check_float("low", low)
+    if check_float("high", high) <= low:
+        raise ValueError(f"high: expected a number > low = {low}, got {high}")
+
+
+def _power_given_radius(n: int, width: float, min_effect: float, radius: float) -> float:
+    """Hoeffding lower bound on P(|mean_hat - mean0| >= radius) when |mean - mean0| >= min_effect."""
+    gap = min_effect - radius
+    return 1.0 - math.exp(-2.0 * n * gap**2 / width**2) if gap > 0 else 0.0
+
+
+def power_mean(n: int, *, low: float, high: float, min_effect: float, alpha: float) -> float:
+    """Guaranteed power of the Hoeffding mean test from ``n`` samples in ``[low, high]``
+    when ``|mean - mean0| >= min_effect``: ``1 - exp(-2 n (min_effect - r)^2 / (high - low)^2)``
+    with ``r`` = :func:`hoeffding_radius` (0 when ``min_effect <= r``).
+
+    Raises:
+        TypeError / ValueError: as :func:`hoeffding_radius`; ``min_effect`` not in
+            (0, high - low].
+
+    Example:
+        >>> round(power_mean(1035, low=0.0, high=1.0, min_effect=0.1, alpha=0.05), 4)
+        0.999
+    """
+    radius = hoeffding_radius(n, low=low, high=high, alpha=alpha)
+    _check_min_mean_effect(min_effect, low, high)
+    return _power_given_radius(n, high - low, min_effect, radius)
+
+
+def _check_min_mean_effect(min_effect, low, high) -> None:
+    if check_float("min_effect", min_effect) <= 0 or min_effect > high - low:
+        raise ValueError(f"min_effect: expected a number in (0, high - low = {high - low}], got {min_effect}")
+
+
+def sample_size_for_mean(
+    low: float,
+    high: float,
+    min_effect: float,
+    alpha: float = PER_ASSERTION_ALPHA,
+    power: float = TARGET_POWER,
+) -> int:
+    """Smallest ``n`` at which the Hoeffding mean test has guaranteed power >= ``power``:
+    Hoeffding on both sides, ``radius(alpha, two-sided) + radius(1 - power, one-sided) <=
+    min_effect``, i.e. ``n = (high - low)^2 (sqrt(log(2/alpha)/2) + sqrt(log(1/(1-power))/2))^2
+    / min_effect^2``.
+
+    Raises:
+        TypeError / ValueError: ``low >= high``, ``min_effect`` not in (0, high - low],
+            ``alpha`` / ``power`` not in (0, 1).
+
+    Example:
+        >>> sample_size_for_mean(0.0, 1.0, 0.1, 0.05, 0.999)
+        1035
+    """
+    _check_interval(low, high)
+    _check_min_mean_effect(min_effect, low, high)
+    _check_open_unit("alpha", alpha)
+    _check_open_unit("power", power)
+    root_n = (high - low) * (math.sqrt(math.log(2 / alpha) / 2) + math.sqrt(-math.log1p(-power) / 2)) / min_effect
+    n = math.ceil(root_n**2)
+    while power_mean(n, low=low, high=high, min_effect=min_effect, alpha=alpha) < power:  # rounding
+        n += 1
+    return n
+
+
+def bounded_mean(
+    samples: Sequence[float] | np.ndarray | torch.Tensor,
+    mean0: float,
+    *,
+    low: float,
+    high: float,
+    name: str,
+    alpha: float = PER_ASSERTION_ALPHA,
+    min_effect: float,
+    method: str = "hoeffding",
+    ledger: StatLedger | None = None,
+) -> StatResult:
+    """Two-sided test that iid ``samples [n]`` in ``[low, high]`` have mean ``mean0``.
+
+    Passes iff ``|mean_hat - mean0| < r`` with ``r`` the :func:`hoeffding_radius` or the
+    :func:`empirical_bernstein_radius` at ``alpha``. p-value: the smallest alpha at which
+    the radius drops to the observed deviation ``t`` (Hoeffding: ``min(1, 2 exp(-2 n t^2 /
+    (high - low)^2))``). Effect: ``t``; upper bound ``t + r``. Power:
+    :func:`power_mean` (for "bernstein" evaluated at the observed radius, a plug-in value).
+    Distribution-free, hence conservative: use for acceptance lengths and rates whose
+    distribution is unknown.
+
+    Raises:
+        TypeError / ValueError: samples not 1-D finite reals in ``[low, high]`` (fewer than
+            2 for "bernstein"), ``mean0`` outside ``[low, high]``, bad ``low`` / ``high`` /
+            ``alpha`` / ``min_effect``, unknown ``method``; each names the argument.
+
+    Example:
+        >>> from conformance.budget import StatLedger
+        >>> r = bounded_mean([0.0, 1.0] * 50, 0.5, low=0.0, high=1.0, name="demo/coin/mean",
+        ...                  min_effect=0.3, ledger=StatLedger())
+        >>> r.passed, r.p_value
+        (True, 1.0)
+    """
+    x = _check_bounded_mean(samples, mean0, low, high, name, alpha, min_effect, method)
+    n, width = x.size, high - low
+    t = abs(float(x.mean()) - mean0)
+    if method == "hoeffding":
+        radius = hoeffding_radius(n, low=low, high=high, alpha=alpha)
+        p_value = min(1.0, 2.0 * math.exp(-2.0 * n * t**2 / width**2))
+    else:
+        variance = float(x.var(ddof=1))
+        radius = empirical_bernstein_radius(n, variance, low=low, high=high, alpha=alpha)
+        # radius(a) = A s + B s^2 with s = sqrt(log(4/a)): solve radius = t for s
+        a_coef, b_coef = math.sqrt(2.0 * variance / n), 7.0 * width / (3.0 * (n - 1))
+        s = (-a_coef + math.sqrt(a_coef**2 + 4.0 * b_coef * t)) / (2.0 * b_coef)
+        p_value = min(1.0, 4.0 * math.exp(-(s**2)))
+    return _finish(
+        ledger,
+        name=name,
+        null=f"mean = {mean0:.6g} for iid samples in [{low:g}, {high:g}]",
+        statistic_name=f"mean ({method} radius {radius:.4g})",
+        statistic=float(x.mean()),
+        p_value=p_value,
+        alpha=alpha,
+        n=n,
+        effect_name="abs(mean - mean0)",
+        effect=t,
+        effect_ci_upper=min(width, t + radius),
+        min_effect=min_effect,
+        power_at_min_effect=_power_given_radius(n, width, min_effect, radius),
+    )
+
+
+def _check_bounded_mean(samples, mean0, low, high, name, alpha, min_effect, method) -> np.ndarray:
+    _check_name(name)
+    _check_interval(low, high)
+    check_float("mean0", mean0, minimum=low, maximum=high)
+    _check_open_unit("alpha", alpha)
+    _check_min_mean_effect(min_effect, low, high)
+    check_choice("method", method, MEAN_METHODS)
+    x = _as_vector("samples", samples).astype(np.float64)
+    outside = (x < low) | (x > high)
+    if outside.any():
+        i = _first_index(outside)
+        raise ValueError(f"samples: expected values in [low, high] = [{low}, {high}], got {x[i]} at index {i}")
+    if method == "bernstein" and x.size < 2:
+        raise ValueError(f"samples: expected at least 2 samples for method='bernstein', got {x.size}")
+    return x
+
+
+# --------------------------------------------------------------------------- multiple testing
+
+
+def bonferroni_alpha(alpha: float, m: int) -> float:
+    """Per-comparison level ``alpha / m`` keeping the family-wise rate of ``m`` tests <= alpha.
+
+    Raises:
+        TypeError / ValueError: ``alpha`` not in (0, 1), ``m`` < 1.
+
+    Example:
+        >>> bonferroni_alpha(1e-3, 200)
+        5e-06
+    """
+    _check_open_unit("alpha", alpha)
+    return alpha / check_int("m", m, minimum=1)
+
+
+def holm(p_values: Sequence[float] | np.ndarray, alpha: float) -> list[bool]:
+    """Holm's step-down procedure: ``True`` where the hypothesis is rejected.
+
+    Sorted ascending, the i-th smallest p-value (0-based) is rejected while
+    ``p_(i) <= alpha / (m - i)``; the first that is not stops the procedure. Family-wise
+    rate <= ``alpha`` under any dependence, never fewer rejections than Bonferroni.
+
+    Raises:
+        TypeError / ValueError: p-values not in [0, 1] (the first is named), ``alpha`` not
+            in (0, 1).
+
+    Example:
+        >>> holm([0.01, 0.04, 0.03, 0.005], 0.05)
+        [True, False, False, True]
+    """
+    _check_open_unit("alpha", alpha)
+    p = np.asarray(p_values, dtype=np.float64) if len(p_values) else np.zeros(0)
+    if p.ndim != 1 or ((p < 0) | (p > 1) | np.isnan(p)).any():
+        raise ValueError(f"p_values: expected a 1-D sequence of numbers in [0, 1], got {p_values!r}")
+    m = p.size
+    rejected = [False] * m
+    for rank, i in enumerate(np.argsort(p, kind="stable")):
+        if p[i] > alpha / (m - rank):
+            break
+        rejected[int(i)] = True
+    return rejected
+
+
+# --------------------------------------------------------------------------- seeds
+
+
+def derive_seed(base_seed: int, case_id: str) -> int:
+    """A 63-bit seed for ``case_id``, stable across processes, platforms and Python
+    versions (``hash()`` is salted per process; this is not).
+
+    ``int.from_bytes(blake2b(f"{base_seed}\\0{case_id}", digest_size=8), "big") >> 1``.
+
+    Raises:
+        TypeError / ValueError: ``base_seed`` not an int in [0, 2^64), ``case_id`` not a
+            non-empty string.
+
+    Example:
+        >>> derive_seed(0, "S3/race/uniform") == derive_seed(0, "S3/race/uniform")
+        True
+    """
+    check_int("base_seed", base_seed, minimum=0, maximum=2**64 - 1)
+    if not isinstance(case_id, str):
+        raise TypeError(f"case_id: expected a string, got {type(case_id).__name__}")
+    if not case_id:
+        raise ValueError("case_id: expected a non-empty case id, got ''")
+    digest = hashlib.blake2b(f"{base_seed}\0{case_id}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def generator_for(case_id: str, base_seed: int, device: str | torch.device = "cpu") -> torch.Generator:
+    """A ``torch.Generator`` on ``device`` seeded with ``derive_seed(base_seed, case_id)``.
+
+    Raises:
+        TypeError / ValueError: as :func:`derive_seed`; RuntimeError from torch for a
+            device without generator support.
+
+    Example:
+        >>> g = generator_for("S3/race/uniform", 0)
+        >>> torch.equal(torch.rand(3, generator=g), torch.rand(3, generator=generator_for("S3/race/uniform", 0)))
+        True
+    """
+    seed = derive_seed(base_seed, case_id)
+    generator = torch.Generator(device=torch.device(device))
+    generator.manual_seed(seed)
+    return generator

@@ -1,0 +1,395 @@
+"""Step sampling (SPEC S3): greedy rows, temperature clamp, exponential race, truncation.
+
+One call samples one token per row from step logits ``[B, V]``. Greedy rows take the
+argmax (lowest index among ties); sampling rows draw from ``softmax(L / T)`` with
+``T >= TEMPERATURE_FLOOR`` by the exponential race ``argmax_v p_v / E_v``, optionally after
+top-k / top-p / min-p truncation. The tiled (Triton) form of the race lives in
+``tiled_sampling.py``.
+
+Why probabilities instead of Gumbel logs: with ``G_v = -log E_v``,
+``log(p_v / E_v) = L_v / T - log Z + G_v``. ``log`` is increasing and ``log Z`` is the same
+for every ``v``, so ``argmax_v p_v / E_v == argmax_v (L_v / T + G_v)`` (Gumbel-max) in exact
+arithmetic, and both draw ``v`` with probability ``p_v``. The ratio form needs no ``log`` of
+the noise, is what production kernels compute, and is what the tiled rescale
+``key * exp(tile_max - global_max)`` is defined on.
+
+Data-dependent checks (NaN scans) read tensor values on the host; they are skipped while a
+CUDA graph is being captured, where a host read is illegal.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from dspark_ref._checks import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    check_choice,
+    check_finite,
+    check_int,
+    check_same_device,
+    check_tensor,
+)
+
+__all__ = [
+    "GREEDY_RULES",
+    "TEMPERATURE_FLOOR",
+    "clamp_temperature",
+    "greedy_rows",
+    "greedy_argmax",
+    "exponential_noise",
+    "exponential_race",
+    "sample_step",
+]
+
+TEMPERATURE_FLOOR = 1e-5
+GREEDY_RULES = ("top_k", "temperature")
+
+# Key given to zero-probability tokens: below every key p / E >= 0 of a token with p > 0,
+# so such a token can never win, even when E == 0 would make p / E a NaN.
+_ZERO_PROBABILITY_KEY = -1.0
+
+
+def _values_checkable(tensor: torch.Tensor) -> bool:
+    """False while capturing a CUDA graph, where reading tensor values is illegal."""
+    return not (tensor.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def _check_temperatures(temperatures: object, rows: int | None = None) -> torch.Tensor:
+    check_tensor("temperatures", temperatures, shape=(rows,), dtypes=FLOAT_DTYPES)
+    if _values_checkable(temperatures):
+        check_finite("temperatures", temperatures)
+        if bool((temperatures < 0).any()):
+            bad = int((temperatures < 0).nonzero()[0])
+            raise ValueError(
+                f"temperatures: expected values >= 0, got {temperatures[bad].item()} at index {bad}"
+            )
+    return temperatures
+
+
+def _check_logits(name: str, logits: object) -> torch.Tensor:
+    """``[B, V]`` float logits; NaN and +inf rejected; every row needs a finite logit."""
+    check_tensor(name, logits, ndim=2, dtypes=FLOAT_DTYPES)
+    if logits.shape[1] == 0:
+        raise ValueError(f"{name}: expected a non-empty vocabulary axis, got shape {tuple(logits.shape)}")
+    if _values_checkable(logits):
+        check_finite(name, logits, allow_neg_inf=True)
+        dead = (logits == -math.inf).all(dim=1)
+        if bool(dead.any()):
+            row = int(dead.nonzero()[0])
+            raise ValueError(f"{name}: expected at least one finite logit per row, row {row} is all -inf")
+    return logits
+
+
+def _check_noise(noise: object, shape: Sequence[int]) -> torch.Tensor:
+    check_tensor("noise", noise, shape=tuple(shape), dtypes=(torch.float32,))
+    if _values_checkable(noise):
+        check_finite("noise", noise)
+        if bool((noise < 0).any()):
+            idx = tuple(int(i) for i in (noise < 0).nonzero()[0])
+            raise ValueError(f"noise: expected Exp(1) draws >= 0, got {noise[idx].item()} at index {idx}")
+    return noise
+
+
+def _first_argmax(values: torch.Tensor) -> torch.Tensor:
+    """Index of the row maximum of ``[B, V]`` values, lowest index among ties (no NaN)."""
+    best = values.max(dim=-1, keepdim=True).values
+    positions = torch.arange(values.shape[-1], device=values.device)
+    return torch.where(values == best, positions, values.shape[-1]).min(dim=-1).values
+
+
+def clamp_temperature(temperatures: torch.Tensor) -> torch.Tensor:
+    """Clamp sampling temperatures to at least ``TEMPERATURE_FLOOR`` (SPEC S3, S4.2).
+
+    Args:
+        temperatures: ``[B]`` float tensor, values ``>= 0``.
+
+    Returns:
+        ``[B]`` float32, ``max(T, 1e-5)``.
+
+    Raises:
+        TypeError: not a float tensor.
+        ValueError: not 1-D, a NaN or infinite value, or a negative value.
+
+    Example:
+        >>> clamp_temperature(torch.tensor([0.0, 0.7]))
+        tensor([1.0000e-05, 7.0000e-01])
+    """
+    _check_temperatures(temperatures)
+    return temperatures.to(torch.float32).clamp(min=TEMPERATURE_FLOOR)
+
+
+def _check_greedy_rows(temperatures, top_k, rule) -> None:
+    check_choice("rule", rule, GREEDY_RULES)
+    _check_temperatures(temperatures)
+    if rule == "top_k":
+        if top_k is None:
+            raise ValueError("top_k: expected a [B] int tensor for rule='top_k', got None")
+        check_tensor("top_k", top_k, shape=(temperatures.shape[0],), dtypes=INT_DTYPES)
+        check_same_device(temperatures=temperatures, top_k=top_k)
+
+
+def greedy_rows(
+    *, temperatures: torch.Tensor, top_k: torch.Tensor | None = None, rule: str
+) -> torch.Tensor:
+    """Which rows decode greedily, under a declared convention (SPEC S3).
+
+    Args:
+        temperatures: ``[B]`` float tensor (unclamped request temperatures).
+        top_k: ``[B]`` int tensor; required for ``rule="top_k"``, ignored otherwise.
+        rule: ``"top_k"`` (SGLang draft sampler: ``top_k <= 1``) or ``"temperature"``
+            (vLLM: ``temperature < 1e-5``).
+
+    Returns:
+        ``[B]`` bool greedy mask.
+
+    Raises:
+        TypeError: wrong dtype.
+        ValueError: unknown ``rule``, ``top_k`` missing for ``rule="top_k"``, bad shapes,
+            NaN or negative temperatures.
+
+    Example:
+        >>> greedy_rows(temperatures=torch.tensor([0.0, 1.0]), rule="temperature")
+        tensor([ True, False])
+    """
+    _check_greedy_rows(temperatures, top_k, rule)
+    if rule == "top_k":
+        return top_k <= 1
+    return temperatures < TEMPERATURE_FLOOR
+
+
+def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Greedy token per row, lowest index among tied maxima (SPEC S3).
+
+    ``torch.argmax`` does not document its tie rule on every device, so ties are resolved
+    explicitly: the row maximum, then the first index equal to it.
+
+    Args:
+        logits: ``[B, V]`` float tensor (any float dtype; compared exactly).
+
+    Returns:
+        ``[B]`` int64 token ids.
+
+    Raises:
+        TypeError: not a float tensor.
+        ValueError: not 2-D, empty vocabulary, NaN or +inf, or a row that is all -inf.
+
+    Example:
+        >>> greedy_argmax(torch.tensor([[1.0, 3.0, 3.0]]))
+        tensor([1])
+    """
+    _check_logits("logits", logits)
+    return _first_argmax(logits)
+
+
+def exponential_noise(
+    shape: Sequence[int],
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Fresh iid Exp(1) noise for the exponential race (SPEC S3).
+
+    Args:
+        shape: output shape, typically ``(B, V)``.
+        generator: optional ``torch.Generator`` on ``device``.
+        device: output device (default: the generator's device, else CPU).
+
+    Returns:
+        float32 tensor of ``shape``.
+
+    Raises:
+        TypeError: ``shape`` holds a non-int.
+        ValueError: a negative size.
+
+    Example:
+        >>> exponential_noise((2, 3), generator=torch.Generator().manual_seed(0)).shape
+        torch.Size([2, 3])
+    """
+    sizes = tuple(check_int(f"shape[{i}]", s, minimum=0) for i, s in enumerate(shape))
+    if device is None and generator is not None:
+        device = generator.device
+    return torch.empty(sizes, dtype=torch.float32, device=device).exponential_(generator=generator)
+
+
+def _race_keys(logits: torch.Tensor, temperatures: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Race keys ``softmax(L / T)_v / E_v`` in float32; zero-probability tokens get -1."""
+    temps = temperatures.to(torch.float32).clamp(min=TEMPERATURE_FLOOR)
+    probs = torch.softmax(logits.to(torch.float32) / temps[:, None], dim=-1)
+    return torch.where(probs > 0, probs / noise, _ZERO_PROBABILITY_KEY)
+
+
+def _check_race(logits, temperatures, noise) -> None:
+    _check_logits("logits", logits)
+    _check_temperatures(temperatures, logits.shape[0])
+    _check_noise(noise, logits.shape)
+    check_same_device(logits=logits, temperatures=temperatures, noise=noise)
+
+
+def exponential_race(
+    logits: torch.Tensor, temperatures: torch.Tensor, noise: torch.Tensor
+) -> torch.Tensor:
+    """Exponential race ``x = argmax_v softmax(L / T)_v / E_v`` (SPEC S3).
+
+    Computed in float32 on probabilities (see the module note for why this equals
+    Gumbel-max ``argmax_v (L_v / T + G_v)``, ``G = -log E``). Temperatures are clamped to
+    ``TEMPERATURE_FLOOR``. Zero-probability tokens (logit ``-inf``, or ``p`` underflowing
+    to 0) never win, even where ``E == 0``. Ties go to the lowest index.
+
+    Args:
+        logits: ``[B, V]`` float tensor (computed in float32).
+        temperatures: ``[B]`` float tensor, values ``>= 0``.
+        noise: ``[B, V]`` float32 iid Exp(1), e.g. from ``exponential_noise``.
+
+    Returns:
+        ``[B]`` int64 token ids.
+
+    Raises:
+        TypeError: wrong dtype.
+        ValueError: wrong rank or shape, devices differ, NaN/+inf logits or an all -inf
+            row, NaN or negative temperatures, NaN/inf or negative noise.
+
+    Example:
+        >>> exponential_race(torch.tensor([[0.0, 5.0]]), torch.ones(1), torch.ones(1, 2))
+        tensor([1])
+    """
+    _check_race(logits, temperatures, noise)
+    return _first_argmax(_race_keys(logits, temperatures, noise))
+
+
+def _check_truncation(top_k, top_p, min_p, rows: int, device: torch.device) -> None:
+    if top_k is not None:
+        check_tensor("top_k", top_k, shape=(rows,), dtypes=INT_DTYPES)
+    for name, value, low_open in (("top_p", top_p, True), ("min_p", min_p, False)):
+        if value is None:
+            continue
+        check_tensor(name, value, shape=(rows,), dtypes=FLOAT_DTYPES)
+        if _values_checkable(value):
+            check_finite(name, value)
+            bad = ((value <= 0) if low_open else (value < 0)) | (value > 1)
+            if bool(bad.any()):
+                i = int(bad.nonzero()[0])
+                interval = "(0, 1]" if low_open else "[0, 1]"
+                raise ValueError(f"{name}: expected values in {interval}, got {value[i].item()} at index {i}")
+    for name, value in (("top_k", top_k), ("top_p", top_p), ("min_p", min_p)):
+        if value is not None and value.device != device:
+            raise ValueError(f"{name}: expected device {device} (same as logits), got {value.device}")
+
+
+def _check_sample_step(logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p) -> int:
+    """Validate ``sample_step`` arguments; returns the effective vocabulary size."""
+    check_tensor("logits", logits, ndim=2, dtypes=FLOAT_DTYPES)
+    rows, width = logits.shape
+    if vocab_size is None:
+        vocab_size = width
+    check_int("vocab_size", vocab_size, minimum=1, maximum=width)
+    _check_logits("logits", logits[:, :vocab_size])
+    _check_temperatures(temperatures, rows)
+    check_tensor("greedy_mask", greedy_mask, shape=(rows,), dtypes=(torch.bool,))
+    if noise is not None:
+        if generator is not None:
+            raise ValueError("generator: expected None when noise is given (noise is used as is)")
+        check_tensor("noise", noise, ndim=2, dtypes=(torch.float32,))
+        if noise.shape not in ((rows, width), (rows, vocab_size)):
+            raise ValueError(
+                f"noise: expected shape ({rows}, {width}) or ({rows}, {vocab_size}), got {tuple(noise.shape)}"
+            )
+        _check_noise(noise[:, :vocab_size], (rows, vocab_size))
+    check_same_device(logits=logits, temperatures=temperatures, greedy_mask=greedy_mask, noise=noise)
+    _check_truncation(top_k, top_p, min_p, rows, logits.device)
+    return vocab_size
+
+
+def _truncate(scaled: torch.Tensor, top_k, top_p, min_p) -> torch.Tensor:
+    """Mask tokens outside the top-k / top-p / min-p sets of ``softmax(scaled)`` to -inf.
+
+    Order: top-k, then top-p on the renormalised top-k distribution, then min-p (relative
+    to the largest probability, hence unaffected by renormalisation). Ties at a cut-off
+    are all kept, so the kept set never depends on sort order.
+    """
+    width = scaled.shape[-1]
+    if top_k is not None:
+        k = top_k.to(torch.int64).clamp(min=0)
+        k = torch.where((k == 0) | (k >= width), width, k)  # top_k <= 0 or >= V: keep all
+        kth = scaled.sort(dim=-1, descending=True).values.gather(-1, (k - 1)[:, None])
+        scaled = scaled.masked_fill(scaled < kth, -math.inf)
+    if top_p is not None:
+        probs = torch.softmax(scaled, dim=-1)
+        sorted_probs = probs.sort(dim=-1, descending=True).values
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        # The last token needed to reach mass top_p is the last one whose prior mass < top_p.
+        needed = (mass_before < top_p.to(torch.float32)[:, None]).sum(dim=-1, keepdim=True)
+        cut = sorted_probs.gather(-1, needed - 1)
+        scaled = scaled.masked_fill(probs < cut, -math.inf)
+    if min_p is not None:
+        probs = torch.softmax(scaled, dim=-1)
+        floor = min_p.to(torch.float32)[:, None] * probs.max(dim=-1, keepdim=True).values
+        scaled = scaled.masked_fill(probs < floor, -math.inf)
+    return scaled
+
+
+def sample_step(
+    logits: torch.Tensor,
+    temperatures: torch.Tensor,
+    greedy_mask: torch.Tensor,
+    *,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    vocab_size: int | None = None,
+    top_k: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+    min_p: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Sample one token per row: greedy argmax or exponential race (SPEC S3).
+
+    Greedy rows take the argmax of their (cropped) logits, lowest index among ties.
+    Sampling rows draw from ``softmax(L / T)``, ``T`` clamped to ``1e-5``, renormalised over
+    the optional truncation sets (top-k, then top-p, then min-p; ties at a cut-off kept),
+    by the exponential race with ``noise`` if given, else with fresh noise drawn on every
+    call (for all rows, so the generator advances the same way whatever the mask).
+
+    Args:
+        logits: ``[B, V_pad]`` float tensor; computed in float32.
+        temperatures: ``[B]`` float tensor, values ``>= 0``.
+        greedy_mask: ``[B]`` bool, True for greedy rows.
+        noise: optional ``[B, V_pad]`` or ``[B, vocab_size]`` float32 Exp(1) draws.
+        generator: optional ``torch.Generator`` for fresh noise (not with ``noise``).
+        vocab_size: unpadded vocabulary; columns ``>= vocab_size`` are dropped, so every
+            returned id is ``< vocab_size``. Default ``V_pad``.
+        top_k: optional ``[B]`` int; ``<= 0`` or ``>= V`` means no top-k cut.
+        top_p: optional ``[B]`` float in ``(0, 1]``; 1 keeps all.
+        min_p: optional ``[B]`` float in ``[0, 1]``; 0 keeps all.
+
+    Returns:
+        ``[B]`` int64 token ids in ``[0, vocab_size)``.
+
+    Raises:
+        TypeError: wrong dtype or a non-int ``vocab_size``.
+        ValueError: wrong rank or shape, devices differ, ``vocab_size`` outside
+            ``[1, V_pad]``, NaN/+inf logits or a row with no finite logit below
+            ``vocab_size``, bad temperatures, noise or truncation values, or both
+            ``noise`` and ``generator`` given.
+
+    Example:
+        >>> logits = torch.tensor([[0.0, 2.0, 9.0], [1.0, 0.0, 0.0]])
+        >>> sample_step(logits, torch.ones(2), torch.tensor([False, True]), vocab_size=2,
+        ...             noise=torch.ones(2, 3))
+        tensor([1, 0])
+    """
+    vocab_size = _check_sample_step(
+        logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p
+    )
+    logits = logits[:, :vocab_size]
+    if noise is None:
+        noise = exponential_noise(logits.shape, generator=generator, device=logits.device)
+    noise = noise[:, :vocab_size]
+    temps = temperatures.to(torch.float32).clamp(min=TEMPERATURE_FLOOR)
+    scaled = logits.to(torch.float32) / temps[:, None]
+    if top_k is not None or top_p is not None or min_p is not None:
+        scaled = _truncate(scaled, top_k, top_p, min_p)
+    # Temperature already applied: the race runs on softmax(scaled) at T = 1.
+    keys = _race_keys(scaled, torch.ones_like(temps), noise)
+    return torch.where(greedy_mask, _first_argmax(logits), _first_argmax(keys))

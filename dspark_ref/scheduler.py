@@ -1,0 +1,311 @@
+"""Hardware-aware prefix scheduler (SPEC S8, paper Algorithm 1, Section 5.2, Appendix A).
+
+Given calibrated confidences ``c[R, gamma]`` (SPEC S7) and a profiled steps-per-second curve
+``SPS(B)``, choose per-request verification lengths ``l[R]`` maximising the expected token
+throughput ``Theta = tau * SPS(B)`` with ``B = sum_r (1 + l_r)`` tokens sent to the target and
+``tau = sum_r (1 + sum_{j<=l_r} a[r, j])`` expected accepted tokens, ``a = cumprod(c)``.
+
+All three schedulers walk the same admission path: draft positions ``(r, j)`` with
+``a[r, j] > 0``, sorted by ``a`` descending with a stable sort over row-major ``(r, j)``
+(so on ties ``(r, j-1)`` comes before ``(r, j)``, and lower rows first). They differ in where
+they cut the path:
+
+* :func:`schedule_prefixes` -- Algorithm 1: stop at the first admission that does not raise
+  ``Theta``. Non-anticipating, hence lossless.
+* :func:`schedule_prefixes_retrospective` -- the global argmax of ``Theta`` over the whole
+  path. NOT lossless when ``c`` depends on sampled tokens (Appendix A).
+* :func:`schedule_prefixes_async_topk` -- Section 5.2: the retrospective cut of stale
+  confidences fixes a capacity ``K``; the current confidences fill it.
+
+``sps`` is a callable ``sps(B) -> float`` or a table (sequence or 1-D tensor) whose entry
+``sps[B - 1]`` is ``SPS(B)`` for ``B = 1 .. len(sps)``. Arithmetic is float64.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable, Sequence, Union
+
+import torch
+
+from dspark_ref._checks import (
+    FLOAT_DTYPES,
+    check_float,
+    check_int,
+    check_same_device,
+    check_tensor,
+)
+
+__all__ = [
+    "SPSCurve",
+    "schedule_prefixes",
+    "schedule_prefixes_retrospective",
+    "schedule_prefixes_async_topk",
+    "expected_throughput",
+    "appendix_a_first_token_law",
+]
+
+SPSCurve = Union[Callable[[int], float], Sequence[float], torch.Tensor]
+"""Steps-per-second curve: ``sps(B)``, or a table with ``sps[B - 1] = SPS(B)``."""
+
+Scheduler = Callable[[torch.Tensor, SPSCurve], torch.Tensor]
+
+
+def schedule_prefixes(confidences: torch.Tensor, sps: SPSCurve) -> torch.Tensor:
+    """Causal hardware-aware prefix scheduler, exactly paper Algorithm 1 (SPEC S8).
+
+    Start from ``l = 0``, ``B = R``, ``tau = R``, ``best = R * SPS(R)``; admit candidates in
+    path order (``l_r = j; B += 1; tau += a[r, j]; Theta = tau * SPS(B)``), keeping each
+    admission that strictly raises ``Theta`` and stopping at the first that does not. The
+    early stop makes the admission of ``(r, j)`` depend only on candidates ranked before it,
+    never on ``a[r, j+1]`` (which sees the sampled ``x_{r,j}``): that is the losslessness.
+
+    Args:
+        confidences: ``[R, gamma]`` float confidences ``c`` in ``[0, 1]`` (``R``, ``gamma``
+            may be 0).
+        sps: the steps-per-second curve (module note); a table must cover every batch size
+            the path can reach, ``R + #{(r, j): a[r, j] > 0}``.
+
+    Returns:
+        ``[R]`` int64 lengths in ``[0, gamma]``, on the device of ``confidences``;
+        ``l_r > 0`` only where ``a[r, l_r] > 0``.
+
+    Raises:
+        TypeError: non-tensor / non-float ``confidences``; ``sps`` neither callable nor table.
+        ValueError: not 2-D, NaN or values outside ``[0, 1]``; a table too short, or an SPS
+            value that is not finite and non-negative.
+
+    Example:
+        >>> schedule_prefixes(torch.tensor([[0.8, 0.9]], dtype=torch.float64), [1.0, 0.5, 0.45])
+        tensor([0])
+    """
+    survival, sps_of = _check_schedule(confidences, sps)
+    order = _admission_path(survival)
+    return _lengths_of(order[: _cut(survival, order, sps_of, early_stop=True)], confidences)
+
+
+def schedule_prefixes_retrospective(confidences: torch.Tensor, sps: SPSCurve) -> torch.Tensor:
+    """Algorithm 1 without the early stop: the global argmax of ``Theta`` along the path.
+
+    NOT lossless (paper Appendix A): the cut can land after ``(r, j+1)``, whose survival
+    ``a[r, j+1]`` depends on the sampled token ``x_{r,j}``, so admitting ``x_{r,j}`` depends on
+    ``x_{r,j}`` itself. Kept as the paper's counterexample and as the cut applied to stale
+    confidences by :func:`schedule_prefixes_async_topk`. Ties in ``Theta`` keep the shorter
+    path (only a strict increase moves the argmax).
+
+    Args, returns and errors as :func:`schedule_prefixes` (SPEC S8).
+    """
+    survival, sps_of = _check_schedule(confidences, sps)
+    order = _admission_path(survival)
+    return _lengths_of(order[: _cut(survival, order, sps_of, early_stop=False)], confidences)
+
+
+def schedule_prefixes_async_topk(
+    stale_confidences: torch.Tensor, sps: SPSCurve, *, confidences: torch.Tensor
+) -> torch.Tensor:
+    """Production asynchronous top-K scheduler (paper Section 5.2, SPEC S8).
+
+    Our reading of Section 5.2: the capacity ``K`` (draft tokens sent to the target, so
+    ``B = R + K``) must be known before the current step finishes, so it is computed from
+    the confidences of two steps earlier, by the retrospective search (no early stop, which
+    steps over jagged SPS cliffs). The current step then admits the ``K`` best current
+    candidates in path order (top-K by up-to-date ``a``, prefix order on ties), capped at the
+    number of candidates with ``a > 0``. This stays non-anticipating: ``K`` is fixed before
+    the current tokens exist, and ``(r, j+1)`` never ranks ahead of ``(r, j)``.
+
+    Args:
+        stale_confidences: ``[R_stale, gamma_stale]`` confidences from two steps earlier (the
+            batch may differ from the current one).
+        sps: the steps-per-second curve; a table must cover the stale path (see
+            :func:`schedule_prefixes`).
+        confidences: ``[R, gamma]`` current confidences in ``[0, 1]``.
+
+    Returns:
+        ``[R]`` int64 lengths in ``[0, gamma]`` summing to ``min(K, #{a > 0})``.
+
+    Raises:
+        As :func:`schedule_prefixes`, naming ``stale_confidences`` or ``confidences``.
+    """
+    stale_survival, sps_of = _check_schedule(stale_confidences, sps, name="stale_confidences")
+    survival, _ = _check_schedule(confidences, None)
+    capacity = _cut(stale_survival, _admission_path(stale_survival), sps_of, early_stop=False)
+    return _lengths_of(_admission_path(survival)[:capacity], confidences)
+
+
+def expected_throughput(confidences: torch.Tensor, lengths: torch.Tensor, sps: SPSCurve) -> float:
+    """Expected token throughput ``Theta = tau * SPS(B)`` of given lengths (SPEC S8).
+
+    ``B = sum_r (1 + l_r)``, ``tau = sum_r (1 + sum_{j<=l_r} a[r, j])`` with
+    ``a = cumprod(confidences)``. E.g. Appendix A: ``[[0.8, 0.9]]`` with ``l = 0, 1, 2`` gives
+    ``1.0, 0.9, 1.134`` under ``SPS = (1.0, 0.5, 0.45)``.
+
+    Args:
+        confidences: ``[R, gamma]`` float confidences in ``[0, 1]``, ``R >= 1``.
+        lengths: ``[R]`` int64/int32 lengths in ``[0, gamma]``.
+        sps: the steps-per-second curve; a table must cover ``B``.
+
+    Returns:
+        ``Theta`` as a Python float.
+
+    Raises:
+        TypeError / ValueError: as :func:`schedule_prefixes`; ``lengths`` of the wrong shape,
+            dtype or range; ``R = 0``.
+    """
+    survival, sps_of = _check_throughput(confidences, lengths, sps)
+    admitted = torch.arange(survival.shape[1], device=lengths.device) < lengths[:, None]
+    batch = survival.shape[0] + int(lengths.sum())
+    tau = survival.shape[0] + float(survival[admitted].sum())
+    return tau * sps_of(batch)
+
+
+def appendix_a_first_token_law(schedule_fn: Scheduler) -> tuple[float, float]:
+    """Exact law ``(Pr(Y=A), Pr(Y=B))`` of the first output token of paper Appendix A.
+
+    One request, ``gamma = 2``, vocabulary ``{A, B}``, target ``p_t = (0.7, 0.3)``, draft
+    ``p_d = (0.5, 0.5)``, ``SPS(1..3) = (1.0, 0.5, 0.45)``, ``c1 = 0.8`` and ``c2 = 0.9`` after
+    ``x1 = A``, ``0`` after ``x1 = B``. For each draft ``x1`` the scheduler sees the
+    confidences ``[[c1, c2(x1)]]``; if it admits ``x1`` (``l >= 1``) standard speculative
+    acceptance applies (accept with ``min(1, p_t/p_d)``, else draw from
+    ``normalize(max(p_t - p_d, 0))``), otherwise the target draws a fresh token from ``p_t``.
+    Probabilities are summed exactly as fractions. A lossless scheduler yields
+    ``(0.7, 0.3)``; the retrospective one yields ``(0.85, 0.15)`` (SPEC S8).
+
+    Args:
+        schedule_fn: ``(confidences[1, 2] float64, sps) -> lengths[1] int``, e.g.
+            :func:`schedule_prefixes`.
+
+    Returns:
+        ``(Pr(Y=A), Pr(Y=B))`` as Python floats (exact fractions rounded once).
+
+    Raises:
+        TypeError: ``schedule_fn`` not callable, or its result not an integer tensor.
+        ValueError: its result not of shape ``[1]`` or outside ``[0, 2]``.
+    """
+    if not callable(schedule_fn):
+        raise TypeError(f"schedule_fn: expected a callable, got {type(schedule_fn).__name__}")
+    target = {"A": Fraction(7, 10), "B": Fraction(3, 10)}
+    draft = {"A": Fraction(1, 2), "B": Fraction(1, 2)}
+    c2_after = {"A": 0.9, "B": 0.0}
+    residual_mass = sum(max(target[v] - draft[v], 0) for v in target)
+    law = {"A": Fraction(0), "B": Fraction(0)}
+    for x1, p_draw in draft.items():
+        lengths = schedule_fn(
+            torch.tensor([[0.8, c2_after[x1]]], dtype=torch.float64), (1.0, 0.5, 0.45)
+        )
+        check_tensor("schedule_fn result", lengths, shape=(1,), dtypes=(torch.int64, torch.int32))
+        check_int("schedule_fn result", int(lengths[0]), minimum=0, maximum=2)
+        if int(lengths[0]) == 0:
+            for v in law:
+                law[v] += p_draw * target[v]
+            continue
+        accept = min(Fraction(1), target[x1] / draft[x1])
+        law[x1] += p_draw * accept
+        for v in law:
+            law[v] += p_draw * (1 - accept) * max(target[v] - draft[v], 0) / residual_mass
+    return float(law["A"]), float(law["B"])
+
+
+def _admission_path(survival: torch.Tensor) -> list[tuple[int, int]]:
+    """Path candidates ``(r, k)`` (0-based ``k``: draft position ``j = k + 1``) with ``a > 0``.
+
+    Sorted by ``a`` descending; the stable sort keeps row-major order on ties.
+    """
+    flat = survival.reshape(-1).cpu()
+    candidates = torch.nonzero(flat > 0).squeeze(1)
+    ranked = torch.sort(flat[candidates], descending=True, stable=True).indices
+    gamma = survival.shape[1]
+    return [divmod(int(i), gamma) for i in candidates[ranked]]
+
+
+def _cut(
+    survival: torch.Tensor,
+    order: list[tuple[int, int]],
+    sps_of: Callable[[int], float],
+    *,
+    early_stop: bool,
+) -> int:
+    """Number of path candidates admitted: Algorithm 1 lines 5-16, optionally without break."""
+    rows = survival.shape[0]
+    if rows == 0:
+        return 0
+    a = survival.tolist()
+    lengths = [0] * rows
+    batch, tau = rows, float(rows)
+    best, best_count = tau * sps_of(batch), 0
+    for count, (r, k) in enumerate(order, start=1):
+        # Sorting non-increasing a stably keeps each row's prefix order (module note).
+        assert lengths[r] == k, f"prefix order broken at request {r}, position {k + 1}"
+        lengths[r] = k + 1
+        batch += 1
+        tau += a[r][k]
+        theta = tau * sps_of(batch)
+        if theta > best:
+            best, best_count = theta, count
+        elif early_stop:
+            break
+    return best_count
+
+
+def _lengths_of(admitted: list[tuple[int, int]], confidences: torch.Tensor) -> torch.Tensor:
+    lengths = torch.zeros(confidences.shape[0], dtype=torch.int64)
+    for r, k in admitted:
+        lengths[r] = max(int(lengths[r]), k + 1)
+    return lengths.to(confidences.device)
+
+
+def _sps_function(sps: SPSCurve, max_batch: int | None) -> Callable[[int], float]:
+    """Validate ``sps`` and return ``B -> SPS(B)``; a table must cover ``max_batch``."""
+    if isinstance(sps, (str, bytes)) or not (
+        callable(sps) or isinstance(sps, (Sequence, torch.Tensor))
+    ):
+        raise TypeError(
+            f"sps: expected a callable or a table (sequence / 1-D tensor), got {type(sps).__name__}"
+        )
+    if callable(sps):
+        return lambda batch: check_float(f"sps({batch})", sps(batch), minimum=0.0)
+    if isinstance(sps, torch.Tensor):
+        check_tensor("sps", sps, ndim=1, dtypes=FLOAT_DTYPES)
+    table = [check_float(f"sps[{i}]", float(v), minimum=0.0) for i, v in enumerate(sps)]
+    if max_batch is not None and len(table) < max_batch:
+        raise ValueError(
+            f"sps: expected a table covering batch sizes 1..{max_batch} (sps[B - 1] = SPS(B)), "
+            f"got {len(table)} entries"
+        )
+    return lambda batch: table[batch - 1]
+
+
+def _check_confidences(name: str, confidences: torch.Tensor) -> torch.Tensor:
+    """Validate ``[R, gamma]`` confidences; returns their float64 prefix survival."""
+    check_tensor(name, confidences, ndim=2, dtypes=FLOAT_DTYPES)
+    if bool(torch.isnan(confidences).any()):
+        raise ValueError(f"{name}: expected values in [0, 1], got NaN")
+    if confidences.numel() and not (0.0 <= float(confidences.min()) <= float(confidences.max()) <= 1.0):
+        raise ValueError(
+            f"{name}: expected values in [0, 1], got range "
+            f"[{float(confidences.min())}, {float(confidences.max())}]"
+        )
+    return torch.cumprod(confidences.double(), dim=1)
+
+
+def _check_schedule(
+    confidences: torch.Tensor, sps: SPSCurve | None, *, name: str = "confidences"
+) -> tuple[torch.Tensor, Callable[[int], float] | None]:
+    survival = _check_confidences(name, confidences)
+    if sps is None:
+        return survival, None
+    max_batch = survival.shape[0] + int((survival > 0).sum())
+    return survival, _sps_function(sps, max_batch)
+
+
+def _check_throughput(
+    confidences: torch.Tensor, lengths: torch.Tensor, sps: SPSCurve
+) -> tuple[torch.Tensor, Callable[[int], float]]:
+    survival = _check_confidences("confidences", confidences)
+    rows, gamma = survival.shape
+    if rows == 0:
+        raise ValueError("confidences: expected at least one request, got R = 0")
+    check_tensor("lengths", lengths, shape=(rows,), dtypes=(torch.int64, torch.int32))
+    check_same_device(confidences=confidences, lengths=lengths)
+    if int(lengths.min()) < 0 or int(lengths.max()) > gamma:
+        raise ValueError(f"lengths: expected values in [0, {gamma}], got {lengths.tolist()}")
+    return survival, _sps_function(sps, rows + int(lengths.sum()))

@@ -1,0 +1,170 @@
+"""Simulated acceptance (SPEC S6): benchmark mode without a real target verdict.
+
+Benchmarks of the drafting path replace verification by a drawn acceptance length
+``tau in [1, max_len]``. ``match-expected`` draws between the two integers around the
+configured value so the long-run mean equals the (clamped) value; ``multinomial`` rounds a
+clamped Normal draw. :class:`SimulatedVerifyExecutor` is the verify step of that mode: it
+draws a fresh length for every row on EVERY step (the historical bug drew once and cached
+it, so 4.7 ran as a constant 4) and writes the ``tau - 1`` "correct" drafts into a reused
+buffer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dspark_ref._checks import INT_DTYPES, check_choice, check_float, check_int, check_tensor
+
+__all__ = ["SIMULATED_METHODS", "sample_simulated_acc_len", "SimulatedVerifyExecutor"]
+
+SIMULATED_METHODS = ("match-expected", "multinomial")
+
+
+def _check_generator(generator) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
+
+
+def _check_simulated(value, method, max_len, generator) -> None:
+    check_float("value", value)
+    check_choice("method", method, SIMULATED_METHODS)
+    check_int("max_len", max_len, minimum=1)
+    _check_generator(generator)
+
+
+def _draw_acc_len(value: float, method: str, max_len: int, generator: torch.Generator | None) -> int:
+    """One acceptance length; arguments already validated."""
+    if method == "match-expected":
+        clamped = min(max(value, 1.0), float(max_len))
+        lower = math.floor(clamped)
+        upper = lower + 1 if lower < max_len else lower
+        coin = torch.rand((), dtype=torch.float64, generator=generator).item()
+        return upper if coin < clamped - lower else lower
+    normal = value + torch.randn((), dtype=torch.float64, generator=generator).item()
+    return int(round(min(max(normal, 1.0), float(max_len))))
+
+
+def sample_simulated_acc_len(
+    value: float, method: str, max_len: int, *, generator: torch.Generator | None = None
+) -> int:
+    """Draw one simulated acceptance length ``tau in [1, max_len]`` (SPEC S6).
+
+    ``match-expected``: clamp ``value`` into ``[1, max_len]``; ``lower = floor``, ``upper =
+    lower + 1`` if ``lower < max_len`` else ``lower``; return ``upper`` with probability
+    ``value - lower``, else ``lower``. The long-run mean is the clamped value.
+    ``multinomial``: ``round(clamp(Normal(value, 1), 1, max_len))`` (half to even; the
+    mean is not preserved).
+
+    Args:
+        value: target mean acceptance length, a finite real number.
+        method: one of ``SIMULATED_METHODS``.
+        max_len: int ``>= 1`` (``gamma + 1`` in the verify step).
+        generator: optional CPU ``torch.Generator`` (default: the global generator).
+
+    Returns:
+        int in ``[1, max_len]``.
+
+    Raises:
+        TypeError: ``value`` not a real number, ``max_len`` not an int, ``generator`` not
+            a Generator.
+        ValueError: ``value`` NaN or infinite, ``max_len < 1``, or an unknown ``method``
+            (the message lists the allowed values).
+
+    Example:
+        >>> sample_simulated_acc_len(4.7, "match-expected", 6,
+        ...                          generator=torch.Generator().manual_seed(0)) in (4, 5)
+        True
+    """
+    _check_simulated(value, method, max_len, generator)
+    return _draw_acc_len(float(value), method, max_len, generator)
+
+
+class SimulatedVerifyExecutor:
+    """The verify step of simulated-acceptance benchmarks (SPEC S6).
+
+    Each :meth:`step` draws a fresh length ``tau`` per row with ``max_len = gamma + 1`` and
+    writes the first ``tau - 1`` drafts of the row ("correct drafts") into :attr:`buffer`,
+    ``-1`` after them. The buffer is reused across steps and rebuilt only when the batch
+    outgrows its capacity or the dtype or device of the drafts changes
+    (:attr:`rebuilds` counts the builds).
+
+    Args:
+        value: target mean acceptance length (finite).
+        method: one of ``SIMULATED_METHODS``.
+        gamma: draft block length, int ``>= 0``.
+        generator: optional CPU ``torch.Generator`` for the draws.
+
+    Raises:
+        TypeError / ValueError: as :func:`sample_simulated_acc_len`; ``gamma`` not an int
+            or negative.
+
+    Example:
+        >>> executor = SimulatedVerifyExecutor(4.7, "match-expected", 5,
+        ...                                    generator=torch.Generator().manual_seed(0))
+        >>> lengths = executor.step(torch.arange(10).reshape(2, 5))
+        >>> lengths.dtype, bool(((lengths == 4) | (lengths == 5)).all())
+        (torch.int64, True)
+    """
+
+    def __init__(
+        self, value: float, method: str, gamma: int, *, generator: torch.Generator | None = None
+    ) -> None:
+        check_int("gamma", gamma, minimum=0)
+        _check_simulated(value, method, gamma + 1, generator)
+        self.value = float(value)
+        self.method = method
+        self.gamma = gamma
+        self.generator = generator
+        self.buffer: torch.Tensor | None = None
+        self.rebuilds = 0
+        self._rows = 0
+
+    @property
+    def correct_drafts(self) -> torch.Tensor | None:
+        """``[B, gamma]`` view of :attr:`buffer` written by the last step (None before one)."""
+        return None if self.buffer is None else self.buffer[: self._rows]
+
+    def _check_step(self, draft_tokens) -> None:
+        check_tensor("draft_tokens", draft_tokens, shape=(None, self.gamma), dtypes=INT_DTYPES)
+
+    def _reserve(self, draft_tokens: torch.Tensor) -> torch.Tensor:
+        """The first ``B`` buffer rows, rebuilding on a larger batch, new dtype or device."""
+        rows = draft_tokens.shape[0]
+        stale = (
+            self.buffer is None
+            or self.buffer.shape[0] < rows
+            or self.buffer.dtype != draft_tokens.dtype
+            or self.buffer.device != draft_tokens.device
+        )
+        if stale:
+            self.buffer = torch.empty(rows, self.gamma, dtype=draft_tokens.dtype, device=draft_tokens.device)
+            self.rebuilds += 1
+        self._rows = rows
+        return self.buffer[:rows]
+
+    def step(self, draft_tokens: torch.Tensor) -> torch.Tensor:
+        """Simulate one verify step over a batch of draft blocks (SPEC S6).
+
+        Args:
+            draft_tokens: ``[B, gamma]`` int64 (or int32) drafts.
+
+        Returns:
+            ``[B]`` int64 acceptance lengths in ``[1, gamma + 1]``, on the drafts' device,
+            drawn afresh on every call.
+
+        Raises:
+            TypeError: not an int tensor.
+            ValueError: not ``[B, gamma]``.
+        """
+        self._check_step(draft_tokens)
+        rows = draft_tokens.shape[0]
+        lengths = torch.tensor(
+            [_draw_acc_len(self.value, self.method, self.gamma + 1, self.generator) for _ in range(rows)],
+            dtype=torch.int64,
+        ).to(draft_tokens.device)
+        slots = torch.arange(self.gamma, device=draft_tokens.device)
+        correct = slots < (lengths - 1)[:, None]
+        self._reserve(draft_tokens).copy_(torch.where(correct, draft_tokens, -1))
+        return lengths

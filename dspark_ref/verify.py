@@ -1,0 +1,585 @@
+"""Chain verification (SPEC S5): speculative sampling, greedy verify, cap/trim, seeded coins.
+
+Per row, the target checks the draft block ``x_1..x_l`` left to right: draft ``x_j`` is
+accepted iff ``u_j * q_j(x_j) < p_j(x_j)``; the first reject stops the chain and the row
+emits a correction from the residual distribution ``normalize(max(p_j - q_j, 0))``; if all
+drafts pass, it emits the bonus token from ``p_{l+1}``. ``p_j = softmax(target_j / T)`` and
+``q_j = softmax(corrected_j / T)``, the draft law the tokens were actually drawn from.
+Greedy rows use one-hot argmax laws for both, which reduces the rule to "accept while
+``x_j == argmax p_j``, emit the argmax at the stop".
+
+Randomness enters only through :class:`VerifyUniforms` (``accept[B, l]`` coins and one
+``final[B]`` uniform for the inverse-CDF draw of the emitted token), so a result is a pure
+function of its inputs and uniforms. Uniforms come from the caller, from a
+``torch.Generator``, or from a counter hash of ``(seed, position, stream)``
+(:func:`seeded_uniforms`), which repeats run to run.
+
+Probabilities are computed in float64 whatever the logits dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+
+from dspark_ref._checks import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    check_finite,
+    check_int,
+    check_same_device,
+    check_tensor,
+    check_token_ids,
+)
+from dspark_ref.sampling import clamp_temperature, greedy_argmax
+
+__all__ = [
+    "ACCEPT_STREAM",
+    "FINAL_STREAM",
+    "RESIDUAL_MASS_FLOOR",
+    "VerifyUniforms",
+    "VerifyResult",
+    "seeded_uniforms",
+    "seeded_verify_uniforms",
+    "target_distribution",
+    "draft_distribution",
+    "residual_distribution",
+    "chain_verify",
+    "greedy_verify",
+]
+
+ACCEPT_STREAM = 0
+FINAL_STREAM = 1
+
+# Residual mass sum(max(p - q, 0)) at or below this counts as zero and the row falls back
+# to p. The mass is the total-variation distance of two normalised laws, so the threshold
+# is relative to a total of 1; float64 softmax rounding leaves ~1e-16, far below it, and a
+# reject is itself this unlikely when the mass is this small.
+RESIDUAL_MASS_FLOOR = 1e-12
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyUniforms:
+    """The uniforms one verify round consumes (SPEC S5).
+
+    Attributes:
+        accept: ``[B, l]`` float64 in ``[0, 1)``; ``accept[:, j]`` is the coin of draft ``j``.
+        final: ``[B]`` float64 in ``[0, 1)``; drives the inverse-CDF draw of the emitted
+            (correction or bonus) token.
+    """
+
+    accept: torch.Tensor
+    final: torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of one verify round (SPEC S5).
+
+    Attributes:
+        accepted: ``[B]`` int64, drafts accepted after the cap.
+        tokens: ``[B, l + 1]`` int64, the committed tokens: the accepted draft prefix, then
+            the emitted correction/bonus token, then ``-1`` padding.
+        tau: ``[B]`` int64 acceptance length ``accepted + 1`` (tokens committed this round).
+        trimmed: ``[B]`` int64, drafts the uncapped chain accepted but the cap removed.
+    """
+
+    accepted: torch.Tensor
+    tokens: torch.Tensor
+    tau: torch.Tensor
+    trimmed: torch.Tensor
+
+
+# --------------------------------------------------------------------------- seeded uniforms
+def _splitmix64(value: int) -> int:
+    """The splitmix64 finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mix."""
+    z = (value + _GOLDEN_GAMMA) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _hash_uniform(seed: int, position: int, stream: int) -> float:
+    """Absorb seed, position and stream one mix each; keep the top 53 bits as a float64."""
+    state = _splitmix64(seed & _MASK64)
+    state = _splitmix64(state ^ (position & _MASK64))
+    state = _splitmix64(state ^ stream)
+    return (state >> 11) * 2.0**-53
+
+
+def _check_nonnegative_positions(positions: torch.Tensor) -> None:
+    if bool((positions < 0).any()):
+        idx = tuple(int(i) for i in (positions < 0).nonzero()[0])
+        raise ValueError(f"positions: expected sequence positions >= 0, got {int(positions[idx])} at index {idx}")
+
+
+def _check_seeded_uniforms(seeds, positions, stream) -> None:
+    check_tensor("seeds", seeds, ndim=1, dtypes=(torch.int64,))
+    check_tensor("positions", positions, shape=(seeds.shape[0], None), dtypes=(torch.int64,))
+    check_same_device(seeds=seeds, positions=positions)
+    _check_nonnegative_positions(positions)
+    check_int("stream", stream, minimum=0)
+
+
+def seeded_uniforms(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
+    """Counter-based uniforms ``u = H(seed, position, stream)`` (SPEC S5, seeded rows).
+
+    ``H`` absorbs the seed, the position and the stream (each as a 64-bit word, negative
+    seeds taken modulo 2**64) with one splitmix64 finaliser each, and maps the top 53 bits
+    of the final state to ``[0, 1)``. The same triple always gives the same value, on
+    every device and run; distinct triples give (pseudo-)independent values. Streams used
+    by verification: ``ACCEPT_STREAM`` (0) for accept coins, ``FINAL_STREAM`` (1) for the
+    emitted-token draw.
+
+    Args:
+        seeds: ``[B]`` int64 per-row seeds.
+        positions: ``[B, n]`` int64 sequence positions, ``>= 0``.
+        stream: int ``>= 0``.
+
+    Returns:
+        ``[B, n]`` float64 in ``[0, 1)`` on the device of ``seeds``.
+
+    Raises:
+        TypeError: wrong dtype, or ``stream`` not an int.
+        ValueError: wrong rank or shape, devices differ, a negative position or stream.
+
+    Example:
+        >>> u = seeded_uniforms(torch.tensor([7]), torch.tensor([[0, 1]]), ACCEPT_STREAM)
+        >>> bool(((u >= 0) & (u < 1)).all()), u.shape
+        (True, torch.Size([1, 2]))
+    """
+    _check_seeded_uniforms(seeds, positions, stream)
+    values = [
+        [_hash_uniform(seed, position, stream) for position in row]
+        for seed, row in zip(seeds.tolist(), positions.tolist())
+    ]
+    return torch.tensor(values, dtype=torch.float64, device=seeds.device).reshape(positions.shape)
+
+
+def _check_seeded_verify_uniforms(seeds, positions, num_drafts) -> None:
+    check_tensor("seeds", seeds, ndim=1, dtypes=(torch.int64,))
+    check_tensor("positions", positions, shape=(seeds.shape[0],), dtypes=(torch.int64,))
+    check_same_device(seeds=seeds, positions=positions)
+    _check_nonnegative_positions(positions)
+    check_int("num_drafts", num_drafts, minimum=0)
+
+
+def seeded_verify_uniforms(seeds: torch.Tensor, positions: torch.Tensor, num_drafts: int) -> VerifyUniforms:
+    """The uniforms of one verify round of seeded rows (SPEC S5).
+
+    ``positions[b]`` is the sequence position of row ``b``'s first draft token. The coin of
+    draft ``j`` (0-based) is ``H(seed, positions + j, ACCEPT_STREAM)``; the emitted-token
+    uniform is ``H(seed, positions, FINAL_STREAM)``. A round commits at least one token, so
+    the next round starts at a larger position and never reuses a consumed triple.
+
+    Args:
+        seeds: ``[B]`` int64.
+        positions: ``[B]`` int64, ``>= 0``.
+        num_drafts: ``l``, int ``>= 0``.
+
+    Returns:
+        :class:`VerifyUniforms` with ``accept [B, l]`` and ``final [B]`` float64.
+
+    Raises:
+        TypeError: wrong dtype or a non-int ``num_drafts``.
+        ValueError: wrong shape, devices differ, a negative position or ``num_drafts``.
+
+    Example:
+        >>> coins = seeded_verify_uniforms(torch.tensor([1, 2]), torch.tensor([10, 4]), 3)
+        >>> coins.accept.shape, coins.final.shape
+        (torch.Size([2, 3]), torch.Size([2]))
+    """
+    _check_seeded_verify_uniforms(seeds, positions, num_drafts)
+    offsets = torch.arange(num_drafts, dtype=torch.int64, device=positions.device)
+    accept = seeded_uniforms(seeds, positions[:, None] + offsets, ACCEPT_STREAM)
+    final = seeded_uniforms(seeds, positions[:, None], FINAL_STREAM)[:, 0]
+    return VerifyUniforms(accept=accept, final=final)
+
+
+# --------------------------------------------------------------------------- distributions
+def _check_logits(name: str, logits: object, rows: int | None = None, steps: int | None = None) -> None:
+    """``[B, n, V]`` float logits, no NaN/+inf, at least one finite logit per position."""
+    check_tensor(name, logits, shape=(rows, steps, None), dtypes=FLOAT_DTYPES)
+    if logits.shape[2] == 0:
+        raise ValueError(f"{name}: expected a non-empty vocabulary axis, got shape {tuple(logits.shape)}")
+    check_finite(name, logits, allow_neg_inf=True)
+    dead = (logits == -math.inf).all(dim=-1)
+    if bool(dead.any()):
+        idx = tuple(int(i) for i in dead.nonzero()[0])
+        raise ValueError(f"{name}: expected at least one finite logit per position, position {idx} is all -inf")
+
+
+def _check_distribution(name, logits, temperatures, greedy_mask) -> torch.Tensor:
+    """Validate a logits/temperatures/mask triple; returns the clamped temperatures."""
+    _check_logits(name, logits)
+    rows = logits.shape[0]
+    check_tensor("temperatures", temperatures, shape=(rows,), dtypes=FLOAT_DTYPES)
+    check_tensor("greedy_mask", greedy_mask, shape=(rows,), dtypes=(torch.bool,))
+    check_same_device(**{name: logits}, temperatures=temperatures, greedy_mask=greedy_mask)
+    return clamp_temperature(temperatures)
+
+
+def _step_laws(logits: torch.Tensor, temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> torch.Tensor:
+    """float64 ``softmax(L / T)`` per position; one-hot lowest-index argmax on greedy rows."""
+    rows, steps, vocab = logits.shape
+    soft = torch.softmax(logits.to(torch.float64) / temperatures.to(torch.float64)[:, None, None], dim=-1)
+    argmax = greedy_argmax(logits.reshape(rows * steps, vocab)).reshape(rows, steps)
+    one_hot = F.one_hot(argmax, vocab).to(torch.float64)
+    return torch.where(greedy_mask[:, None, None], one_hot, soft)
+
+
+def target_distribution(
+    target_logits: torch.Tensor, temperatures: torch.Tensor, greedy_mask: torch.Tensor
+) -> torch.Tensor:
+    """Target laws ``p_j = softmax(target_j / T)`` at the verify positions (SPEC S5).
+
+    ``T`` is clamped to ``1e-5`` (``sampling.clamp_temperature``); greedy rows get the
+    one-hot law of the lowest-index argmax instead.
+
+    Args:
+        target_logits: ``[B, n, V]`` float tensor (any float dtype; ``-inf`` allowed).
+        temperatures: ``[B]`` float, ``>= 0``.
+        greedy_mask: ``[B]`` bool, True for greedy rows.
+
+    Returns:
+        ``[B, n, V]`` float64 probabilities.
+
+    Raises:
+        TypeError: wrong dtype.
+        ValueError: wrong rank or shape, devices differ, NaN/+inf logits or an all -inf
+            position, NaN or negative temperatures.
+
+    Example:
+        >>> target_distribution(torch.zeros(1, 1, 2), torch.ones(1), torch.tensor([False]))
+        tensor([[[0.5000, 0.5000]]], dtype=torch.float64)
+    """
+    temps = _check_distribution("target_logits", target_logits, temperatures, greedy_mask)
+    return _step_laws(target_logits, temps, greedy_mask)
+
+
+def draft_distribution(
+    draft_logits: torch.Tensor, temperatures: torch.Tensor, greedy_mask: torch.Tensor
+) -> torch.Tensor:
+    """Draft laws ``q_j = softmax(corrected_j / T)`` the drafts were drawn from (SPEC S5).
+
+    Pass the corrected (Markov) logits of the same block pass that drew the tokens, not
+    the base logits. Same temperature clamp and greedy one-hot rule as
+    :func:`target_distribution`.
+
+    Args:
+        draft_logits: ``[B, l, V]`` float corrected logits.
+        temperatures: ``[B]`` float, ``>= 0``.
+        greedy_mask: ``[B]`` bool.
+
+    Returns:
+        ``[B, l, V]`` float64 probabilities.
+
+    Raises:
+        TypeError: wrong dtype.
+        ValueError: as :func:`target_distribution`.
+
+    Example:
+        >>> draft_distribution(torch.tensor([[[0.0, 1.0]]]), torch.ones(1), torch.tensor([True]))
+        tensor([[[0., 1.]]], dtype=torch.float64)
+    """
+    temps = _check_distribution("draft_logits", draft_logits, temperatures, greedy_mask)
+    return _step_laws(draft_logits, temps, greedy_mask)
+
+
+def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    excess = (p - q).clamp(min=0)
+    mass = excess.sum(dim=-1, keepdim=True)
+    return torch.where(mass <= RESIDUAL_MASS_FLOOR, p, excess / mass.clamp(min=RESIDUAL_MASS_FLOOR))
+
+
+def _check_residual(p, q) -> None:
+    check_tensor("p", p, dtypes=FLOAT_DTYPES)
+    check_tensor("q", q, shape=tuple(p.shape), dtypes=(p.dtype,))
+    check_same_device(p=p, q=q)
+    if p.dim() == 0 or p.shape[-1] == 0:
+        raise ValueError(f"p: expected a non-empty last (vocabulary) axis, got shape {tuple(p.shape)}")
+    for name, law in (("p", p), ("q", q)):
+        check_finite(name, law)
+        if bool((law < 0).any()):
+            idx = tuple(int(i) for i in (law < 0).nonzero()[0])
+            raise ValueError(f"{name}: expected probabilities >= 0, got {law[idx].item()} at index {idx}")
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The correction law after a reject, ``normalize(max(p - q, 0))`` (SPEC S5).
+
+    If the residual mass ``sum(max(p - q, 0))`` is ``<= RESIDUAL_MASS_FLOOR`` (1e-12; the
+    laws are normalised, so this is relative to a total of 1), the law is ``p`` itself.
+
+    Args:
+        p: ``[..., V]`` float target probabilities (normalised over the last axis).
+        q: ``[..., V]`` draft probabilities, same shape and dtype.
+
+    Returns:
+        ``[..., V]`` probabilities in the dtype of ``p``.
+
+    Raises:
+        TypeError: not float tensors, or dtypes differ.
+        ValueError: shapes or devices differ, empty last axis, NaN/inf or negative entries.
+
+    Example:
+        >>> residual_distribution(torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.5, 0.3]))
+        tensor([1., 0., 0.])
+    """
+    _check_residual(p, q)
+    return _residual(p, q)
+
+
+# --------------------------------------------------------------------------- verification
+def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Token per row of ``probs [B, V]`` at ``uniforms [B]`` by inverse CDF, in float64.
+
+    Picks the first token whose cumulative mass exceeds ``u``, so a zero-probability token
+    (whose cumulative mass equals its predecessor's) is never picked. If ``u`` reaches the
+    rounded total, the last positive-probability token is taken.
+    """
+    cdf = probs.to(torch.float64).cumsum(dim=-1)
+    picked = torch.searchsorted(cdf, uniforms.to(torch.float64)[:, None].contiguous(), right=True)[:, 0]
+    vocab = probs.shape[-1]
+    last_positive = vocab - 1 - (probs > 0).flip(-1).to(torch.int64).argmax(dim=-1)
+    return torch.minimum(picked, last_positive)
+
+
+def _leading_true(flags: torch.Tensor) -> torch.Tensor:
+    """Length of the all-True prefix of each row of ``flags [B, l]`` (int64 ``[B]``)."""
+    return flags.to(torch.int64).cumprod(dim=1).sum(dim=1)
+
+
+def _capped_lengths(cap, rows: int, num_drafts: int, device: torch.device) -> torch.Tensor:
+    """Drafts each row may accept, ``min(l, max(c - 1, 0))``; ``l`` without a cap."""
+    if cap is None:
+        return torch.full((rows,), num_drafts, dtype=torch.int64, device=device)
+    cap = torch.as_tensor(cap, device=device).to(torch.int64).expand(rows)
+    return (cap - 1).clamp(min=0, max=num_drafts)
+
+
+def _result(draft_tokens: torch.Tensor, raw: torch.Tensor, accepted: torch.Tensor, emitted: torch.Tensor) -> VerifyResult:
+    """Assemble committed tokens: accepted prefix, emitted token at ``accepted``, ``-1`` after."""
+    rows, num_drafts = draft_tokens.shape
+    slots = torch.arange(num_drafts + 1, device=draft_tokens.device)
+    prefix = F.pad(draft_tokens.to(torch.int64), (0, 1), value=-1)
+    tokens = torch.where(slots < accepted[:, None], prefix, -1)
+    tokens = tokens.scatter(1, accepted[:, None], emitted[:, None])
+    return VerifyResult(accepted=accepted, tokens=tokens, tau=accepted + 1, trimmed=raw - accepted)
+
+
+def _check_cap(cap, draft_tokens: torch.Tensor) -> None:
+    if cap is None:
+        return
+    if isinstance(cap, torch.Tensor):
+        check_tensor("cap", cap, shape=(draft_tokens.shape[0],), dtypes=INT_DTYPES)
+        check_same_device(draft_tokens=draft_tokens, cap=cap)
+        if bool((cap < 0).any()):
+            i = int((cap < 0).nonzero()[0])
+            raise ValueError(f"cap: expected verify-length caps >= 0, got {int(cap[i])} at index {i}")
+    else:
+        check_int("cap", cap, minimum=0)
+
+
+def _check_uniforms(uniforms, draft_tokens: torch.Tensor) -> None:
+    if not isinstance(uniforms, VerifyUniforms):
+        raise TypeError(f"uniforms: expected a VerifyUniforms, got {type(uniforms).__name__}")
+    for name, value, shape in (
+        ("uniforms.accept", uniforms.accept, tuple(draft_tokens.shape)),
+        ("uniforms.final", uniforms.final, (draft_tokens.shape[0],)),
+    ):
+        check_tensor(name, value, shape=shape, dtypes=(torch.float64,))
+        check_same_device(draft_tokens=draft_tokens, **{name: value})
+        bad = torch.isnan(value) | (value < 0) | (value >= 1)
+        if bool(bad.any()):
+            idx = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"{name}: expected values in [0, 1), got {value[idx].item()} at index {idx}")
+
+
+def _check_uniform_source(uniforms, generator, seeds, positions, draft_tokens: torch.Tensor) -> None:
+    given = [name for name, v in (("uniforms", uniforms), ("generator", generator), ("seeds", seeds)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"{given[1]}: expected at most one uniform source, got {' and '.join(given)}")
+    if (seeds is None) != (positions is None):
+        missing = "positions" if positions is None else "seeds"
+        raise ValueError(f"{missing}: expected seeds and positions together, got only one of them")
+    if uniforms is not None:
+        _check_uniforms(uniforms, draft_tokens)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
+    if seeds is not None:
+        check_tensor("seeds", seeds, shape=(draft_tokens.shape[0],), dtypes=(torch.int64,))
+        _check_seeded_verify_uniforms(seeds, positions, draft_tokens.shape[1])
+        check_same_device(draft_tokens=draft_tokens, seeds=seeds, positions=positions)
+
+
+def _check_chain_verify(draft_tokens, target_logits, draft_logits, temperatures, greedy_mask,
+                        uniforms, generator, seeds, positions, cap) -> torch.Tensor:
+    """Validate ``chain_verify`` arguments; returns the clamped temperatures."""
+    check_tensor("draft_tokens", draft_tokens, ndim=2, dtypes=INT_DTYPES)
+    rows, num_drafts = draft_tokens.shape
+    _check_logits("target_logits", target_logits, rows, num_drafts + 1)
+    vocab = target_logits.shape[2]
+    _check_logits("draft_logits", draft_logits, rows, num_drafts)
+    if draft_logits.shape[2] != vocab:
+        raise ValueError(
+            f"draft_logits: expected vocabulary size {vocab} (as target_logits), got {draft_logits.shape[2]}"
+        )
+    check_token_ids("draft_tokens", draft_tokens, vocab)
+    check_tensor("greedy_mask", greedy_mask, shape=(rows,), dtypes=(torch.bool,))
+    check_tensor("temperatures", temperatures, shape=(rows,), dtypes=FLOAT_DTYPES)
+    check_same_device(
+        draft_tokens=draft_tokens, target_logits=target_logits, draft_logits=draft_logits,
+        temperatures=temperatures, greedy_mask=greedy_mask,
+    )
+    temps = clamp_temperature(temperatures)
+    _check_uniform_source(uniforms, generator, seeds, positions, draft_tokens)
+    _check_cap(cap, draft_tokens)
+    return temps
+
+
+def chain_verify(
+    draft_tokens: torch.Tensor,
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor,
+    temperatures: torch.Tensor,
+    greedy_mask: torch.Tensor,
+    *,
+    uniforms: VerifyUniforms | None = None,
+    generator: torch.Generator | None = None,
+    seeds: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
+    cap: int | torch.Tensor | None = None,
+) -> VerifyResult:
+    """Chain speculative sampling, one verify round per row (SPEC S5).
+
+    Sampling rows: ``p_j = softmax(target_j / T)``, ``q_j = softmax(draft_j / T)`` (``T``
+    clamped to 1e-5); draft ``x_j`` is accepted iff ``u_j * q_j(x_j) < p_j(x_j)``, the chain
+    stops at the first reject. A reject at ``j`` emits a draw from
+    :func:`residual_distribution` ``(p_j, q_j)``; a full accept emits the bonus from
+    ``p_{l+1}``. Greedy rows use one-hot argmax laws (lowest index among ties), i.e. accept
+    while ``x_j == argmax p_j`` and emit the argmax where the chain stops; their uniforms
+    are drawn but have no effect. The emitted token is the inverse-CDF draw at
+    ``uniforms.final``.
+
+    Cap ``c``: the row verifies only its first ``l_c = min(l, max(c - 1, 0))`` drafts with
+    the same coins, so ``accepted = min(raw, l_c)`` where ``raw`` is the uncapped count,
+    ``trimmed = raw - accepted``, and the emitted token is what the row emits at position
+    ``accepted``: the residual draw if it rejected there, else the bonus from
+    ``p_{accepted + 1}`` (for greedy rows, the argmax there).
+
+    Uniforms, from exactly one source: ``uniforms``; ``seeds`` with ``positions`` (see
+    :func:`seeded_verify_uniforms`); else fresh ``torch.rand`` draws from ``generator``
+    (the default generator when ``None``).
+
+    Args:
+        draft_tokens: ``[B, l]`` int64 (or int32) draft block ``x_1..x_l``.
+        target_logits: ``[B, l + 1, V]`` float target logits at the verify positions.
+        draft_logits: ``[B, l, V]`` float corrected logits that drew ``draft_tokens``.
+        temperatures: ``[B]`` float, ``>= 0``.
+        greedy_mask: ``[B]`` bool, True for greedy rows.
+        uniforms: optional :class:`VerifyUniforms` (``accept [B, l]``, ``final [B]``
+            float64 in ``[0, 1)``).
+        generator: optional ``torch.Generator`` on the inputs' device.
+        seeds: optional ``[B]`` int64 per-row seeds (needs ``positions``).
+        positions: optional ``[B]`` int64 position of each row's first draft token.
+        cap: optional verify-length cap, an int ``>= 0`` or a ``[B]`` int tensor.
+
+    Returns:
+        :class:`VerifyResult` (``accepted``, ``tokens [B, l + 1]``, ``tau``, ``trimmed``).
+
+    Raises:
+        TypeError: wrong tensor dtype, ``uniforms`` not a VerifyUniforms, ``generator``
+            not a Generator, ``cap`` of a wrong type.
+        ValueError: wrong rank or shape, devices differ, token id out of range, NaN/+inf
+            logits or an all -inf position, NaN or negative temperatures, uniforms outside
+            ``[0, 1)``, more than one uniform source, ``seeds`` without ``positions`` (or
+            the reverse), a negative position or cap.
+
+    Example:
+        >>> logits = torch.log(torch.tensor([[[0.5, 0.3, 0.2], [0.2, 0.2, 0.6]]]))
+        >>> coins = VerifyUniforms(torch.tensor([[0.9]], dtype=torch.float64),
+        ...                        torch.tensor([0.1], dtype=torch.float64))
+        >>> r = chain_verify(torch.tensor([[1]]), logits, torch.log(torch.tensor([[[0.2, 0.5, 0.3]]])),
+        ...                  torch.ones(1), torch.tensor([False]), uniforms=coins)
+        >>> r.accepted, r.tokens
+        (tensor([0]), tensor([[ 0, -1]]))
+    """
+    temps = _check_chain_verify(draft_tokens, target_logits, draft_logits, temperatures, greedy_mask,
+                                uniforms, generator, seeds, positions, cap)
+    rows, num_drafts = draft_tokens.shape
+    device = draft_tokens.device
+    if seeds is not None:
+        uniforms = seeded_verify_uniforms(seeds, positions, num_drafts)
+    elif uniforms is None:
+        uniforms = VerifyUniforms(
+            accept=torch.rand(rows, num_drafts, dtype=torch.float64, generator=generator, device=device),
+            final=torch.rand(rows, dtype=torch.float64, generator=generator, device=device),
+        )
+    p = _step_laws(target_logits, temps, greedy_mask)
+    q = _step_laws(draft_logits, temps, greedy_mask)
+    drafts = draft_tokens.to(torch.int64)[..., None]
+    p_x = p[:, :num_drafts].gather(-1, drafts)[..., 0]
+    q_x = q.gather(-1, drafts)[..., 0]
+    raw = _leading_true(uniforms.accept * q_x < p_x)
+    limit = _capped_lengths(cap, rows, num_drafts, device)
+    accepted = torch.minimum(raw, limit)
+    row_ids = torch.arange(rows, device=device)
+    p_stop = p[row_ids, accepted]
+    # A row never rejects at position l; the zero padding only keeps the index in range.
+    q_stop = F.pad(q, (0, 0, 0, 1))[row_ids, accepted]
+    rejected = (raw < limit)[:, None]
+    emitted = _inverse_cdf(torch.where(rejected, _residual(p_stop, q_stop), p_stop), uniforms.final)
+    return _result(draft_tokens, raw, accepted, emitted)
+
+
+def _check_greedy_verify(draft_tokens, target_logits, cap) -> None:
+    check_tensor("draft_tokens", draft_tokens, ndim=2, dtypes=INT_DTYPES)
+    rows, num_drafts = draft_tokens.shape
+    _check_logits("target_logits", target_logits, rows, num_drafts + 1)
+    check_token_ids("draft_tokens", draft_tokens, target_logits.shape[2])
+    check_same_device(draft_tokens=draft_tokens, target_logits=target_logits)
+    _check_cap(cap, draft_tokens)
+
+
+def greedy_verify(
+    draft_tokens: torch.Tensor, target_logits: torch.Tensor, *, cap: int | torch.Tensor | None = None
+) -> VerifyResult:
+    """Greedy verification (SPEC S5): accept while ``x_j == argmax target_j``.
+
+    The emitted token is the target argmax (lowest index among ties) at the first mismatch,
+    or after the last draft. With a cap ``c`` at most ``max(c - 1, 0)`` drafts are accepted
+    and the emitted token is the argmax at the capped position.
+
+    Args:
+        draft_tokens: ``[B, l]`` int64 (or int32).
+        target_logits: ``[B, l + 1, V]`` float (``-inf`` allowed).
+        cap: optional int ``>= 0`` or ``[B]`` int tensor.
+
+    Returns:
+        :class:`VerifyResult`.
+
+    Raises:
+        TypeError: wrong dtype or ``cap`` type.
+        ValueError: wrong rank or shape, devices differ, token id out of range, NaN/+inf
+            logits or an all -inf position, negative cap.
+
+    Example:
+        >>> logits = torch.tensor([[[0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]])
+        >>> greedy_verify(torch.tensor([[1, 1]]), logits).tokens
+        tensor([[ 1,  0, -1]])
+    """
+    _check_greedy_verify(draft_tokens, target_logits, cap)
+    rows, num_drafts = draft_tokens.shape
+    vocab = target_logits.shape[2]
+    best = greedy_argmax(target_logits.reshape(rows * (num_drafts + 1), vocab)).reshape(rows, num_drafts + 1)
+    raw = _leading_true(draft_tokens.to(torch.int64) == best[:, :num_drafts])
+    accepted = torch.minimum(raw, _capped_lengths(cap, rows, num_drafts, draft_tokens.device))
+    emitted = best.gather(1, accepted[:, None])[:, 0]
+    return _result(draft_tokens, raw, accepted, emitted)
