@@ -32,6 +32,7 @@ __all__ = [
     "Adapter",
     "StepSampler",
     "NoiseStepSampler",
+    "TruncatedStepSampler",
     "MarkovBlock",
     "FoldedDraft",
     "FoldedSession",
@@ -134,7 +135,8 @@ class StepSampler(Protocol):
     ``sample(logits[B, V_pad] f32, temperatures[B] f32, top_k[B] i64, vocab_size,
     generator) -> tokens[B] i64``. Greedy rows follow the declared ``greedy_rule``; ids
     are ``< vocab_size`` even when logits are padded wider. Successive calls with one
-    generator must use fresh noise.
+    generator must use fresh noise. ``top_k`` feeds the greedy rule only: no truncation
+    is applied here (that is :class:`TruncatedStepSampler`).
     """
 
     def sample(
@@ -162,6 +164,30 @@ class NoiseStepSampler(Protocol):
         temperatures: torch.Tensor,
         top_k: torch.Tensor,
         noise: torch.Tensor,
+    ) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class TruncatedStepSampler(Protocol):
+    """SPEC S3 optional truncation: one step from the renormalised truncated softmax.
+
+    ``sample_truncated(logits[B, V] f32, temperatures[B] f32, top_k[B] i64, top_p[B] f32,
+    min_p[B] f32, generator) -> tokens[B] i64`` draws from ``softmax(L / T)`` restricted
+    to the top-k set, the top-p set (the smallest prefix of the sorted law whose mass
+    reaches ``top_p``) and the min-p set (``p >= min_p * max p``), renormalised. Neutral
+    values: ``top_k = V``, ``top_p = 1``, ``min_p = 0``. The suite sends sampling rows
+    (``top_k >= 2``, ``T >= 0.3``) with one truncation at a time, so the order in which an
+    IUT combines them is its own.
+    """
+
+    def sample_truncated(
+        self,
+        logits: torch.Tensor,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        generator: torch.Generator,
     ) -> torch.Tensor: ...
 
 
@@ -287,11 +313,13 @@ class ChainVerifier(Protocol):
 
     ``verify(draft_tokens[B, l] i64, target_logits[B, l+1, V] f32, draft_logits[B, l, V]
     f32 (corrected logits), temperatures[B] f32, top_k[B] i64, *, generator=None,
-    accept_uniforms[B, l] f64 | None, final_uniforms[B] f64 | None, cap: int | None)
-    -> (accepted[B] i64, tokens[B, l+1] i64 padded with -1)``. With explicit uniforms the
-    result is deterministic (bit parity with the reference); otherwise draws come from
-    ``generator``. An IUT that cannot take explicit uniforms raises ``NotImplementedError``
-    for them (reported as a skip naming the feature).
+    accept_uniforms[B, l] f64 | None, final_uniforms[B] f64 | None, seeds[B] i64 | None,
+    positions[B] i64 | None, cap: int | None) -> (accepted[B] i64, tokens[B, l+1] i64
+    padded with -1)``. With explicit uniforms the result is deterministic (bit parity with
+    the reference); with ``seeds`` (and ``positions``, the sequence position of each row's
+    first draft) the uniforms come from the IUT's hash of (seed, position, stream); otherwise
+    draws come from ``generator``. An IUT that cannot take explicit uniforms or seeded rows
+    raises ``NotImplementedError`` for them (reported as a skip naming the feature).
     """
 
     def verify(
@@ -305,6 +333,8 @@ class ChainVerifier(Protocol):
         generator: torch.Generator | None = None,
         accept_uniforms: torch.Tensor | None = None,
         final_uniforms: torch.Tensor | None = None,
+        seeds: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
         cap: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
@@ -329,7 +359,9 @@ class SimulatedAcceptance(Protocol):
 
     ``sample_acc_len(value, method, max_len, generator) -> int in [1, max_len]``;
     ``executor(value, method, gamma, seed)`` returns an object whose
-    ``step(draft_tokens[B, gamma] i64) -> acc_len[B] i64`` is called once per verify step.
+    ``step(draft_tokens[B, gamma] i64) -> acc_len[B] i64`` is called once per verify step
+    and whose ``correct_drafts`` is then ``[B, gamma]``: each row's first ``acc_len - 1``
+    drafts, ``-1`` after them (a view of the reused buffer).
     """
 
     def sample_acc_len(
@@ -345,9 +377,13 @@ class Confidence(Protocol):
     """SPEC S7: confidence head outputs, calibration and STS.
 
     ``confidences(state_dict, hidden[B, gamma, d], markov_features[B, gamma, r] | None,
-    temperatures[gamma] | None) -> c[B, gamma]`` (calibrated ``sigmoid(raw / t)``; shapes
-    follow the runtime gamma of ``hidden``); ``prefix_survival(c[..., gamma])``;
-    ``fit_sts(raw[N, gamma], accepted[N, gamma] bool) -> temperatures[gamma]``.
+    temperatures[gamma] | None, *, checkpoint_gamma) -> c[B, gamma]`` (calibrated
+    ``sigmoid(raw / t)``; shapes follow the runtime gamma of ``hidden``, whatever block
+    length ``checkpoint_gamma`` the head was trained with and its config declares);
+    ``prefix_survival(c[..., gamma])``; ``fit_sts(raw[N, gamma], accepted[N, gamma] bool)
+    -> temperatures[gamma]``. The head travels in the reference layout
+    (``dspark_ref.confidence.ConfidenceHead``): ``proj.weight [1, d + r]`` (hidden part
+    first), ``proj.bias [1]``.
     """
 
     def confidences(
@@ -356,6 +392,8 @@ class Confidence(Protocol):
         hidden: torch.Tensor,
         markov_features: torch.Tensor | None,
         temperatures: torch.Tensor | None,
+        *,
+        checkpoint_gamma: int,
     ) -> torch.Tensor: ...
 
     def prefix_survival(self, confidences: torch.Tensor) -> torch.Tensor: ...
@@ -399,6 +437,7 @@ class SpeculativeLoop(Protocol):
 CAPABILITIES: tuple[type, ...] = (
     StepSampler,
     NoiseStepSampler,
+    TruncatedStepSampler,
     MarkovBlock,
     FoldedDraft,
     FoldGate,

@@ -312,7 +312,7 @@ def _binned_ece(prob: torch.Tensor, label: torch.Tensor, n_bins: int) -> torch.T
 
     ``(n_b / N) |mean_y - mean_p| = |sum_y - sum_p| / N``, so no per-bin division is needed.
     """
-    bins = torch.clamp((prob * n_bins).ceil().long(), max=n_bins - 1)
+    bins = torch.clamp((prob * n_bins).floor().long(), max=n_bins - 1)
     gap = torch.zeros(prob.shape[0], n_bins, dtype=torch.float64, device=prob.device)
     gap.scatter_add_(1, bins, label.expand_as(prob) - prob)
     return gap.abs().sum(dim=1) / prob.shape[1]
@@ -324,10 +324,9 @@ def _check_probabilities(name: str, value: torch.Tensor, *, min_ndim: int) -> No
         raise ValueError(f"{name}: expected at least {min_ndim}-D, got {value.dim()}-D")
     if bool(torch.isnan(value).any()):
         raise ValueError(f"{name}: expected values in [0, 1], got NaN")
-    if value.numel() and (float(value.min()) < 0.0 or float(value.max()) > 1.0):
-        raise ValueError(
-            f"{name}: expected values in [0, 1], got range [{float(value.min())}, {float(value.max())}]"
-        )
+    low, high = (float(value.min()), float(value.max())) if value.numel() else (0.0, 0.0)
+    if low < 0.0 or high > 1.0:
+        raise ValueError(f"{name}: expected values in [0, 1], got range [{low}, {high}]")
 
 
 def _check_temperatures(temperatures: torch.Tensor, gamma: int) -> None:

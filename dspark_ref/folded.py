@@ -186,7 +186,9 @@ class FoldedDraftSampler:
     ``confidence_fn`` reads it); sampling ``temperatures[max_bs]`` float32,
     ``greedy_mask[max_bs]`` bool, ``exp_noise[max_bs, V]`` float32; outputs
     ``out[max_bs * gamma]`` int64, ``corrected_out[max_bs * gamma, V]`` (LM-head dtype),
-    ``confidence_out[max_bs, gamma]`` float32 (only with ``confidence_fn``).
+    ``confidence_out[max_bs, gamma]`` float32 (only with ``confidence_fn``). The input
+    buffers stand in for the upstream part of the draft graph (backbone and LM head) and
+    are not counted by ``folded_buffer_bytes``.
 
     Args:
         head: the Markov head (``head.vocab_size == vocab_size``).
@@ -230,7 +232,7 @@ class FoldedDraftSampler:
             hidden_size = getattr(head, "hidden_size", None)
         _check_sampler_args(head, max_bs, gamma, vocab_size, lm_dtype, device, hidden_size, confidence_fn, generator)
         self.head, self.max_bs, self.gamma, self.vocab_size = head, max_bs, gamma, vocab_size
-        self.lm_dtype, self.device, self.hidden_size = lm_dtype, device, hidden_size
+        self.lm_dtype, self.hidden_size = lm_dtype, hidden_size
         self.confidence_fn, self.generator = confidence_fn, generator
         reads_hidden = head.needs_hidden or confidence_fn is not None
 
@@ -245,7 +247,8 @@ class FoldedDraftSampler:
         self.exp_noise = buffer(max_bs, vocab_size, dtype=torch.float32)
         self.out = buffer(max_bs * gamma, dtype=torch.int64)
         self.corrected_out = buffer(max_bs * gamma, vocab_size)
-        self.confidence_out = buffer(max_bs, gamma, dtype=torch.float32) if confidence_fn else None
+        self.confidence_out = buffer(max_bs, gamma, dtype=torch.float32) if confidence_fn is not None else None
+        self.device = self.out.device  # resolved: "cuda" -> "cuda:0"
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
     def load_inputs(self, base_logits: Tensor, first_prev: Tensor, hidden: Tensor | None = None) -> None:
@@ -275,7 +278,9 @@ class FoldedDraftSampler:
 
         ``temperatures[:bs] = clamp(T, min=1e-5)``; ``greedy_mask[:bs] = top_k <= 1``.
         Both None: every row greedy, ``T = 1``. Only ``temperatures``: every row samples.
-        Only ``top_k``: ``T = 1``.
+        Only ``top_k``: ``T = 1``. ``top_k`` only selects the greedy rows (the folded race
+        draws from the full ``softmax(L / T)``); stage "no cut" as a large value, as SGLang
+        does (``1 << 30``): under ``top_k <= 1`` a ``-1`` or ``0`` means greedy.
 
         Args:
             bs: live rows, ``1 <= bs <= max_bs``.
@@ -345,7 +350,9 @@ class FoldedDraftSampler:
         if self.device.type != "cuda":
             return self.propose(bs)
         if bs not in self._graphs:
-            raise ValueError(f"bs: no CUDA graph captured for bs={bs} (captured: {sorted(self._graphs)}); call capture({bs})")
+            raise ValueError(
+                f"bs: no CUDA graph captured for bs={bs} (captured: {sorted(self._graphs)}); call capture({bs})"
+            )
         self._graphs[bs].replay()
         return self.outputs(bs)
 
@@ -444,10 +451,15 @@ def _check_sampler_args(head, max_bs, gamma, vocab_size, lm_dtype, device, hidde
     if not isinstance(head, MarkovHead):
         raise TypeError(f"head: expected a MarkovHead, got {type(head).__name__}")
     _check_sizes(max_bs, gamma, vocab_size, lm_dtype)
+    head_device = head.W1.weight.device
+    if head_device.type != device.type:
+        raise ValueError(f"head: expected parameters on {device} (the buffers' device), got {head_device}")
     if head.vocab_size != vocab_size:
         raise ValueError(f"vocab_size: expected head.vocab_size = {head.vocab_size}, got {vocab_size}")
     if confidence_fn is not None and not callable(confidence_fn):
-        raise TypeError(f"confidence_fn: expected a callable (hidden, prev_tokens) -> [B, gamma], got {confidence_fn!r}")
+        raise TypeError(
+            f"confidence_fn: expected a callable (hidden, prev_tokens) -> [B, gamma], got {confidence_fn!r}"
+        )
     if head.needs_hidden or confidence_fn is not None:
         if hidden_size is None:
             raise ValueError("hidden_size: expected an int (confidence_fn reads hidden states), got None")

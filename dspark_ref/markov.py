@@ -58,7 +58,8 @@ DEFAULT_INIT_SCALE = 0.02
 class MarkovHead(nn.Module):
     """Base class: embedding ``W1[V, r]`` and bias-free projection ``W2: r -> V`` (SPEC S2).
 
-    Subclasses implement ``step_bias``. Weights are drawn iid ``N(0, scale)`` on the CPU
+    Subclasses create their own layers, then call ``_finish_init`` (parameters start
+    uninitialised), and implement ``step_bias``. Weights are drawn iid ``N(0, scale)`` on the CPU
     from ``generator`` (the global RNG if None), then moved to ``device`` / ``dtype``, so
     one seed gives the same head on every device.
 
@@ -112,9 +113,6 @@ class MarkovHead(nn.Module):
             return
         check_tensor("hidden_k", hidden_k, shape=(prev.shape[0], self.hidden_size), dtypes=FLOAT_DTYPES)
 
-    def _embed(self, prev: Tensor) -> Tensor:
-        return self.W1(prev)
-
     def _project(self, features: Tensor) -> Tensor:
         return self.W2(features).float()
 
@@ -157,7 +155,7 @@ class VanillaMarkovHead(MarkovHead):
 
     def step_bias(self, prev, hidden_k, state):
         self._check_step(prev, hidden_k)
-        return self._project(self._embed(prev)), state
+        return self._project(self.W1(prev)), state
 
 
 class GatedMarkovHead(MarkovHead):
@@ -192,7 +190,7 @@ class GatedMarkovHead(MarkovHead):
 
     def step_bias(self, prev, hidden_k, state):
         self._check_step(prev, hidden_k)
-        embedded = self._embed(prev)
+        embedded = self.W1(prev)
         gate = torch.sigmoid(self.Wg(torch.cat([self._hidden(hidden_k), embedded], dim=-1)))
         return self._project(gate * embedded), state
 
@@ -237,7 +235,7 @@ class RNNMarkovHead(MarkovHead):
     def step_bias(self, prev, hidden_k, state):
         self._check_step(prev, hidden_k)
         check_tensor("state", state, shape=(prev.shape[0], self.rank), dtypes=FLOAT_DTYPES)
-        z = torch.cat([state, self._embed(prev), self._hidden(hidden_k)], dim=-1)
+        z = torch.cat([state, self.W1(prev), self._hidden(hidden_k)], dim=-1)
         gate, candidate, output = self.Wz(z).chunk(3, dim=-1)
         keep = torch.sigmoid(gate)
         next_state = keep * state + (1 - keep) * torch.tanh(candidate)

@@ -185,6 +185,17 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
     return _first_argmax(logits)
 
 
+def _check_exponential_noise(shape, generator, device) -> tuple[tuple[int, ...], torch.device]:
+    """Validate ``exponential_noise`` arguments; returns the sizes and the output device."""
+    sizes = tuple(check_int(f"shape[{i}]", size, minimum=0) for i, size in enumerate(shape))
+    if generator is None:
+        return sizes, torch.device("cpu" if device is None else device)
+    device = generator.device if device is None else torch.device(device)
+    if device.type != generator.device.type:
+        raise ValueError(f"generator: expected a generator on {device.type}, got one on {generator.device}")
+    return sizes, device
+
+
 def exponential_noise(
     shape: Sequence[int],
     *,
@@ -203,15 +214,13 @@ def exponential_noise(
 
     Raises:
         TypeError: ``shape`` holds a non-int.
-        ValueError: a negative size.
+        ValueError: a negative size, or ``generator`` on another device type.
 
     Example:
         >>> exponential_noise((2, 3), generator=torch.Generator().manual_seed(0)).shape
         torch.Size([2, 3])
     """
-    sizes = tuple(check_int(f"shape[{i}]", s, minimum=0) for i, s in enumerate(shape))
-    if device is None and generator is not None:
-        device = generator.device
+    sizes, device = _check_exponential_noise(shape, generator, device)
     return torch.empty(sizes, dtype=torch.float32, device=device).exponential_(generator=generator)
 
 
@@ -279,7 +288,9 @@ def _check_truncation(top_k, top_p, min_p, rows: int, device: torch.device) -> N
             raise ValueError(f"{name}: expected device {device} (same as logits), got {value.device}")
 
 
-def _check_sample_step(logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p) -> int:
+def _check_sample_step(
+    logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p
+) -> int:
     """Validate ``sample_step`` arguments; returns the effective vocabulary size."""
     check_tensor("logits", logits, ndim=2, dtypes=FLOAT_DTYPES)
     rows, width = logits.shape

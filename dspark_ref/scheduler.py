@@ -127,7 +127,7 @@ def schedule_prefixes_async_topk(
         As :func:`schedule_prefixes`, naming ``stale_confidences`` or ``confidences``.
     """
     stale_survival, sps_of = _check_schedule(stale_confidences, sps, name="stale_confidences")
-    survival, _ = _check_schedule(confidences, None)
+    survival = _check_confidences("confidences", confidences)
     capacity = _cut(stale_survival, _admission_path(stale_survival), sps_of, early_stop=False)
     return _lengths_of(_admission_path(survival)[:capacity], confidences)
 
@@ -247,13 +247,13 @@ def _cut(
 
 
 def _lengths_of(admitted: list[tuple[int, int]], confidences: torch.Tensor) -> torch.Tensor:
-    lengths = torch.zeros(confidences.shape[0], dtype=torch.int64)
-    for r, k in admitted:
-        lengths[r] = max(int(lengths[r]), k + 1)
-    return lengths.to(confidences.device)
+    lengths = [0] * confidences.shape[0]
+    for r, k in admitted:  # prefix order: (r, k) always follows (r, k - 1)
+        lengths[r] = k + 1
+    return torch.tensor(lengths, dtype=torch.int64, device=confidences.device)
 
 
-def _sps_function(sps: SPSCurve, max_batch: int | None) -> Callable[[int], float]:
+def _sps_function(sps: SPSCurve, max_batch: int) -> Callable[[int], float]:
     """Validate ``sps`` and return ``B -> SPS(B)``; a table must cover ``max_batch``."""
     if isinstance(sps, (str, bytes)) or not (
         callable(sps) or isinstance(sps, (Sequence, torch.Tensor))
@@ -266,7 +266,7 @@ def _sps_function(sps: SPSCurve, max_batch: int | None) -> Callable[[int], float
     if isinstance(sps, torch.Tensor):
         check_tensor("sps", sps, ndim=1, dtypes=FLOAT_DTYPES)
     table = [check_float(f"sps[{i}]", float(v), minimum=0.0) for i, v in enumerate(sps)]
-    if max_batch is not None and len(table) < max_batch:
+    if len(table) < max_batch:
         raise ValueError(
             f"sps: expected a table covering batch sizes 1..{max_batch} (sps[B - 1] = SPS(B)), "
             f"got {len(table)} entries"
@@ -279,20 +279,18 @@ def _check_confidences(name: str, confidences: torch.Tensor) -> torch.Tensor:
     check_tensor(name, confidences, ndim=2, dtypes=FLOAT_DTYPES)
     if bool(torch.isnan(confidences).any()):
         raise ValueError(f"{name}: expected values in [0, 1], got NaN")
-    if confidences.numel() and not (0.0 <= float(confidences.min()) <= float(confidences.max()) <= 1.0):
-        raise ValueError(
-            f"{name}: expected values in [0, 1], got range "
-            f"[{float(confidences.min())}, {float(confidences.max())}]"
-        )
+    empty = confidences.numel() == 0
+    low, high = (0.0, 0.0) if empty else (float(confidences.min()), float(confidences.max()))
+    if low < 0.0 or high > 1.0:
+        raise ValueError(f"{name}: expected values in [0, 1], got range [{low}, {high}]")
     return torch.cumprod(confidences.double(), dim=1)
 
 
 def _check_schedule(
-    confidences: torch.Tensor, sps: SPSCurve | None, *, name: str = "confidences"
-) -> tuple[torch.Tensor, Callable[[int], float] | None]:
+    confidences: torch.Tensor, sps: SPSCurve, *, name: str = "confidences"
+) -> tuple[torch.Tensor, Callable[[int], float]]:
+    """Validate a scheduler call; the SPS table must cover the whole admission path."""
     survival = _check_confidences(name, confidences)
-    if sps is None:
-        return survival, None
     max_batch = survival.shape[0] + int((survival > 0).sum())
     return survival, _sps_function(sps, max_batch)
 

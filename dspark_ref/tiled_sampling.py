@@ -20,9 +20,9 @@ tie in real arithmetic, or a near-tie that rounding reorders); then either may w
 Triton kernel and the torch mirror evaluate the same expressions; ``exp`` may differ in
 the last bits between them (the Triton interpreter uses numpy, the GPU kernel libdevice).
 
-Greedy rows take the tile-wise maximum of the raw logits, lowest index among ties (the
-first tile reaching the global maximum, then the first index in it): exactly
-``greedy_argmax``.
+Greedy rows take the tile-wise maximum of the logits, lowest index among ties (the first
+tile reaching the global maximum, then the first index in it): exactly ``greedy_argmax``
+for float32, bf16 and fp16 logits (float64 logits are compared after rounding to float32).
 
 Backends: ``"triton"`` runs ``_race_tile_kernel`` (one program per (row, tile)) and
 combines the ``[B, n_tiles]`` partials in torch; ``"torch"`` computes the same partials

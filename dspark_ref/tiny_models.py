@@ -9,8 +9,9 @@ context (or a draft with a Markov-order bug) changes the output law.
 S2): target-context injection (a projection of the target's hidden state before the anchor,
 added to every block position), anchor-as-first-position inputs (anchor embedding, then
 ``gamma - 1`` mask embeddings), one bidirectional attention layer over the block, and the
-target's embedding and LM head shared as the same (frozen) tensors. ``PerfectDraft`` is a
-test double whose corrected logits equal the target's, bit for bit.
+target's embedding and LM head shared as the same (frozen) tensors. ``OracleDraft`` is a
+test double built on the target's own recurrence: a perfect draft (corrected logits equal
+to the target's, bit for bit) or, with base-logit noise, a near-perfect one.
 
 ``exact_next_token_law`` and ``exact_sequence_law`` are the float64 oracles the loop's
 output law is compared with. Every model is frozen and initialised from a
@@ -45,7 +46,7 @@ __all__ = [
     "DraftBlock",
     "TinyTargetLM",
     "TinyDSparkDraft",
-    "PerfectDraft",
+    "OracleDraft",
     "exact_next_token_law",
     "exact_sequence_law",
     "MAX_ENUMERATED_SEQUENCES",
@@ -58,6 +59,9 @@ MAX_ENUMERATED_SEQUENCES = 1 << 20
 # (the DeepSpec default 0.02 would make every head type look alike).
 _MARKOV_INIT_SCALE = 0.5
 _NUM_ATTENTION_HEADS = 2
+# Std of the confidence-head weights: spreads the confidences so that a prefix scheduler
+# picks every verify length from 0 to gamma (the default init keeps them near 0.5).
+_CONFIDENCE_INIT_SCALE = 1.0
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ class TinyTargetLM(nn.Module):
         self.hidden_size = hidden_size
         gate_std = 1.0 / math.sqrt(hidden_size)
         self.embedding = _frozen(generator, vocab_size, hidden_size, std=1.0)
-        self.w_input = _frozen(generator, 3 * hidden_size, hidden_size, std=gate_std)
+        self.w_input = _frozen(generator, 3 * hidden_size, hidden_size, std=2 * gate_std)
         self.w_state = _frozen(generator, 3 * hidden_size, hidden_size, std=gate_std)
         self.bias = _frozen(generator, 3 * hidden_size, std=0.1)
         self.lm_head_weight = _frozen(generator, vocab_size, hidden_size, std=1.5)
@@ -264,10 +268,13 @@ class TinyDSparkDraft(nn.Module):
              "vocab_size": target.vocab_size, "hidden_size": d},
             scale=_MARKOV_INIT_SCALE, generator=generator,
         ).requires_grad_(False)
-        self.confidence_head = (
-            ConfidenceHead(d, markov_rank=markov_rank, generator=generator).requires_grad_(False)
-            if with_confidence else None
-        )
+        self.confidence_head = self._confidence_head(markov_rank, generator) if with_confidence else None
+
+    def _confidence_head(self, markov_rank: int, generator: torch.Generator) -> ConfidenceHead:
+        head = ConfidenceHead(self.hidden_size, markov_rank=markov_rank, generator=generator)
+        with torch.no_grad():
+            head.proj.weight.copy_(torch.randn(head.proj.weight.shape, generator=generator) * _CONFIDENCE_INIT_SCALE)
+        return head.requires_grad_(False)
 
     @torch.no_grad()
     def block(self, context_hidden: Tensor, anchor: Tensor, gamma: int | None = None) -> DraftBlock:
@@ -353,41 +360,69 @@ class _TargetRecurrenceHead(MarkovHead):
         return self.target.next_token_logits(state), state
 
 
-class PerfectDraft(nn.Module):
-    """Test double: a draft whose corrected logits equal the target's, bit for bit (SPEC S9).
+class OracleDraft(nn.Module):
+    """Test double: a draft built on the target's own recurrence (SPEC S9).
 
-    The backbone repeats the target's hidden state before the anchor over the block and
-    returns zero base logits; the "Markov head" runs the target's own recurrence on the
-    previous token, so step ``k`` yields exactly the target logits after
-    ``anchor, x_0 .. x_{k-1}``. Every draft is accepted: ``tau = gamma + 1`` each round.
+    The backbone repeats the target's hidden state before the anchor over the block; the
+    "Markov head" runs the target's GRU on the previous token, so step ``k`` gets exactly
+    the target logits after ``anchor, x_0 .. x_{k-1}``. Base logits are
+    ``logit_noise * N[anchor, k]`` with ``N`` a fixed iid standard normal table
+    ``[V, gamma, V]``:
+
+    * ``logit_noise = 0``: a perfect draft, corrected logits equal to the target's bit for
+      bit; every draft is accepted, ``tau = gamma + 1`` each round.
+    * ``logit_noise > 0``: a near-perfect draft whose law ``q != p`` depends on the drawn
+      tokens; most drafts pass, so it exercises accept, reject and residual paths and is
+      the most sensitive draft for law checks.
 
     Args:
         target: the ``TinyTargetLM`` to mirror.
         gamma: the largest block length, ``>= 1``.
+        logit_noise: std of the base-logit perturbation, ``>= 0``.
+        generator: CPU ``torch.Generator`` for the perturbation (needed iff noise > 0).
     Raises:
         TypeError / ValueError: naming the bad argument.
     """
 
     confidence_head = None
 
-    def __init__(self, target: TinyTargetLM, *, gamma: int) -> None:
+    def __init__(
+        self,
+        target: TinyTargetLM,
+        *,
+        gamma: int,
+        logit_noise: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> None:
         if not isinstance(target, TinyTargetLM):
             raise TypeError(f"target: expected a TinyTargetLM, got {type(target).__name__}")
         check_int("gamma", gamma, minimum=1)
+        check_float("logit_noise", logit_noise, minimum=0.0)
+        if logit_noise > 0:
+            _check_generator(generator)
         super().__init__()
         self.gamma = gamma
         self.vocab_size = target.vocab_size
         self.hidden_size = target.hidden_size
         self.markov_head = _TargetRecurrenceHead(target)
+        vocab = target.vocab_size
+        self.base_offsets = (
+            _frozen(generator, vocab, gamma, vocab, std=logit_noise) if logit_noise > 0
+            else nn.Parameter(torch.zeros(vocab, gamma, vocab), requires_grad=False)
+        )
 
+    @torch.no_grad()
     def block(self, context_hidden: Tensor, anchor: Tensor, gamma: int | None = None) -> DraftBlock:
-        """As ``TinyDSparkDraft.block``: ``hidden`` repeats ``context_hidden``, base logits 0."""
+        """As ``TinyDSparkDraft.block``: ``hidden`` repeats ``context_hidden`` over the block,
+        base logits ``logit_noise * N[anchor, :gamma]``."""
         gamma = self.gamma if gamma is None else check_int("gamma", gamma, minimum=1, maximum=self.gamma)
         check_tensor("context_hidden", context_hidden, shape=(None, self.hidden_size), dtypes=(torch.float32,))
         check_tensor("anchor", anchor, shape=(context_hidden.shape[0],), dtypes=INT_DTYPES)
+        check_same_device(base_offsets=self.base_offsets, context_hidden=context_hidden, anchor=anchor)
+        check_token_ids("anchor", anchor, self.vocab_size)
         batch = context_hidden.shape[0]
         hidden = context_hidden[:, None].expand(batch, gamma, self.hidden_size).contiguous()
-        return DraftBlock(hidden, context_hidden.new_zeros(batch, gamma, self.vocab_size))
+        return DraftBlock(hidden, self.base_offsets[anchor, :gamma])
 
 
 def _check_draft_args(target, gamma, markov_head_type, markov_rank, generator, with_confidence) -> None:
@@ -406,13 +441,13 @@ def _check_draft_args(target, gamma, markov_head_type, markov_rank, generator, w
         raise TypeError(f"with_confidence: expected a bool, got {type(with_confidence).__name__}")
 
 
-def _check_oracle(target, context, temperature) -> float:
+def _check_oracle(target, name, context, temperature) -> float:
     if not isinstance(target, TinyTargetLM):
         raise TypeError(f"target: expected a TinyTargetLM, got {type(target).__name__}")
-    check_tensor("context", context, ndim=1, dtypes=INT_DTYPES)
+    check_tensor(name, context, ndim=1, dtypes=INT_DTYPES)
     if context.shape[0] == 0:
-        raise ValueError("context: expected at least one token, got an empty tensor")
-    check_token_ids("context", context, target.vocab_size)
+        raise ValueError(f"{name}: expected at least one token, got an empty tensor")
+    check_token_ids(name, context, target.vocab_size)
     temperature = check_float("temperature", temperature)
     if temperature <= 0:
         raise ValueError(f"temperature: expected a number > 0, got {temperature}")
@@ -442,7 +477,7 @@ def exact_next_token_law(target: TinyTargetLM, context: Tensor, temperature: flo
         >>> float(exact_next_token_law(lm, torch.tensor([1, 2]), 1.0).sum())
         1.0
     """
-    temperature = _check_oracle(target, context, temperature)
+    temperature = _check_oracle(target, "context", context, temperature)
     return _next_token_laws(target, context[None], temperature)[0]
 
 
@@ -470,7 +505,7 @@ def exact_sequence_law(
         >>> len(law), round(sum(law.values()), 12)
         (16, 1.0)
     """
-    temperature = _check_oracle(target, prompt, temperature)
+    temperature = _check_oracle(target, "prompt", prompt, temperature)
     check_int("n_tokens", n_tokens, minimum=1)
     if target.vocab_size ** n_tokens > MAX_ENUMERATED_SEQUENCES:
         raise ValueError(

@@ -227,11 +227,13 @@ def _check_distribution(name, logits, temperatures, greedy_mask) -> torch.Tensor
 
 def _step_laws(logits: torch.Tensor, temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> torch.Tensor:
     """float64 ``softmax(L / T)`` per position; one-hot lowest-index argmax on greedy rows."""
-    rows, steps, vocab = logits.shape
-    soft = torch.softmax(logits.to(torch.float64) / temperatures.to(torch.float64)[:, None, None], dim=-1)
-    argmax = greedy_argmax(logits.reshape(rows * steps, vocab)).reshape(rows, steps)
-    one_hot = F.one_hot(argmax, vocab).to(torch.float64)
-    return torch.where(greedy_mask[:, None, None], one_hot, soft)
+    laws = torch.softmax(logits.to(torch.float64) / temperatures.to(torch.float64)[:, None, None], dim=-1)
+    if bool(greedy_mask.any()):
+        greedy = logits[greedy_mask]
+        rows, steps, vocab = greedy.shape
+        argmax = greedy_argmax(greedy.reshape(rows * steps, vocab)).reshape(rows, steps)
+        laws[greedy_mask] = F.one_hot(argmax, vocab).to(torch.float64)
+    return laws
 
 
 def target_distribution(
@@ -364,7 +366,9 @@ def _capped_lengths(cap, rows: int, num_drafts: int, device: torch.device) -> to
     return (cap - 1).clamp(min=0, max=num_drafts)
 
 
-def _result(draft_tokens: torch.Tensor, raw: torch.Tensor, accepted: torch.Tensor, emitted: torch.Tensor) -> VerifyResult:
+def _result(
+    draft_tokens: torch.Tensor, raw: torch.Tensor, accepted: torch.Tensor, emitted: torch.Tensor
+) -> VerifyResult:
     """Assemble committed tokens: accepted prefix, emitted token at ``accepted``, ``-1`` after."""
     rows, num_drafts = draft_tokens.shape
     slots = torch.arange(num_drafts + 1, device=draft_tokens.device)

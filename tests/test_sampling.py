@@ -168,6 +168,11 @@ def test_s3_exponential_noise_is_seeded_fresh_float32():
     assert not torch.equal(first, second_draw)
 
 
+def test_s3_exponential_noise_rejects_generator_on_another_device():
+    with pytest.raises(ValueError, match="generator"):
+        exponential_noise((2, 3), generator=torch.Generator(), device="meta")
+
+
 def test_s3_exponential_noise_rejects_bad_shape():
     with pytest.raises(ValueError, match=r"shape\[1\]"):
         exponential_noise((2, -1))
@@ -263,6 +268,14 @@ def test_s3_sample_step_mixes_greedy_rows_and_race_rows():
     expected = torch.where(greedy, greedy_argmax(logits), exponential_race(logits, temperatures, noise))
     assert torch.equal(tokens, expected)
     assert tokens.dtype == torch.int64
+
+
+def test_s3_sample_step_clamps_zero_temperature_of_sampling_rows():
+    # At T = 1e-5 the gaps are 1e5 nats: the top token wins whatever the noise.
+    logits = torch.tensor([[0.0, 2.0, 1.0]])
+    noise = torch.tensor([[1e-3, 10.0, 1e-3]])
+    tokens = sample_step(logits, torch.zeros(1), torch.zeros(1, dtype=torch.bool), noise=noise)
+    assert tokens.tolist() == [1]
 
 
 def test_s3_sample_step_vocab_crop_never_emits_padding_ids():
@@ -403,7 +416,9 @@ def test_s3_sample_step_chi_square_smoke(top_k):
     ],
 )
 def test_s3_sample_step_rejects_bad_input(kwargs, error, match):
-    args = dict(logits=torch.zeros(2, 4), temperatures=torch.ones(2), greedy_mask=torch.zeros(2, dtype=torch.bool))
+    args = dict(
+        logits=torch.zeros(2, 4), temperatures=torch.ones(2), greedy_mask=torch.zeros(2, dtype=torch.bool)
+    )
     args.update(kwargs)
     logits, temperatures, greedy_mask = args.pop("logits"), args.pop("temperatures"), args.pop("greedy_mask")
     with pytest.raises(error, match=match):

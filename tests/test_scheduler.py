@@ -200,7 +200,8 @@ def schedules(draw):
     rows, gamma = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     values = st.sampled_from([0.0, 0.25, 0.5, 0.75, 0.875, 1.0])
     conf = [[draw(values) for _ in range(gamma)] for _ in range(rows)]
-    table = draw(st.lists(st.floats(0.05, 2.0), min_size=rows * (gamma + 1), max_size=rows * (gamma + 1)))
+    size = rows * (gamma + 1)
+    table = draw(st.lists(st.floats(0.05, 2.0), min_size=size, max_size=size))
     return conf, table
 
 
@@ -316,4 +317,4 @@ def test_S8_expected_throughput_rejects_bad_lengths():
     with pytest.raises(TypeError, match="lengths"):
         expected_throughput(conf, torch.tensor([1.0]), APPENDIX_A_SPS)
     with pytest.raises(ValueError, match="confidences"):
-        expected_throughput(torch.zeros(0, 2, dtype=torch.float64), torch.zeros(0, dtype=torch.int64), [1.0])
+        expected_throughput(torch.zeros(0, 2), torch.zeros(0, dtype=torch.int64), [1.0])

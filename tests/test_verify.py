@@ -156,7 +156,8 @@ def test_s5_greedy_verify_hand_case_and_ties():
 def test_s5_greedy_verify_cap_emits_argmax_at_capped_position():
     target = torch.tensor([[[0, 0, 5, 0], [7, 0, 0, 1], [0, 4, 0, 0], [0, 0, 0, 1.0]]])
     drafts = torch.tensor([[2, 0, 1]])
-    for cap, tokens in ((0, [2, -1, -1, -1]), (1, [2, -1, -1, -1]), (2, [2, 0, -1, -1]), (3, [2, 0, 1, -1]), (9, [2, 0, 1, 3])):
+    expected = {0: [2, -1, -1, -1], 1: [2, -1, -1, -1], 2: [2, 0, -1, -1], 3: [2, 0, 1, -1], 9: [2, 0, 1, 3]}
+    for cap, tokens in expected.items():
         result = greedy_verify(drafts, target, cap=cap)
         assert result.tokens.tolist() == [tokens], cap
         assert result.trimmed.tolist() == [3 - result.accepted.item()]
@@ -290,7 +291,9 @@ def test_s5_explicit_uniforms_and_generators_are_deterministic():
         torch.ones(rows),
         torch.zeros(rows, dtype=torch.bool),
     )
-    coins = VerifyUniforms(torch.rand(rows, drafts, dtype=F64, generator=gen), torch.rand(rows, dtype=F64, generator=gen))
+    coins = VerifyUniforms(
+        torch.rand(rows, drafts, dtype=F64, generator=gen), torch.rand(rows, dtype=F64, generator=gen)
+    )
     assert torch.equal(chain_verify(*inputs, uniforms=coins).tokens, chain_verify(*inputs, uniforms=coins).tokens)
     first = chain_verify(*inputs, generator=torch.Generator().manual_seed(11)).tokens
     again = chain_verify(*inputs, generator=torch.Generator().manual_seed(11)).tokens
@@ -344,6 +347,10 @@ def test_s5_seeded_rows_repeat_and_match_their_explicit_uniforms():
     explicit = chain_verify(*inputs, uniforms=seeded_verify_uniforms(seeds, positions, drafts))
     assert torch.equal(one.tokens, two.tokens) and torch.equal(one.tokens, explicit.tokens)
     coins = seeded_verify_uniforms(seeds, positions, drafts)
+    # Documented layout: coin j at (seed, position + j, stream 0), final at (seed, position, stream 1).
+    offsets = positions[:, None] + torch.arange(drafts)
+    assert torch.equal(coins.accept, seeded_uniforms(seeds, offsets, ACCEPT_STREAM))
+    assert torch.equal(coins.final, seeded_uniforms(seeds, positions[:, None], FINAL_STREAM)[:, 0])
     torch.testing.assert_close(coins.accept[:, 1:], seeded_verify_uniforms(seeds, positions + 1, drafts).accept[:, :-1])
     assert not torch.isclose(coins.final, seeded_verify_uniforms(seeds, positions + 1, drafts).final).any()
 
@@ -397,8 +404,10 @@ def _good() -> dict:
         (dict(temperatures=torch.ones(2)), ValueError, "temperatures"),
         (dict(greedy_mask=torch.tensor([0])), TypeError, "greedy_mask"),
         (dict(uniforms=(torch.zeros(1, 2), torch.zeros(1))), TypeError, "uniforms"),
-        (dict(uniforms=VerifyUniforms(torch.zeros(1, 2, dtype=F64), torch.ones(1, dtype=F64))), ValueError, "uniforms.final"),
-        (dict(uniforms=VerifyUniforms(torch.zeros(1, 3, dtype=F64), torch.zeros(1, dtype=F64))), ValueError, "uniforms.accept"),
+        (dict(uniforms=VerifyUniforms(torch.zeros(1, 2, dtype=F64), torch.ones(1, dtype=F64))), ValueError,
+         "uniforms.final"),
+        (dict(uniforms=VerifyUniforms(torch.zeros(1, 3, dtype=F64), torch.zeros(1, dtype=F64))), ValueError,
+         "uniforms.accept"),
         (dict(uniforms=VerifyUniforms(torch.zeros(1, 2), torch.zeros(1, dtype=F64))), TypeError, "uniforms.accept"),
         (dict(generator=torch.Generator(), seeds=torch.tensor([1]), positions=torch.tensor([0])), ValueError, "seeds"),
         (dict(generator=1), TypeError, "generator"),

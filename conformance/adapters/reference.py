@@ -41,6 +41,16 @@ class NoiseStepSampler:
         return sample_step(logits, temperatures, greedy_mask_of(temperatures, top_k), noise=noise)
 
 
+class TruncatedStepSampler:
+    """SPEC S3 truncation (top-k, top-p, min-p) through :func:`dspark_ref.sampling.sample_step`."""
+
+    def sample_truncated(self, logits, temperatures, top_k, top_p, min_p, generator):
+        return sample_step(
+            logits, temperatures, greedy_mask_of(temperatures, top_k),
+            generator=generator, top_k=top_k, top_p=top_p, min_p=min_p,
+        )
+
+
 class MarkovBlock:
     """SPEC S2 through :mod:`dspark_ref.markov`; the head handle is the reference module."""
 
@@ -125,14 +135,15 @@ class ChainVerifier:
     """SPEC S5 through :func:`dspark_ref.verify.chain_verify`."""
 
     def verify(self, draft_tokens, target_logits, draft_logits, temperatures, top_k, *,
-               generator=None, accept_uniforms=None, final_uniforms=None, cap=None):
+               generator=None, accept_uniforms=None, final_uniforms=None, seeds=None,
+               positions=None, cap=None):
         uniforms = None
         if accept_uniforms is not None or final_uniforms is not None:
             uniforms = verify.VerifyUniforms(accept=accept_uniforms, final=final_uniforms)
             generator = None
         result = verify.chain_verify(
             draft_tokens, target_logits, draft_logits, temperatures, greedy_mask_of(temperatures, top_k),
-            uniforms=uniforms, generator=generator, cap=cap,
+            uniforms=uniforms, generator=generator, seeds=seeds, positions=positions, cap=cap,
         )
         return result.accepted, result.tokens
 
@@ -160,12 +171,18 @@ class SimulatedAcceptance:
 class Confidence:
     """SPEC S7 through :mod:`dspark_ref.confidence` (state dict of ``ConfidenceHead``)."""
 
-    def confidences(self, state_dict: Mapping[str, torch.Tensor], hidden, markov_features, temperatures):
+    def head(self, state_dict: Mapping[str, torch.Tensor], hidden: torch.Tensor) -> confidence.ConfidenceHead:
+        """The reference head of ``state_dict`` on ``hidden``'s device (rank from the fan-in)."""
         fan_in = state_dict["proj.weight"].shape[1]
         rank = fan_in - hidden.shape[-1] or None
         head = confidence.ConfidenceHead(hidden.shape[-1], markov_rank=rank)
         head.load_state_dict(dict(state_dict))
-        return head.to(hidden.device)(hidden, markov_features, temperatures)
+        return head.to(hidden.device)
+
+    def confidences(self, state_dict, hidden, markov_features, temperatures, *, checkpoint_gamma):
+        # Positions are scored independently, so the checkpoint's gamma fixes nothing here.
+        with torch.no_grad():
+            return self.head(state_dict, hidden)(hidden, markov_features, temperatures)
 
     def prefix_survival(self, confidences):
         return confidence.prefix_survival(confidences)
@@ -196,6 +213,7 @@ def capabilities() -> dict[type, Any]:
     return {
         c.StepSampler: StepSampler(),
         c.NoiseStepSampler: NoiseStepSampler(),
+        c.TruncatedStepSampler: TruncatedStepSampler(),
         c.MarkovBlock: MarkovBlock(),
         c.FoldedDraft: FoldedDraft(),
         c.FoldGate: FoldGate(),

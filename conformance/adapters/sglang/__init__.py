@@ -1,0 +1,96 @@
+"""SGLang's DSpark implementation behind the adapter contract: ``--dspark-impl sglang``.
+
+The adapter calls the installed PyPI package's own functions and classes (never a copy):
+:mod:`.loader` imports SGLang's DSpark modules without its server stack, and one module per
+API generation maps the capabilities:
+
+* 0.5.17-0.5.21 (folded-sampling generation): :mod:`.v0517`;
+* 0.5.22+ (Philox-keyed draft): :mod:`.v0522`;
+* both: verification (:mod:`.verify`) and simulated acceptance (:mod:`.simulated`).
+
+Not offered (skipped by the suite, naming the capability): ``Confidence`` (SGLang has a
+confidence head but no STS fitting), ``PrefixScheduler`` (SGLang's verify-budget planner
+is a different algorithm: an argmax over all prefix budgets, no early stop, fed with
+confidences two steps old), ``SpeculativeLoop`` (needs the whole worker and a model
+runner), ``NoiseStepSampler`` in 0.5.22+ and ``FoldGate`` in 0.5.22+ (see :mod:`.v0522`).
+
+Conventions: greedy iff ``top_k <= 1`` in every version (SGLang's draft staging;
+0.5.22+'s kernel then argmaxes the rows staged at temperature 0), lowest-index ties.
+
+Run: ``pip install --no-deps --target DIR 'sglang==X' msgspec`` then
+``PYTHONPATH=DIR pytest --dspark-impl sglang`` (add ``TRITON_INTERPRET=1`` on CPU for the
+Triton chain kernel). ``--dspark-impl conformance.adapters.sglang:make_blockwise_adapter``
+selects 0.5.22+'s block-parallel rejection sampler for verification.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance import contract as c
+from conformance.loading import AdapterLoadError
+
+from . import simulated, v0517, v0522, verify
+from .loader import SGLangModules, load_sglang
+
+__all__ = ["make_adapter", "make_blockwise_adapter", "capabilities"]
+
+GREEDY_RULE = "top_k"
+
+
+def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[type, Any]:
+    """The capability mapping for the loaded SGLang (see the module note for what is left out)."""
+    if modules.generation == "folded":
+        offered = {
+            c.StepSampler: v0517.StepSampler(modules),
+            c.NoiseStepSampler: v0517.NoiseStepSampler(modules),
+            c.MarkovBlock: v0517.MarkovBlock(modules),
+            c.FoldedDraft: v0517.FoldedDraft(modules),
+            c.FoldGate: v0517.FoldGate(modules),
+        }
+        draft_params = v0517.draft_params
+    else:
+        offered = {
+            c.StepSampler: v0522.StepSampler(modules),
+            c.MarkovBlock: v0522.MarkovBlock(modules),
+            c.FoldedDraft: v0522.FoldedDraft(modules),
+        }
+        draft_params = v0522.draft_params
+    offered[c.ChainVerifier] = verify.ChainVerifier(modules, draft_params, blockwise=blockwise)
+    offered[c.GreedyVerifier] = verify.GreedyVerifier(modules)
+    offered[c.SimulatedAcceptance] = simulated.SimulatedAcceptance(modules)
+    return offered
+
+
+def make_adapter() -> c.Adapter:
+    """The adapter for the installed SGLang, named ``sglang==<version>``.
+
+    Raises:
+        AdapterLoadError: SGLang missing, too old, or a DSpark module failed to load.
+    """
+    modules = load_sglang()
+    return c.Adapter(
+        name=f"sglang=={modules.version}",
+        conventions=c.Conventions(greedy_rule=GREEDY_RULE),
+        capabilities=capabilities(modules),
+        description=f"SGLang {modules.version} DSpark ({modules.generation} API), loaded without its server",
+    )
+
+
+def make_blockwise_adapter() -> c.Adapter:
+    """As :func:`make_adapter`, verifying with 0.5.22+'s ``BlockwiseRejection``.
+
+    Raises:
+        AdapterLoadError: as :func:`make_adapter`, or an SGLang older than 0.5.22.
+    """
+    modules = load_sglang()
+    if modules.generation != "philox":
+        raise AdapterLoadError(
+            f"sglang=={modules.version}: blockwise rejection first shipped in sglang 0.5.22"
+        )
+    return c.Adapter(
+        name=f"sglang=={modules.version}+blockwise",
+        conventions=c.Conventions(greedy_rule=GREEDY_RULE),
+        capabilities=capabilities(modules, blockwise=True),
+        description=f"SGLang {modules.version} DSpark, verify through BlockwiseRejection",
+    )

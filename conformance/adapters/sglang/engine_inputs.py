@@ -1,0 +1,130 @@
+"""SGLang's runtime inputs, built from the contract's canonical tensors.
+
+SGLang's DSpark functions read a few fields of server objects (``SamplingBatchInfo``,
+``DFlashDraftInputV2``, the draft model, the tensor-parallel group). The builders here
+fill exactly those fields, the way the server fills them for the same requests:
+
+* a row is greedy iff ``top_k <= 1`` (SGLang's ``SamplingParams`` turns a request with
+  ``temperature < 1e-6`` into ``top_k = 1``, so the contract's ``top_k`` carries the greedy
+  decision); sampling rows get ``TOP_K_ALL`` (the contract has no top-k truncation);
+* temperatures travel unclamped in ``[B, 1]``, as in ``SamplingBatchInfo``; SGLang's own
+  staging code clamps them.
+
+Randomness: SGLang draws from the process-wide torch RNG (``torch.rand``,
+``exponential_``, ``torch.multinomial``) or from a Philox key. :func:`seed_from` derives
+that seed from the suite's generator and :func:`seeded_global_rng` forks the global RNG
+around the call, so the suite controls the draw and the rest of the process is untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from typing import Iterator
+
+import torch
+
+__all__ = [
+    "TOP_K_ALL",
+    "sampling_info",
+    "draft_input",
+    "single_rank_tp_sync",
+    "seed_from",
+    "seeded_global_rng",
+    "DraftModelStandIn",
+]
+
+#: SGLang's "whole vocabulary" ``top_k`` (``sglang.srt.sampling.sampling_params.TOP_K_ALL``).
+TOP_K_ALL = 1 << 30
+
+
+def _request_top_ks(top_k: torch.Tensor) -> torch.Tensor:
+    return torch.where(top_k <= 1, 1, TOP_K_ALL).to(torch.int32)
+
+
+def sampling_info(temperatures: torch.Tensor, top_k: torch.Tensor) -> types.SimpleNamespace:
+    """The ``SamplingBatchInfo`` fields DSpark reads, for rows ``temperatures[B]``, ``top_k[B]``.
+
+    ``temperatures [B, 1]`` float32, ``top_ks [B]`` int32 (1 or ``TOP_K_ALL``), ``top_ps``
+    ones, and the batch flags computed as SGLang computes them from the requests.
+    """
+    top_ks = _request_top_ks(top_k)
+    greedy = top_ks <= 1
+    return types.SimpleNamespace(
+        temperatures=temperatures.to(torch.float32).view(-1, 1),
+        top_ks=top_ks,
+        top_ps=torch.ones_like(temperatures, dtype=torch.float32),
+        is_all_greedy=bool(greedy.all()),
+        is_any_greedy=bool(greedy.any()),
+        need_top_k_sampling=bool((top_ks != TOP_K_ALL).any()),
+        need_top_p_sampling=False,
+    )
+
+
+def draft_input(top_k: torch.Tensor) -> types.SimpleNamespace:
+    """The ``DFlashDraftInputV2`` fields the sampling accept reads (``max_top_k``,
+    ``uniform_top_k_value``), computed over the rows as the server computes them."""
+    top_ks = _request_top_ks(top_k).tolist()
+    uniform = len(set(top_ks)) == 1
+    return types.SimpleNamespace(
+        max_top_k=max([1, *top_ks]), uniform_top_k_value=top_ks[0] if uniform else None
+    )
+
+
+def single_rank_tp_sync(tp_sync_module: types.ModuleType) -> object:
+    """SGLang's own ``SpecTpSync`` over a one-rank group (its broadcasts are then no-ops)."""
+    group = types.SimpleNamespace(world_size=1, rank_in_group=0)
+    return tp_sync_module.SpecTpSync(group)
+
+
+def seed_from(generator: torch.Generator) -> int:
+    """A 62-bit seed drawn from ``generator`` (one draw per call: fresh every time)."""
+    draw = torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)
+    return int(draw.item())
+
+
+@contextlib.contextmanager
+def seeded_global_rng(seed: int, device: torch.device) -> Iterator[None]:
+    """Run the body with the global RNG of ``device`` (and the CPU) seeded by ``seed``,
+    restoring both afterwards."""
+    device = torch.device(device)
+    cuda_devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda_devices):
+        torch.random.default_generator.manual_seed(seed)
+        if cuda_devices:
+            with torch.cuda.device(cuda_devices[0]):
+                torch.cuda.manual_seed(seed)
+        yield
+
+
+class DraftModelStandIn:
+    """The draft-model fields ``DsparkDraftSampler`` reads, around static input buffers.
+
+    The backbone is out of scope (SPEC S1 base logits are the suite's input): the anchor
+    layout is SGLang's ``sample_from_anchor`` (the anchor first, every position predicts),
+    and ``compute_base_logits`` returns the staged base logits instead of projecting
+    hidden states through the LM head.
+
+    Attributes:
+        base_logits: ``[max_bs * gamma, V]`` in the LM-head dtype.
+        hidden_states: ``[max_bs * gamma, d]`` (``d = 1`` for heads without hidden input).
+        input_ids: ``[max_bs * gamma]`` int64; the anchor sits at each row's position 0.
+    """
+
+    sample_from_anchor = True
+    confidence_head = None
+
+    def __init__(self, markov_head, *, max_bs, gamma, vocab_size, hidden_size, hidden_dtype, lm_dtype, device):
+        self.markov_head = markov_head
+        # Only dtype and org_vocab_size are read: no LM-head weight is needed.
+        self.lm_head = types.SimpleNamespace(
+            org_vocab_size=vocab_size, weight=torch.empty(0, dtype=lm_dtype, device="meta")
+        )
+        rows = max_bs * gamma
+        self.base_logits = torch.zeros(rows, vocab_size, dtype=lm_dtype, device=device)
+        self.hidden_states = torch.zeros(rows, hidden_size, dtype=hidden_dtype, device=device)
+        self.input_ids = torch.zeros(rows, dtype=torch.int64, device=device)
+
+    def compute_base_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """The staged base logits of the first ``hidden.shape[0]`` rows (no confidence tap)."""
+        return self.base_logits[: hidden.shape[0]], None

@@ -1,0 +1,359 @@
+"""Load SGLang's DSpark modules from the installed wheel without its server stack.
+
+``import sglang`` runs the package ``__init__``, which imports the whole server (HTTP
+frontend, transformers, model loaders, distributed runtime). The DSpark kernels and
+components are plain modules inside that wheel, so this loader imports them directly:
+
+* **No sglang package ``__init__`` runs.** Every package under ``sglang/`` is registered as
+  a bare module whose ``__path__`` points into site-packages, so submodules import from
+  their real files. (Package ``__init__`` files in SGLang are import hubs for the server.)
+* **Stubs replace the server modules the DSpark files import** (``_SERVER_STUBS``): types
+  used only in annotations, distributed helpers, the model loader, KV-cache managers.
+  A stub hands out inert placeholders that raise :class:`StubCalled` if SGLang ever calls
+  them, so a stub can never silently stand in for behaviour under test.
+* **Platform flags** (``sglang.srt.utils.is_cuda`` & co., read at import time) get explicit
+  values: CUDA as torch sees it, no NPU/HIP/MUSA/XPU, and SGLang's CPU *engine* off (its
+  own default), so SGLang picks its CUDA kernels or its torch reference paths by tensor
+  device, as in a normal install.
+* **Third-party packages a ``--no-deps`` install lacks** are stubbed only while loading and
+  only when missing: ``huggingface_hub`` (imported, never called, by ``spec_utils``) and
+  FlashInfer's renorm kernels (``None``: SGLang then uses its own torch renorm fallback,
+  exactly as on a platform without FlashInfer).
+
+If SGLang was already imported the normal way, its modules are used as they are.
+
+To support a new SGLang release: add its DSpark modules to ``DSPARK_MODULES`` (by API
+generation) and, if its DSpark files import a new server module, a line to
+``_SERVER_STUBS`` with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Literal, Mapping
+
+import torch
+
+from conformance.loading import AdapterLoadError
+
+__all__ = [
+    "MIN_VERSION",
+    "PHILOX_VERSION",
+    "DSPARK_MODULES",
+    "SGLangModules",
+    "StubCalled",
+    "installed_version",
+    "generation_of",
+    "load_sglang",
+]
+
+MIN_VERSION = (0, 5, 17)  # first release with the DSpark speculative algorithm
+PHILOX_VERSION = (0, 5, 22)  # first release of the Philox-keyed draft (MarkovSampleStep)
+
+Generation = Literal["folded", "philox"]
+
+_SPEC = "sglang.srt.speculative"
+_DSPARK_OPS = "sglang.kernels.ops.speculative.dspark"
+
+#: Short name -> module, per API generation (``folded``: 0.5.17-0.5.21, ``philox``: 0.5.22+).
+DSPARK_MODULES: dict[str, dict[str, str]] = {
+    "folded": {
+        "step": f"{_DSPARK_OPS}.dspark_draft_model",  # SampleStepTokens
+        "heads": "sglang.srt.models.dspark",
+        "draft": f"{_SPEC}.dspark_components.dspark_draft",
+        "draft_sampler": f"{_SPEC}.dspark_components.dspark_draft_sampler",
+        "accept": f"{_DSPARK_OPS}.dspark_accept",
+        "verify": f"{_SPEC}.dspark_components.dspark_verify",
+        "spec_utils": f"{_SPEC}.spec_utils",
+        "tp_sync": f"{_SPEC}.spec_tp_sync",
+        "environ": "sglang.srt.environ",
+    },
+    "philox": {
+        "step": f"{_DSPARK_OPS}.markov_sample",  # MarkovSampleStep
+        "blockwise": f"{_DSPARK_OPS}.blockwise_rejection",
+        "heads": "sglang.srt.models.dspark",
+        "draft": f"{_SPEC}.dspark_components.dspark_draft",
+        "draft_sampler": f"{_SPEC}.dspark_components.dspark_draft_sampler",
+        "accept": f"{_DSPARK_OPS}.dspark_accept",
+        "verify": f"{_SPEC}.dspark_components.dspark_verify",
+        "spec_utils": f"{_SPEC}.spec_utils",
+        "tp_sync": f"{_SPEC}.spec_tp_sync",
+        "environ": "sglang.srt.environ",
+    },
+}
+
+#: Server modules the DSpark files import, with why they are not needed here. Only
+#: modules actually imported by the installed version are created.
+_SERVER_STUBS: dict[str, str] = {
+    "sglang.srt.utils.common": "server utilities (psutil, requests, PIL); names only",
+    "sglang.srt.utils.async_probe": "debug probe decorator target",
+    "sglang.srt.utils.nvtx_utils": "profiling ranges",
+    "sglang.srt.distributed.communication_op": "TP all-gather; the suite runs one rank",
+    "sglang.srt.distributed.parallel_state": "process groups; one rank",
+    "sglang.srt.layers.linear": "quantised parallel linears (Nemotron head only)",
+    "sglang.srt.layers.logits_processor": "target LM-head processing; base logits are inputs",
+    "sglang.srt.layers.quantization.unquant": "isinstance target of a QKV helper",
+    "sglang.srt.layers.sampler": "the target sampler; not part of DSpark verify",
+    "sglang.srt.layers.dp_attention": "data-parallel attention groups",
+    "sglang.srt.lora.layers": "LoRA wrappers of the draft embedding",
+    "sglang.srt.model_loader.weight_utils": "checkpoint loading; weights come as tensors",
+    "sglang.srt.models.dflash": "DFlash backbone base class; the suite feeds base logits",
+    "sglang.srt.managers.schedule_batch": "scheduler batch types (annotations)",
+    "sglang.srt.managers.utils": "scheduler helpers",
+    "sglang.srt.model_executor.forward_batch_info": "forward-batch types (annotations)",
+    "sglang.srt.model_executor.runner_utils.pool": "CUDA-graph memory pools of the runner",
+    "sglang.srt.mem_cache.allocation": "KV-cache allocation",
+    "sglang.srt.mem_cache.memory_pool": "KV-cache pools",
+    "sglang.srt.runtime_context": "server-wide config singletons",
+    "sglang.srt.arg_groups.overrides": "server-argument views",
+    "sglang.srt.configs.hybrid_arch": "model-config helpers",
+    "sglang.srt.constrained.base_grammar_backend": "grammar masks; no constrained decoding",
+    "sglang.srt.speculative.spec_info": "algorithm enum of the worker",
+    "sglang.srt.speculative.dflash_info": "DFlash verify input (worker path)",
+    "sglang.srt.speculative.dflash_info_v2": "DFlash draft input type (annotations)",
+    "sglang.srt.speculative.draft_worker_common": "worker helpers",
+    "sglang.srt.kernel_plugins.nvidia.binding": "optional NVIDIA megakernel (not used: None)",
+    "sglang.kernels.ops.speculative.cache_locs": "KV-cache location kernels",
+    "sglang.kernels.ops.speculative.eagle": "EAGLE kernels",
+    "sglang.kernels.ops.speculative.sampling": "JIT tree-sampling kernel (tree verify only)",
+    "sglang.kernels.ops.sampling": "target-sampler softmax (package hub)",
+}
+
+
+def _cuda_platform() -> bool:
+    return torch.cuda.is_available() and torch.version.cuda is not None
+
+
+def _false() -> bool:
+    return False
+
+
+#: Modules whose names are read at import time: explicit values, plus placeholders for
+#: everything else they export.
+_PLATFORM_STUBS: dict[str, dict[str, Any]] = {
+    "sglang.srt.utils": {
+        "is_cuda": _cuda_platform,
+        "is_cpu": _false,  # SGLang's x86 CPU engine (SGLANG_USE_CPU_ENGINE), off by default
+        "is_npu": _false,
+        "is_hip": _false,
+        "is_musa": _false,
+        "is_xpu": _false,
+        "is_gfx95_supported": _false,
+    },
+    # 0.5.22+: platform renorm kernels; None selects dflash_utils' torch fallback.
+    "sglang.kernels.ops.sampling.renorm": {"top_k_renorm_prob": None, "top_p_renorm_prob": None},
+}
+
+#: Third-party modules stubbed (only while loading, only when not installed). Explicit
+#: names only: any other name raises ImportError, so SGLang's own try/except fallbacks run.
+_MISSING_THIRD_PARTY: dict[str, dict[str, Any]] = {
+    "huggingface_hub": {"snapshot_download": None},
+    "flashinfer": {},
+    "flashinfer.sampling": {"top_k_renorm_probs": None, "top_p_renorm_probs": None},
+}
+
+
+class StubCalled(RuntimeError):
+    """SGLang called a placeholder of a stubbed server module (see ``_SERVER_STUBS``)."""
+
+
+class _PlaceholderMeta(type):
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        raise StubCalled(
+            f"{cls.__module__}.{cls.__qualname__} is a stub of the SGLang server stack "
+            f"({_SERVER_STUBS.get(cls.__module__, 'platform stub')}); this DSpark path needs it"
+        )
+
+
+class _StubModule(types.ModuleType):
+    """A module whose unknown names are placeholders (or, if ``strict``, missing)."""
+
+    def __init__(self, name: str, values: Mapping[str, Any], *, strict: bool) -> None:
+        super().__init__(name)
+        self.__dict__.update(values)
+        self._strict = strict
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or self._strict or self._is_submodule(name):
+            raise AttributeError(f"stub module {self.__name__!r} has no attribute {name!r}")
+        placeholder = _PlaceholderMeta(name, (), {"__module__": self.__name__})
+        setattr(self, name, placeholder)
+        return placeholder
+
+    def _is_submodule(self, name: str) -> bool:
+        # ``from pkg import sub`` must import the real submodule, not get a placeholder.
+        return any(
+            os.path.exists(os.path.join(directory, name + suffix))
+            for directory in getattr(self, "__path__", ())
+            for suffix in ("", ".py")
+        )
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, values: Mapping[str, Any] | None) -> None:
+        self._values = values  # None: a bare package
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        if self._values is None:
+            module = types.ModuleType(spec.name)
+        else:
+            module = _StubModule(spec.name, self._values, strict=False)
+        if spec.submodule_search_locations is not None:
+            module.__path__ = list(spec.submodule_search_locations)
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """Nothing to run: bare packages skip ``__init__``; stubs are complete."""
+
+
+class _WheelFinder(importlib.abc.MetaPathFinder):
+    """Serves ``sglang`` packages as bare modules and the stubbed modules as stubs."""
+
+    def __init__(self, root: str) -> None:
+        self._root = root  # the directory holding the ``sglang`` package
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "sglang" and not fullname.startswith("sglang."):
+            return None
+        directory = os.path.join(self._root, *fullname.split("."))
+        is_package = os.path.isdir(directory)
+        if fullname in _SERVER_STUBS or fullname in _PLATFORM_STUBS:
+            loader = _Loader(_PLATFORM_STUBS.get(fullname, {}))
+        elif is_package:
+            loader = _Loader(None)
+        else:
+            return None  # a real module: the path finder loads it from the parent's __path__
+        spec = importlib.machinery.ModuleSpec(fullname, loader, is_package=is_package)
+        spec.submodule_search_locations = [directory] if is_package else None
+        return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class SGLangModules:
+    """The loaded DSpark modules of one installed SGLang.
+
+    Attributes:
+        version: the installed version string, e.g. ``"0.5.23"``.
+        generation: ``"folded"`` (0.5.17-0.5.21) or ``"philox"`` (0.5.22+).
+        modules: short name (keys of ``DSPARK_MODULES[generation]``) -> module.
+    """
+
+    version: str
+    generation: Generation
+    modules: Mapping[str, types.ModuleType]
+
+    def __getitem__(self, short_name: str) -> types.ModuleType:
+        return self.modules[short_name]
+
+
+def installed_version() -> str:
+    """The version of the installed ``sglang`` distribution.
+
+    Raises:
+        AdapterLoadError: ``sglang`` is not installed (the message says how to install it).
+    """
+    try:
+        return version("sglang")
+    except PackageNotFoundError as exc:
+        raise AdapterLoadError(
+            "sglang: the package is not installed; install the wheel without its server "
+            "dependencies: pip install --no-deps 'sglang==X' msgspec"
+        ) from exc
+
+
+def _release(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def generation_of(version_text: str) -> Generation:
+    """Which DSpark API generation a version string belongs to.
+
+    Raises:
+        AdapterLoadError: a release older than ``MIN_VERSION`` (no DSpark).
+    """
+    release = _release(version_text)
+    if release < MIN_VERSION:
+        raise AdapterLoadError(
+            f"sglang=={version_text}: DSpark needs sglang >= {'.'.join(map(str, MIN_VERSION))}"
+        )
+    return "philox" if release >= PHILOX_VERSION else "folded"
+
+
+@functools.cache
+def load_sglang() -> SGLangModules:
+    """Import the DSpark modules of the installed SGLang without its server (see module note).
+
+    Cached: the import happens once per process.
+
+    Raises:
+        AdapterLoadError: not installed, too old, or a DSpark module failed to import; the
+            message names the version, the module and the missing piece.
+    """
+    version_text = installed_version()
+    generation = generation_of(version_text)
+    names = DSPARK_MODULES[generation]
+    already_imported = getattr(sys.modules.get("sglang"), "__file__", None) is not None
+    if not already_imported:
+        _install_finder(version_text)
+    loaded: dict[str, types.ModuleType] = {}
+    with _missing_third_party_stubs():
+        for short_name, module_name in names.items():
+            loaded[short_name] = _import(version_text, module_name)
+    return SGLangModules(version=version_text, generation=generation, modules=loaded)
+
+
+def _install_finder(version_text: str) -> None:
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        raise AdapterLoadError(f"sglang=={version_text}: the installed package has no files")
+    root = os.path.dirname(list(spec.submodule_search_locations)[0])
+    if not any(isinstance(f, _WheelFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _WheelFinder(root))
+
+
+class _missing_third_party_stubs:
+    """Context: stub the third-party modules of ``_MISSING_THIRD_PARTY`` that are absent."""
+
+    def __enter__(self) -> None:
+        self._added = []
+        for name, values in _MISSING_THIRD_PARTY.items():
+            parent = name.rpartition(".")[0]
+            if name in sys.modules or (not parent and importlib.util.find_spec(name) is not None):
+                continue
+            if parent and parent not in self._added:
+                continue  # the real parent is installed: its submodules are real too
+            sys.modules[name] = _StubModule(name, values, strict=True)
+            self._added.append(name)
+
+    def __exit__(self, *exc_info: object) -> None:
+        for name in self._added:
+            sys.modules.pop(name, None)
+
+
+def _import(version_text: str, module_name: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise AdapterLoadError(
+            f"sglang=={version_text}: cannot import {module_name}: missing {missing!r} ({exc}). "
+            "If it is a server module, add a stub to "
+            "conformance/adapters/sglang/loader.py:_SERVER_STUBS"
+        ) from exc
+    except StubCalled as exc:
+        raise AdapterLoadError(
+            f"sglang=={version_text}: importing {module_name} called a stub: {exc}"
+        ) from exc

@@ -1,0 +1,95 @@
+"""Simulated acceptance (benchmark mode, SPEC S6) through SGLang, all versions.
+
+* ``sample_acc_len``: ``spec_utils.sample_simulated_acc_len`` (``_sample_simulated_acc_len``
+  in older releases). It draws from the global CPU RNG (``torch.normal`` /
+  ``torch.multinomial``), seeded here from the suite's generator.
+* ``executor``: SGLang's ``TargetVerifyExecutor`` with ``simulate_acc_len = value``;
+  ``step`` draws one length per verify step as the worker does:
+  ``_simulated_correct_len(bs, dtype, device)`` in 0.5.17-0.5.21 (a reused buffer filled
+  with ``acc_len - 1``), ``begin_simulated_step()`` in 0.5.22+ (fills the one-element
+  ``simulated_correct_len`` that the accept repeats over the batch).
+
+SGLang reads the method once, at import, from ``SGLANG_SIMULATE_ACC_METHOD`` into
+``dspark_verify.SIMULATE_ACC_METHOD``; the executor sets that module constant around each
+step (what starting the server with that variable does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from typing import Iterator
+
+import torch
+
+from .engine_inputs import seed_from, seeded_global_rng, single_rank_tp_sync
+from .loader import SGLangModules
+
+__all__ = ["SimulatedAcceptance", "SimulatedExecutor"]
+
+_CORRECT_LEN_DTYPE = torch.int32  # dtype of SGLang's accept lengths
+
+
+@contextlib.contextmanager
+def _method(verify_module: types.ModuleType, method: str) -> Iterator[None]:
+    saved = verify_module.SIMULATE_ACC_METHOD
+    verify_module.SIMULATE_ACC_METHOD = method
+    try:
+        yield
+    finally:
+        verify_module.SIMULATE_ACC_METHOD = saved
+
+
+def _target_worker() -> types.SimpleNamespace:
+    # TargetVerifyExecutor only reads the target's model type (to pick fused argmax).
+    config = types.SimpleNamespace(hf_text_config=types.SimpleNamespace(model_type=None))
+    return types.SimpleNamespace(model_runner=types.SimpleNamespace(model_config=config))
+
+
+class SimulatedExecutor:
+    """One SGLang ``TargetVerifyExecutor`` in simulated-acceptance mode.
+
+    ``step(draft_tokens[B, gamma]) -> acc_len[B] int64``: one fresh draw per call, seeded
+    from a generator of ``seed``.
+    """
+
+    def __init__(self, modules: SGLangModules, value: float, method: str, gamma: int, seed: int) -> None:
+        self._verify = modules["verify"]
+        self._method = method
+        self._seeds = torch.Generator().manual_seed(seed)
+        self._philox = modules.generation == "philox"
+        extra = {"simulated_correct_len": torch.zeros(1, dtype=torch.int64)} if self._philox else {}
+        self._executor = self._verify.TargetVerifyExecutor(
+            target_worker=_target_worker(), gamma=gamma, verify_num_draft_tokens=gamma + 1,
+            model_runner=None, kv_injector=None, tp_sync=single_rank_tp_sync(modules["tp_sync"]),
+            simulate_acc_len=value, **extra,
+        )
+
+    def step(self, draft_tokens: torch.Tensor) -> torch.Tensor:
+        """Accept lengths of one verify step (all rows share the step's draw)."""
+        bs, device = draft_tokens.shape[0], draft_tokens.device
+        with _method(self._verify, self._method), seeded_global_rng(seed_from(self._seeds), "cpu"):
+            if self._philox:
+                self._executor.begin_simulated_step()
+                correct = self._executor._simulated_correct_len.repeat(bs)
+            else:
+                correct = self._executor._simulated_correct_len(
+                    bs=bs, dtype=_CORRECT_LEN_DTYPE, device=device
+                )
+        return correct.to(device=device, dtype=torch.int64) + 1
+
+
+class SimulatedAcceptance:
+    """SPEC S6 through SGLang's ``sample_simulated_acc_len`` and verify executor."""
+
+    def __init__(self, modules: SGLangModules) -> None:
+        self._modules = modules
+        spec_utils = modules["spec_utils"]
+        self._sample = getattr(spec_utils, "sample_simulated_acc_len", None) or spec_utils._sample_simulated_acc_len
+
+    def sample_acc_len(self, value, method, max_len, generator):
+        with seeded_global_rng(seed_from(generator), "cpu"):
+            return int(self._sample(value, method, max_len))
+
+    def executor(self, value, method, gamma, seed):
+        return SimulatedExecutor(self._modules, value, method, gamma, seed)

@@ -1,0 +1,291 @@
+"""Conformance tests for SPEC S7: confidence head, sequential temperature scaling (STS).
+
+Covers: confidences shaped by the RUNTIME block length whatever gamma the checkpoint
+declares, and equal to a float64 oracle ``sigmoid((w . [h ; m] + b) / t)``; prefix survival
+as the cumulative product; STS that preserves order, lowers the ECE of overconfident
+scores and fits left to right with earlier positions held fixed. Everything reaches the
+implementation through :class:`~conformance.contract.Confidence`; the oracles below are
+written here in float64 and share no code with ``dspark_ref``.
+
+To add a case: add an entry ``case(...): parameters`` to the dict of its family (the dict
+maps each registered :class:`~conformance.cases.Case` to the parameters its test reads).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conformance.cases import case, case_id
+from conformance.contract import Confidence
+
+EPS32 = torch.finfo(torch.float32).eps
+EPS64 = torch.finfo(torch.float64).eps
+ECE_BINS = 15
+HIDDEN_SIZE = 16
+MARKOV_RANK = 4
+
+
+def _head_state(fan_in: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """A random head in the contract's layout: ``proj.weight [1, d + r]``, ``proj.bias [1]``."""
+    weight = torch.randn(1, fan_in, generator=generator, device=generator.device) / math.sqrt(fan_in)
+    bias = torch.randn(1, generator=generator, device=generator.device)
+    return {"proj.weight": weight, "proj.bias": bias}
+
+
+def _oracle_confidences(state, hidden, markov_features, temperatures):
+    """float64 ``sigmoid((w . [h ; m] + b) / t)`` and its float32 error bound, both ``[B, gamma]``.
+
+    Bound: a float32 dot product of n terms errs by at most ``n eps32 sum |w_i x_i|``
+    (Higham, Thm 3.5, with margin for the bias and the division by t); sigmoid is
+    1/4-Lipschitz, and its own rounding adds a few eps32.
+    """
+    features = hidden.double()
+    if markov_features is not None:
+        features = torch.cat([features, markov_features.double()], dim=-1)
+    weight, bias = state["proj.weight"].double()[0], state["proj.bias"].double()[0]
+    t = torch.ones(hidden.shape[1], dtype=torch.float64, device=hidden.device)
+    if temperatures is not None:
+        t = temperatures.double()
+    raw = features @ weight + bias
+    magnitude = (features * weight).abs().sum(-1) + bias.abs()
+    bound = (features.shape[-1] + 3) * EPS32 * magnitude / (4 * t) + 4 * EPS32
+    return torch.sigmoid(raw / t), bound
+
+
+def _ece(prob: torch.Tensor, label: torch.Tensor) -> float:
+    """Equal-width ECE (Naeini et al., 2015): ``sum_b (n_b / N) |mean label - mean prob|``."""
+    prob, label = prob.double().cpu(), label.double().cpu()
+    bins = torch.clamp((prob * ECE_BINS).floor().long(), max=ECE_BINS - 1)
+    gap = torch.zeros(ECE_BINS, dtype=torch.float64).index_add_(0, bins, label - prob)
+    return float(gap.abs().sum()) / prob.numel()
+
+
+def _identity_head(device: torch.device) -> dict[str, torch.Tensor]:
+    """A head with ``raw = h`` (d = 1, w = 1, b = 0): lets the IUT calibrate given raw logits."""
+    return {"proj.weight": torch.ones(1, 1, device=device), "proj.bias": torch.zeros(1, device=device)}
+
+
+def _overconfident_blocks(n: int, gamma: int, generator: torch.Generator):
+    """Raw logits ~ N(2, 3^2) whose true conditional acceptance is ``sigmoid(raw / 2)``.
+
+    Returns ``raw [n, gamma]`` float64 and prefix-accepted indicators ``[n, gamma]`` bool.
+    """
+    device = generator.device
+    raw = 3.0 * torch.randn(n, gamma, generator=generator, device=device, dtype=torch.float64) + 2.0
+    coins = torch.rand(n, gamma, generator=generator, device=device, dtype=torch.float64)
+    return raw, torch.cumprod(coins < torch.sigmoid(raw / 2.0), dim=1).bool()
+
+
+# ----------------------------------------------------------------------------- runtime gamma
+# case -> (checkpoint gamma, runtime gamma, markov rank or None, calibrated?)
+RUNTIME_GAMMA_CASES = {
+    case("S7/runtime-gamma/ckpt7-run5", "gamma-7 head at runtime gamma 5, Markov feature, STS",
+          ["S7.runtime-gamma", "S7.calibration"]): (7, 5, MARKOV_RANK, True),
+    case("S7/runtime-gamma/ckpt7-run3", "gamma-7 head at runtime gamma 3, Markov feature, STS",
+          ["S7.runtime-gamma", "S7.calibration"]): (7, 3, MARKOV_RANK, True),
+    case("S7/runtime-gamma/ckpt7-run1", "gamma-7 head at runtime gamma 1, Markov feature, STS",
+          ["S7.runtime-gamma", "S7.calibration"]): (7, 1, MARKOV_RANK, True),
+    case("S7/runtime-gamma/ckpt4-run6", "gamma-4 head run longer, at gamma 6, STS",
+          ["S7.runtime-gamma", "S7.calibration"]): (4, 6, MARKOV_RANK, True),
+    case("S7/runtime-gamma/ckpt7-run7-hidden-only", "head without the Markov feature, STS",
+          ["S7.runtime-gamma", "S7.calibration"]): (7, 7, None, True),
+    case("S7/runtime-gamma/ckpt7-run5-uncalibrated", "no STS temperatures: t = 1",
+          ["S7.runtime-gamma"]): (7, 5, MARKOV_RANK, False),
+}
+
+
+@pytest.mark.parametrize("case", RUNTIME_GAMMA_CASES, ids=case_id)
+def test_S7_confidences_follow_runtime_gamma(case, require, case_generator, dspark_device):
+    iut = require(Confidence)
+    checkpoint_gamma, gamma, rank, calibrated = RUNTIME_GAMMA_CASES[case]
+    batch = 3
+    state = _head_state(HIDDEN_SIZE + (rank or 0), case_generator)
+    hidden = torch.randn(batch, gamma, HIDDEN_SIZE, generator=case_generator, device=dspark_device)
+    markov = None
+    if rank is not None:
+        markov = torch.randn(batch, gamma, rank, generator=case_generator, device=dspark_device)
+    temperatures = None
+    if calibrated:  # spread over [0.5, 3] so that dividing and multiplying differ everywhere
+        temperatures = 0.5 + 2.5 * torch.rand(gamma, generator=case_generator, device=dspark_device)
+
+    out = iut.confidences(state, hidden, markov, temperatures, checkpoint_gamma=checkpoint_gamma)
+
+    assert tuple(out.shape) == (batch, gamma), (
+        f"{case.id}: expected confidences [B, runtime gamma] = [{batch}, {gamma}] for a head "
+        f"declared with gamma {checkpoint_gamma}, got {tuple(out.shape)}"
+    )
+    assert out.is_floating_point(), f"{case.id}: expected float confidences, got {out.dtype}"
+    expected, bound = _oracle_confidences(state, hidden, markov, temperatures)
+    error = (out.double() - expected).abs()
+    worst = int(torch.argmax(error - bound))
+    assert bool(torch.all(error <= bound)), (
+        f"{case.id}: confidences differ from sigmoid((w . [h; m] + b) / t) beyond the float32 "
+        f"bound at flat index {worst}: got {out.flatten()[worst].item()!r}, expected "
+        f"{expected.flatten()[worst].item()!r} (bound {bound.flatten()[worst].item():.3g})"
+    )
+
+
+# ----------------------------------------------------------------------------- prefix survival
+# case -> confidence family
+PREFIX_CASES = {
+    case("S7/prefix-survival/dyadic-exact", "k/8 confidences with zeros and ones: exact products",
+         ["S7.calibration"]): "dyadic",
+    case("S7/prefix-survival/sigmoid-batched", "sigmoid(raw / t) in float64, [2, B, gamma]",
+         ["S7.calibration"]): "sigmoid",
+}
+
+
+@pytest.mark.parametrize("case", PREFIX_CASES, ids=case_id)
+def test_S7_prefix_survival_is_cumulative_product(case, require, case_generator, dspark_device):
+    iut = require(Confidence)
+    family = PREFIX_CASES[case]
+    gamma = 7
+    if family == "dyadic":
+        # Products of k/8 over 7 positions need at most 21 bits: exact in any association order.
+        steps = torch.randint(0, 9, (16, gamma), generator=case_generator, device=dspark_device)
+        conf = steps.double() / 8
+    else:
+        raw = 3.0 * torch.randn(2, 8, gamma, generator=case_generator, device=dspark_device,
+                                dtype=torch.float64) + 1.0
+        t = 0.5 + 2.5 * torch.rand(gamma, generator=case_generator, device=dspark_device,
+                                   dtype=torch.float64)
+        conf = torch.sigmoid(raw / t)
+
+    out = iut.prefix_survival(conf)
+
+    rows = conf.reshape(-1, gamma).tolist()
+    expected = []
+    for row in rows:  # left-to-right running product, plain Python float64
+        acc, prefix = 1.0, []
+        for c in row:
+            acc *= c
+            prefix.append(acc)
+        expected.append(prefix)
+    expected = torch.tensor(expected, dtype=torch.float64).reshape(conf.shape)
+    assert tuple(out.shape) == tuple(conf.shape), (
+        f"{case.id}: expected prefix survival of shape {tuple(conf.shape)}, got {tuple(out.shape)}"
+    )
+    got = out.double().cpu()
+    if family == "dyadic":
+        assert torch.equal(got, expected), f"{case.id}: expected {expected.tolist()}, got {got.tolist()}"
+    else:
+        # Any association order of gamma products stays within gamma eps64 relative error.
+        bound = gamma * EPS64 * expected
+        assert bool(torch.all((got - expected).abs() <= bound)), (
+            f"{case.id}: prefix survival is not the cumulative product of the confidences "
+            f"(max error {float((got - expected).abs().max()):.3g})"
+        )
+
+
+# ----------------------------------------------------------------------------- STS
+# case -> gamma
+STS_ORDER_CASES = {
+    case("S7/sts/overconfident-T2-gamma4", "true acceptance sigmoid(raw / 2): order kept, ECE lowered",
+         ["S7.sts", "S7.calibration"]): 4,
+    case("S7/sts/overconfident-T2-gamma1", "a single position: plain temperature scaling",
+         ["S7.sts", "S7.calibration"]): 1,
+}
+
+
+@pytest.mark.parametrize("case", STS_ORDER_CASES, ids=case_id)
+def test_S7_sts_preserves_order_and_lowers_ece(case, require, case_generator, dspark_device):
+    iut = require(Confidence)
+    gamma = STS_ORDER_CASES[case]
+    raw, accepted = _overconfident_blocks(8192, gamma, case_generator)
+
+    temperatures = iut.fit_sts(raw, accepted)
+
+    assert tuple(temperatures.shape) == (gamma,), (
+        f"{case.id}: expected STS temperatures [gamma] = [{gamma}], got {tuple(temperatures.shape)}"
+    )
+    t = temperatures.double().cpu()
+    assert bool(torch.all(torch.isfinite(t) & (t > 0))), (
+        f"{case.id}: expected finite positive temperatures (order-preserving), got {t.tolist()}"
+    )
+    # The IUT's own calibration with its fitted temperatures keeps the order of raw per position.
+    hidden = raw.float()[..., None]
+    head = _identity_head(dspark_device)
+    calibrated = iut.confidences(head, hidden, None, temperatures, checkpoint_gamma=gamma)
+    raw_cpu = hidden[..., 0].double().cpu()
+    for k in range(gamma):
+        ranked = calibrated.double().cpu()[torch.argsort(raw_cpu[:, k], stable=True), k]
+        inversions = int((ranked[1:] < ranked[:-1]).sum())
+        assert inversions == 0, (
+            f"{case.id}: calibration with t_{k + 1} = {float(t[k])} reorders raw logits "
+            f"({inversions} inversions)"
+        )
+    # On overconfident data (true temperature 2) the IUT's calibrated prefix survival is
+    # better calibrated than its uncalibrated one, at every position.
+    uncalibrated = iut.confidences(head, hidden, None, None, checkpoint_gamma=gamma)
+    before = iut.prefix_survival(uncalibrated)
+    after = iut.prefix_survival(calibrated)
+    for k in range(gamma):
+        ece_before, ece_after = _ece(before[:, k], accepted[:, k]), _ece(after[:, k], accepted[:, k])
+        assert ece_after < ece_before, (
+            f"{case.id}: STS did not lower the ECE of prefix survival at position {k + 1}: "
+            f"{ece_before:.4f} before, {ece_after:.4f} after (temperatures {t.tolist()})"
+        )
+
+
+# case -> the (1-based) position whose labels change
+LEFT_TO_RIGHT_CASES = {
+    case("S7/sts/left-to-right-position-2", "labels changed from position 2 on: t_1 unchanged",
+         ["S7.sts"]): 2,
+    case("S7/sts/left-to-right-position-4", "labels changed at the last position: t_1..t_3 unchanged",
+         ["S7.sts"]): 4,
+}
+
+
+@pytest.mark.parametrize("case", LEFT_TO_RIGHT_CASES, ids=case_id)
+def test_S7_sts_holds_earlier_positions_fixed(case, require, case_generator):
+    iut = require(Confidence)
+    position = LEFT_TO_RIGHT_CASES[case]
+    gamma = 4
+    raw, accepted = _overconfident_blocks(4096, gamma, case_generator)
+    # Reject position `position` (1-based) for half of the rows that reached it; later
+    # positions follow, so the labels stay prefix indicators.
+    k = position - 1
+    flip = accepted[:, k] & (torch.rand(raw.shape[0], generator=case_generator,
+                                        device=raw.device) < 0.5)
+    changed = accepted.clone()
+    changed[flip, k:] = False
+
+    first, second = iut.fit_sts(raw, accepted), iut.fit_sts(raw, changed)
+
+    assert torch.equal(first[:k].cpu(), second[:k].cpu()), (
+        f"{case.id}: changing labels at position {position} changed earlier temperatures: "
+        f"{first[:k].tolist()} -> {second[:k].tolist()}"
+    )
+
+
+STS_TARGET_CASE = case(
+    "S7/sts/cumulative-product-target",
+    "t_2 is fitted on the cumulative product with c_1 fixed, not on conditional labels",
+    ["S7.sts"],
+)
+
+
+@pytest.mark.parametrize("case", [STS_TARGET_CASE], ids=case_id)
+def test_S7_sts_fits_the_cumulative_product(case, require, case_generator, dspark_device):
+    """raw_1 = 0 makes c_1 = 1/2 for every t_1, and every block survives position 1;
+    raw_2 = 4 everywhere and half the blocks survive position 2. The ECE of the cumulative
+    product ``0.5 * sigmoid(4 / t_2)`` against a 50 % prefix rate falls as t_2 falls, so STS
+    must sharpen (t_2 < 1, for any grid reaching below 1); a fit on the conditional labels
+    (``c_2`` against a 50 % rate given position 1) would flatten instead (t_2 > 1).
+    """
+    iut = require(Confidence)
+    n = 2000
+    raw = torch.zeros(n, 2, dtype=torch.float64, device=dspark_device)
+    raw[:, 1] = 4.0
+    accepted = torch.ones(n, 2, dtype=torch.bool, device=dspark_device)
+    accepted[torch.randperm(n, generator=case_generator, device=dspark_device)[: n // 2], 1] = False
+
+    temperatures = iut.fit_sts(raw, accepted).double().cpu()
+
+    assert 0 < float(temperatures[1]) < 1, (
+        f"{case.id}: expected t_2 < 1 (minimising the ECE of c_1 * c_2 with c_1 = 0.5 against "
+        f"a 50% prefix rate sharpens c_2), got temperatures {temperatures.tolist()}"
+    )

@@ -1,0 +1,555 @@
+"""SPEC S3 step sampling: greedy rows, the declared greedy rule, the temperature clamp, the
+law ``softmax(L / T)`` of the exponential race, tiled vocabularies, fresh noise, vocabulary
+crop, zero-probability tokens and truncation.
+
+Capabilities: ``StepSampler`` (fresh noise: statistical and exact-greedy cases),
+``NoiseStepSampler`` (explicit noise: exact parity with a float64 oracle),
+``TruncatedStepSampler`` (top-k / top-p / min-p). Every oracle below is written here in
+float64 and shares no code with ``dspark_ref``. Exact cases move the oracle's noise away
+from near-ties (:func:`_separate`), so float32 rounding cannot flip a winner.
+
+Statistical cases draw all samples of one assertion by repeating one logits row in a batch
+(chunked to ``_call_elements`` floats per call), with ``n`` from
+``stats.sample_size_for_tv`` at ``budget.DEFAULT_MIN_TV`` unless the case says otherwise.
+
+To add a case: register it with ``case(...)`` next to its test (clauses from
+``conformance.cases.SPEC_CLAUSES``, ``statistical=`` the number of ``stat_check`` calls it
+makes) and add it to that test's parameter list.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conformance import stats
+from conformance.budget import DEFAULT_MIN_TV
+from conformance.cases import case, case_id
+from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
+from fixtures.generators import logit_rows
+
+TEMPERATURE_FLOOR = 1e-5  # SPEC S3: sampling temperatures are clamped to at least this
+NEAR_TIE = 1e-3  # exact cases keep the two best oracle keys at least this far apart (relative)
+TEMPERATURES = (0.3, 0.7, 1.0, 1.5, 2.0)
+TILE_EDGE_VOCABS = (1023, 1024, 1025)  # both sides of a 1024-column tile
+PRODUCTION_VOCABS = (129_280, 151_936)  # DeepSeek-V4, Qwen3
+# A row with distinct probabilities far from every truncation cut-off used below.
+EIGHT_PROBS = (0.30, 0.22, 0.16, 0.12, 0.09, 0.06, 0.03, 0.02)
+
+
+# --------------------------------------------------------------------------- oracles
+def _softmax64(logits: torch.Tensor, temperatures) -> torch.Tensor:
+    """float64 ``softmax(L / max(T, 1e-5))`` on CPU; ``temperatures`` a float or ``[B]``."""
+    temps = torch.as_tensor(temperatures, dtype=torch.float64).clamp(min=TEMPERATURE_FLOOR)
+    scaled = logits.detach().cpu().double() / (temps[..., None] if temps.ndim else temps)
+    weights = torch.exp(scaled - scaled.max(dim=-1, keepdim=True).values)
+    return weights / weights.sum(dim=-1, keepdim=True)
+
+
+def _lowest_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Row argmax of ``[B, V]``, lowest index among ties (exact comparison in float64)."""
+    values = logits.detach().cpu().double()
+    hits = values == values.max(dim=-1, keepdim=True).values
+    return torch.tensor([int(row.nonzero()[0]) for row in hits])
+
+
+def _greedy_by_rule(rule: str, temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """SPEC S3 conventions: ``top_k <= 1`` (SGLang) or ``temperature < 1e-5`` (vLLM)."""
+    if rule == "top_k":
+        return top_k.cpu() <= 1
+    return temperatures.cpu() < TEMPERATURE_FLOOR
+
+
+def _race_keys64(logits, temperatures, noise) -> torch.Tensor:
+    """float64 race keys ``p_v / E_v``; zero-probability tokens get -1 (never win)."""
+    probs = _softmax64(logits, temperatures.cpu())
+    return torch.where(probs > 0, probs / noise.cpu().double(), -1.0)
+
+
+def _expected_tokens(rule, logits, temperatures, top_k, noise) -> torch.Tensor:
+    """What a conforming IUT returns: greedy rows argmax, the others the race winner."""
+    greedy = _greedy_by_rule(rule, temperatures, top_k)
+    race = _race_keys64(logits, temperatures, noise).argmax(dim=-1)
+    return torch.where(greedy, _lowest_argmax(logits), race)
+
+
+def _separate(logits, temperatures, noise) -> torch.Tensor:
+    """Halve the winner's noise on rows whose two best oracle keys are within NEAR_TIE.
+
+    Exact parity then cannot hinge on float32 rounding (keys are rounded at ~1e-6).
+    """
+    noise = noise.clone()
+    top2 = _race_keys64(logits, temperatures, noise).topk(2, dim=-1)
+    close = top2.values[:, 1] > (1 - NEAR_TIE) * top2.values[:, 0]
+    rows = close.nonzero().flatten()
+    noise[rows, top2.indices[rows, 0]] *= 0.5
+    return noise
+
+
+def _inputs_generator(case_seed: int) -> torch.Generator:
+    """CPU generator for test inputs, a stream separate from the IUT's ``case_generator``."""
+    return torch.Generator().manual_seed(stats.derive_seed(case_seed, "inputs"))
+
+
+def _exp_noise(shape, generator: torch.Generator) -> torch.Tensor:
+    return torch.empty(shape).exponential_(generator=generator)
+
+
+def _call_elements(device: torch.device) -> int:
+    """Logit floats per sampler call in statistical draws (memory of one call)."""
+    return 1 << (28 if device.type == "cuda" else 22)
+
+
+def _assert_ids_below(tokens: torch.Tensor, vocab: int, where: str) -> None:
+    tokens = tokens.cpu()
+    bad = (tokens < 0) | (tokens >= vocab)
+    assert not bool(bad.any()), (
+        f"{where}: token ids must lie in [0, {vocab}), got {tokens[bad][:8].tolist()} "
+        f"at rows {bad.nonzero().flatten()[:8].tolist()}"
+    )
+
+
+def _assert_tokens(got: torch.Tensor, expected: torch.Tensor, rows: torch.Tensor, what: str) -> None:
+    got = got.cpu()
+    wrong = rows & (got != expected)
+    assert not bool(wrong.any()), (
+        f"{what}: {int(wrong.sum())} of {int(rows.sum())} rows differ, e.g. rows "
+        f"{wrong.nonzero().flatten()[:8].tolist()}: got {got[wrong][:8].tolist()}, "
+        f"expected {expected[wrong][:8].tolist()}"
+    )
+
+
+def _draw(sampler, row, temperature: float, top_k: int, vocab: int, n: int, generator, device):
+    """``n`` tokens of one ``[V_pad]`` logits row through ``StepSampler``, chunked calls."""
+    per_call = max(1, _call_elements(device) // row.shape[-1])
+    row = row.to(device)
+    out = []
+    for start in range(0, n, per_call):
+        rows = min(per_call, n - start)
+        out.append(sampler.sample(
+            row.expand(rows, -1).contiguous(),
+            torch.full((rows,), temperature, device=device),
+            torch.full((rows,), top_k, dtype=torch.int64, device=device),
+            vocab, generator,
+        ).cpu())
+    tokens = torch.cat(out)
+    _assert_ids_below(tokens, vocab, "StepSampler.sample")
+    return tokens
+
+
+def _probs_row(probs, generator: torch.Generator) -> torch.Tensor:
+    """Logits ``log p`` of ``probs`` in a seeded order (the mode is rarely at index 0)."""
+    order = torch.randperm(len(probs), generator=generator)
+    return torch.tensor(probs, dtype=torch.float64)[order].log().float()
+
+
+# --------------------------------------------------------------------------- law
+LAW_CASES = [
+    pytest.param(
+        case(f"S3/law/{family}-T{t:g}", f"chi-square of the race vs float64 softmax(L/T), {family} row, T={t:g}",
+             ("S3.law", "S3.exponential-race"), statistical=1),
+        family, t, id=f"S3/law/{family}-T{t:g}",
+    )
+    for family in ("flat", "peaked", "near-tie")
+    for t in TEMPERATURES
+]
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case, family, temperature", LAW_CASES)
+def test_S3_law(case, family, temperature, require, dspark_device, case_seed, case_generator, stat_check):
+    sampler = require(StepSampler)
+    vocab = 8
+    row = logit_rows(family, 1, vocab, _inputs_generator(case_seed))[0]
+    probs = _softmax64(row, temperature)
+    n = stats.sample_size_for_tv(probs)
+    tokens = _draw(sampler, row, temperature, vocab, vocab, n, case_generator, dspark_device)
+    stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab), probs, name=case.id))
+
+
+RACE_CASES = [
+    pytest.param(
+        case(f"S3/race-exact/{family}", f"explicit noise: argmax p/E equals the float64 oracle, {family} rows, "
+             "all five temperatures", ("S3.exponential-race",)),
+        family, id=f"S3/race-exact/{family}",
+    )
+    for family in ("flat", "peaked", "near-tie", "random")
+]
+
+
+@pytest.mark.parametrize("case, family", RACE_CASES)
+def test_S3_race_exact(case, family, require, dspark_device, dspark_adapter, case_seed):
+    sampler = require(NoiseStepSampler)
+    gen, vocab, per_t = _inputs_generator(case_seed), 16, 32
+    logits = logit_rows(family, per_t * len(TEMPERATURES), vocab, gen)
+    temps = torch.tensor(TEMPERATURES).repeat_interleave(per_t)
+    top_k = torch.full_like(temps, vocab, dtype=torch.int64)
+    noise = _separate(logits, temps, _exp_noise(logits.shape, gen))
+    got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
+    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    _assert_tokens(got, expected, torch.ones_like(temps, dtype=torch.bool), case.id)
+
+
+# --------------------------------------------------------------------------- clamp
+CLAMP_ARGMAX = case(
+    "S3/clamp/zero-temperature-argmax",
+    "T=0 and T=1e-7 on rows with top_k=V act as T=1e-5: argmax for logits 0.1 apart (exact)",
+    ("S3.temperature-clamp", "S3.greedy"),
+)
+CLAMP_NOISE = case(
+    "S3/clamp/noise-parity",
+    "explicit noise, logits 5e-6 apart: T in {0, 1e-7, 1e-6} races at T=1e-5 (or is greedy by the rule)",
+    ("S3.temperature-clamp", "S3.exponential-race"),
+)
+
+
+@pytest.mark.parametrize("case", [CLAMP_ARGMAX], ids=case_id)
+def test_S3_clamp_argmax(case, require, dspark_device, case_seed, case_generator):
+    sampler = require(StepSampler)
+    gen, vocab, rows = _inputs_generator(case_seed), 16, 256
+    # Values (k - 8) / 10: zero, negatives and positives, so an unclamped L / 0 gives NaN and inf.
+    logits = torch.stack([torch.randperm(vocab, generator=gen) for _ in range(rows)]).sub(vocab // 2).float() / 10
+    temps = torch.tensor([0.0, 1e-7]).repeat(rows // 2)
+    top_k = torch.full((rows,), vocab, dtype=torch.int64)
+    got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), vocab,
+                         case_generator)
+    _assert_tokens(got, _lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
+
+
+@pytest.mark.parametrize("case", [CLAMP_NOISE], ids=case_id)
+def test_S3_clamp_noise(case, require, dspark_device, dspark_adapter, case_seed):
+    sampler = require(NoiseStepSampler)
+    gen, vocab, rows = _inputs_generator(case_seed), 8, 96
+    # At T = 1e-5 these logits scale to 0, 0.5, ..., 3.5: the race is far from argmax.
+    logits = torch.stack([torch.randperm(vocab, generator=gen) for _ in range(rows)]).float() * 5e-6
+    temps = torch.tensor([0.0, 1e-7, 1e-6]).repeat(rows // 3)
+    top_k = torch.full((rows,), vocab, dtype=torch.int64)
+    noise = _separate(logits, temps, _exp_noise(logits.shape, gen))
+    got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
+    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    _assert_tokens(got, expected, torch.ones(rows, dtype=torch.bool), case.id)
+
+
+# --------------------------------------------------------------------------- greedy
+GREEDY_CASES = [
+    case(f"S3/greedy/ties-{cap.__name__}", f"{cap.__name__}: greedy rows (top_k=1, T=0) take the lowest index "
+         "among tied maxima, V=1025 (ties across the 1024 tile edge)", ("S3.greedy",))
+    for cap in (StepSampler, NoiseStepSampler)
+]
+
+
+def _tied_rows(vocab: int, gen: torch.Generator) -> torch.Tensor:
+    """``[64, vocab]`` rows whose maximum is tied: at random places, across the tile edge,
+    everywhere (a flat row), and among -inf logits."""
+    logits = 2 * torch.randn(64, vocab, generator=gen)
+    for r in range(48):
+        places = torch.randperm(vocab, generator=gen)[: 2 + r % 3]
+        logits[r, places] = logits[r].max() + 1
+    logits[48:56, 1023:1025] = logits[48:56].max() + 1
+    logits[56:60] = 0.5
+    logits[60:, :] = -math.inf
+    logits[60:, [3, 700, 1024]] = 1.0
+    return logits
+
+
+@pytest.mark.parametrize("case", GREEDY_CASES, ids=case_id)
+def test_S3_greedy_ties(case, require, dspark_device, case_seed, case_generator):
+    gen, vocab = _inputs_generator(case_seed), 1025
+    logits = _tied_rows(vocab, gen)
+    rows = logits.shape[0]
+    temps, top_k = torch.zeros(rows), torch.ones(rows, dtype=torch.int64)  # greedy under both rules
+    args = (logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device))
+    if case is GREEDY_CASES[0]:
+        got = require(StepSampler).sample(*args, vocab, case_generator)
+    else:
+        got = require(NoiseStepSampler).sample_with_noise(*args, _exp_noise(logits.shape, gen).to(dspark_device))
+    _assert_tokens(got, _lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
+
+
+# --------------------------------------------------------------------------- greedy rule
+MIXED_STEP = case(
+    "S3/greedy-rule/mixed-batch",
+    "interleaved rows: (top_k=1, T=1), (top_k=V, T=1e-6) where the rules disagree, (1, 0), (V, 1): "
+    "greedy rows of the declared rule exact argmax; chi-square of the T=1 rows and of the "
+    "disagreeing rows the rule samples",
+    ("S3.greedy-rule", "S3.greedy", "S3.law", "S3.temperature-clamp"), statistical=2,
+)
+MIXED_NOISE = case(
+    "S3/greedy-rule/mixed-batch-noise",
+    "explicit noise, the same four row kinds: every row equals the oracle of the declared rule",
+    ("S3.greedy-rule", "S3.greedy", "S3.temperature-clamp"),
+)
+# Row kinds (top_k, T): greedy for SGLang only, greedy for vLLM only, greedy for both, neither.
+KINDS = ((1, 1.0), (None, 1e-6), (1, 0.0), (None, 1.0))
+
+
+def _mixed_batch(vocab: int, per_kind: int):
+    """Kinds interleaved row by row; ``None`` top_k means ``vocab`` (no greedy, no cut)."""
+    kind = torch.arange(len(KINDS) * per_kind) % len(KINDS)
+    top_k = torch.tensor([vocab if k is None else k for k, _ in KINDS])[kind]
+    temps = torch.tensor([t for _, t in KINDS])[kind]
+    return kind, temps, top_k
+
+
+def _fine_row(vocab: int, gen: torch.Generator) -> torch.Tensor:
+    """Distinct logits 5e-6 apart: near-uniform at T=1, spread (0..3.5) at T=1e-5."""
+    return torch.randperm(vocab, generator=gen).float() * 5e-6
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", [MIXED_STEP], ids=case_id)
+def test_S3_greedy_rule_mixed(case, require, dspark_device, dspark_adapter, case_seed, case_generator, stat_check):
+    sampler = require(StepSampler)
+    rule, vocab = dspark_adapter.conventions.greedy_rule, 8
+    row = _fine_row(vocab, _inputs_generator(case_seed))
+    n = stats.sample_size_for_tv(vocab)
+    kind, temps, top_k = _mixed_batch(vocab, n)
+    logits = row.expand(len(kind), -1).contiguous()
+    got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), vocab,
+                         case_generator).cpu()
+    _assert_ids_below(got, vocab, case.id)
+    greedy = _greedy_by_rule(rule, temps, top_k)
+    _assert_tokens(got, _lowest_argmax(logits[:1]).expand(len(kind)), greedy, f"{case.id}: greedy rows ({rule} rule)")
+    disagree = 1 if rule == "top_k" else 0  # the kind this rule samples and the other makes greedy
+    for detail, k, t in (("both-sample-T1", 3, 1.0), ("rule-samples", disagree, max(KINDS[disagree][1], TEMPERATURE_FLOOR))):
+        counts = torch.bincount(got[kind == k], minlength=vocab)
+        stat_check(stats.goodness_of_fit(counts, _softmax64(row, t), name=f"{case.id}/{detail}"))
+
+
+@pytest.mark.parametrize("case", [MIXED_NOISE], ids=case_id)
+def test_S3_greedy_rule_mixed_noise(case, require, dspark_device, dspark_adapter, case_seed):
+    sampler = require(NoiseStepSampler)
+    gen, vocab = _inputs_generator(case_seed), 8
+    kind, temps, top_k = _mixed_batch(vocab, 32)
+    logits = torch.stack([_fine_row(vocab, gen) for _ in kind])
+    noise = _separate(logits, temps, _exp_noise(logits.shape, gen))
+    got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
+    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    _assert_tokens(got, expected, torch.ones(len(kind), dtype=torch.bool), case.id)
+
+
+# --------------------------------------------------------------------------- tiles
+TILED_CASES = [
+    pytest.param(
+        case(f"S3/tiled/exact-V{v}", f"explicit noise, V={v}: race and greedy rows equal the float64 untiled "
+             "oracle, incl. a row whose best unrescaled tile key sits in another tile than the winner",
+             ("S3.tiled", "S3.exponential-race", "S3.greedy")),
+        v, id=f"S3/tiled/exact-V{v}",
+    )
+    for v in TILE_EDGE_VOCABS + PRODUCTION_VOCABS
+]
+
+
+def _tile_rows(vocab: int, gen: torch.Generator):
+    """Eight rows of N(0, 2^2) logits with traps for tile-combine faults."""
+    logits = 2 * torch.randn(8, vocab, generator=gen)
+    noise = _exp_noise(logits.shape, gen)
+    temps = torch.tensor([1.0, 0.7, 1.5, 1.0, 0.3, 2.0, 0.0, 1.0])
+    top_k = torch.tensor([vocab] * 6 + [1, 1])
+    # Row 0: the largest logit (first tile) carries heavy noise, so the winner is elsewhere.
+    logits[0, 7] = logits[0].max() + 3
+    noise[0, 7] = 50.0
+    # Row 3: the last token is very unlikely but has tiny noise: alone in its tile at
+    # V = 1025, its key is the largest only if tile keys are compared without the rescale.
+    logits[3, -1] = logits[3].min() - 10
+    noise[3, -1] = 1e-4
+    # Row 4: peaked in the last tile. Rows 6-7: greedy rows tied across a tile edge.
+    logits[4, -2] = logits[4].max() + 2
+    edge = min(1023, vocab - 2)
+    logits[6:, [edge, edge + 1]] = logits[6:].max() + 1
+    return logits, temps, top_k, _separate(logits, temps, noise)
+
+
+@pytest.mark.parametrize("case, vocab", TILED_CASES)
+def test_S3_tiled_exact(case, vocab, require, dspark_device, dspark_adapter, case_seed):
+    sampler = require(NoiseStepSampler)
+    logits, temps, top_k, noise = _tile_rows(vocab, _inputs_generator(case_seed))
+    got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
+    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    _assert_tokens(got, expected, torch.ones(len(temps), dtype=torch.bool), case.id)
+
+
+# Tile-edge laws: four tokens carry the mass, placed at 0, V/2 and the last two columns (one
+# of them alone in its tile at V = 1025); every other logit is 30 below the smallest of them.
+# A tile fault (a tile dropped, its noise not loaded, keys not rescaled) moves at least the
+# mass of one token (>= 0.1), so on CPU min_tv = 0.05 (n ~ 7k rows of V floats) suffices;
+# the production vocabularies run in the GPU tier at the default min_tv.
+TILE_EDGE_MIN_TV = 0.05
+TILE_LAW_CASES = [
+    pytest.param(
+        case(f"S3/tiled/law-V{v}", f"chi-square of StepSampler at V={v}: law on 4 tokens at 0, V/2, V-2, V-1 "
+             f"plus a 'rest' bin (min TV {tv:g})", ("S3.tiled", "S3.law"), statistical=1),
+        v, tv, id=f"S3/tiled/law-V{v}", marks=marks,
+    )
+    for vs, tv, marks in ((TILE_EDGE_VOCABS, TILE_EDGE_MIN_TV, ()), (PRODUCTION_VOCABS, DEFAULT_MIN_TV, pytest.mark.gpu))
+    for v in vs
+]
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case, vocab, min_tv", TILE_LAW_CASES)
+def test_S3_tiled_law(case, vocab, min_tv, require, dspark_device, case_seed, case_generator, stat_check, request):
+    if request.node.get_closest_marker("gpu") and dspark_device.type != "cuda":
+        pytest.skip("gpu tier: production vocabulary needs --dspark-device cuda")
+    sampler = require(StepSampler)
+    places = torch.tensor([0, vocab // 2, vocab - 2, vocab - 1])
+    mass = _probs_row((0.4, 0.3, 0.2, 0.1), _inputs_generator(case_seed))
+    row = torch.full((vocab,), float(mass.min()) - 30)
+    row[places] = mass
+    probs = _softmax64(row, 1.0)
+    binned = torch.cat([probs[places], (1 - probs[places].sum()).reshape(1)])
+    n = stats.sample_size_for_tv(len(binned), min_tv=min_tv)
+    tokens = _draw(sampler, row, 1.0, vocab, vocab, n, case_generator, dspark_device)
+    hits = torch.bincount(tokens, minlength=vocab)[places]
+    counts = torch.cat([hits, (n - hits.sum()).reshape(1)])
+    stat_check(stats.goodness_of_fit(counts, binned, name=case.id, min_tv=min_tv))
+
+
+# --------------------------------------------------------------------------- vocabulary
+PADDED_CASES = [
+    pytest.param(
+        case(f"S3/vocab-crop/padded-V{v}", f"V={v} padded by 64 columns holding the LARGEST logits: ids < V, "
+             "greedy rows argmax of the cropped row (exact)", ("S3.vocab-crop", "S3.greedy")),
+        v, id=f"S3/vocab-crop/padded-V{v}",
+    )
+    for v in (8, 1025) + PRODUCTION_VOCABS
+]
+
+
+@pytest.mark.parametrize("case, vocab", PADDED_CASES)
+def test_S3_padded_vocab(case, vocab, require, dspark_device, case_seed, case_generator):
+    sampler = require(StepSampler)
+    rows = 16
+    logits = logit_rows("random", rows, vocab + 64, _inputs_generator(case_seed))
+    logits[:, vocab:] = logits[:, :vocab].max() + 20
+    temps = torch.tensor([1.0, 0.0]).repeat(rows // 2)
+    top_k = torch.tensor([vocab, 1]).repeat(rows // 2)  # sampling, greedy (under both rules)
+    got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), vocab,
+                         case_generator)
+    _assert_ids_below(got, vocab, case.id)
+    _assert_tokens(got, _lowest_argmax(logits[:, :vocab]), top_k == 1, case.id)
+
+
+ZERO_CASES = [
+    case("S3/vocab-crop/neg-inf-never-drawn", "StepSampler, 12 of 16 logits -inf (incl. both ends), 4096 rows at "
+         "T in {0.3, 1, 2, 50} and greedy rows: no -inf token ever returned (exact)", ("S3.vocab-crop", "S3.greedy")),
+    case("S3/vocab-crop/neg-inf-zero-noise", "explicit noise exactly 0 (or 1e-30) on the -inf tokens: 0/0 must "
+         "not win; every row equals the float64 oracle", ("S3.vocab-crop", "S3.exponential-race")),
+]
+
+
+def _sparse_rows(rows: int, gen: torch.Generator):
+    """``[rows, 16]`` logits with 4 finite tokens (random places inside) and -inf elsewhere."""
+    logits = torch.full((rows, 16), -math.inf)
+    for r in range(rows):
+        places = 1 + torch.randperm(14, generator=gen)[:4]
+        logits[r, places] = 3 * torch.randn(4, generator=gen)
+    temps = torch.tensor([0.3, 1.0, 2.0, 50.0, 0.0]).repeat(rows // 5)
+    top_k = torch.tensor([16, 16, 16, 16, 1]).repeat(rows // 5)
+    return logits, temps, top_k
+
+
+@pytest.mark.parametrize("case", ZERO_CASES, ids=case_id)
+def test_S3_zero_probability(case, require, dspark_device, dspark_adapter, case_seed, case_generator):
+    gen = _inputs_generator(case_seed)
+    if case is ZERO_CASES[0]:
+        sampler = require(StepSampler)
+        logits, temps, top_k = _sparse_rows(4096 // 16 * 5, gen)
+        logits = logits.repeat(16, 1)
+        temps, top_k = temps.repeat(16), top_k.repeat(16)
+        got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), 16,
+                             case_generator).cpu()
+        _assert_ids_below(got, 16, case.id)
+        drawn = logits.gather(1, got[:, None]).squeeze(1)
+        assert bool((drawn > -math.inf).all()), (
+            f"{case.id}: -inf tokens drawn at rows {(drawn == -math.inf).nonzero().flatten()[:8].tolist()}"
+        )
+        greedy = _greedy_by_rule(dspark_adapter.conventions.greedy_rule, temps, top_k)
+        _assert_tokens(got, _lowest_argmax(logits), greedy, f"{case.id}: greedy rows")
+        return
+    sampler = require(NoiseStepSampler)
+    logits, temps, top_k = _sparse_rows(200, gen)
+    noise = _exp_noise(logits.shape, gen)
+    dead = logits == -math.inf
+    noise[dead] = torch.where(torch.rand(int(dead.sum()), generator=gen) < 0.5, 0.0, 1e-30)
+    noise = _separate(logits, temps, noise)
+    got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
+    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    _assert_tokens(got, expected, torch.ones(len(temps), dtype=torch.bool), case.id)
+
+
+# --------------------------------------------------------------------------- fresh noise
+FRESH_CASES = [
+    case("S3/fresh-noise/row-pairs", "one call, one row repeated: chi-square of (row 2i, row 2i+1) pairs vs "
+         "the product law p x p (16 bins); shared noise across rows puts every pair on the diagonal",
+         ("S3.fresh-noise",), statistical=1),
+    case("S3/fresh-noise/call-pairs", "two successive calls with one generator: chi-square of (call 1, call 2) "
+         "pairs per row vs p x p; noise frozen across calls repeats call 1", ("S3.fresh-noise",), statistical=1),
+]
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", FRESH_CASES, ids=case_id)
+def test_S3_fresh_noise(case, require, dspark_device, case_seed, case_generator, stat_check):
+    sampler = require(StepSampler)
+    vocab = 4
+    row = _probs_row((0.4, 0.3, 0.2, 0.1), _inputs_generator(case_seed))
+    probs = _softmax64(row, 1.0)
+    joint = torch.outer(probs, probs).flatten()
+    n = stats.sample_size_for_tv(joint)
+    if case is FRESH_CASES[0]:
+        tokens = _draw(sampler, row, 1.0, vocab, vocab, 2 * n, case_generator, dspark_device)
+        first, second = tokens[0::2], tokens[1::2]
+    else:
+        first, second = (_draw(sampler, row, 1.0, vocab, vocab, n, case_generator, dspark_device) for _ in range(2))
+    counts = torch.bincount(first * vocab + second, minlength=vocab * vocab)
+    stat_check(stats.goodness_of_fit(counts, joint, name=case.id))
+
+
+# --------------------------------------------------------------------------- truncation
+TRUNCATION_CASES = [
+    pytest.param(
+        case(f"S3/truncation/{name}", f"chi-square vs the float64 renormalised truncated softmax, {name}={value:g}, "
+             f"T={t:g}; truncated tokens never drawn", ("S3.truncation",), statistical=1),
+        name, value, t, id=f"S3/truncation/{name}",
+    )
+    for name, value, t in (("top-k", 2, 0.7), ("top-p", 0.7, 1.0), ("min-p", 0.5, 1.0))
+]
+
+
+def _truncated64(probs: torch.Tensor, name: str, value: float) -> torch.Tensor:
+    """float64 oracle of the kept set, renormalised (cut-offs of EIGHT_PROBS are far from ties)."""
+    if name == "top-k":
+        keep = probs >= probs.sort(descending=True).values[int(value) - 1]
+    elif name == "top-p":
+        ranked = probs.sort(descending=True).values
+        mass_before = ranked.cumsum(0) - ranked
+        keep = probs >= ranked[mass_before < value].min()
+    else:
+        keep = probs >= value * probs.max()
+    kept = torch.where(keep, probs, 0.0)
+    return kept / kept.sum()
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case, name, value, temperature", TRUNCATION_CASES)
+def test_S3_truncation(case, name, value, temperature, require, dspark_device, case_seed, case_generator, stat_check):
+    sampler = require(TruncatedStepSampler)
+    vocab = len(EIGHT_PROBS)
+    row = _probs_row(EIGHT_PROBS, _inputs_generator(case_seed))
+    expected = _truncated64(_softmax64(row, temperature), name, value)
+    n = stats.sample_size_for_tv(expected)
+    cut = {"top-k": vocab, "top-p": 1.0, "min-p": 0.0} | {name: value}
+    device = dspark_device
+    tokens = sampler.sample_truncated(
+        row.to(device).expand(n, -1).contiguous(),
+        torch.full((n,), temperature, device=device),
+        torch.full((n,), int(cut["top-k"]), dtype=torch.int64, device=device),
+        torch.full((n,), float(cut["top-p"]), device=device),
+        torch.full((n,), float(cut["min-p"]), device=device),
+        case_generator,
+    ).cpu()
+    _assert_ids_below(tokens, vocab, case.id)
+    stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab), expected, name=case.id))

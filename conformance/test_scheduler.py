@@ -1,0 +1,376 @@
+"""Conformance tests for SPEC S8: the hardware-aware prefix scheduler (paper Algorithm 1).
+
+Covers: the IUT's lengths against an oracle of Algorithm 1 written here in plain Python
+from the paper's text, on generated cases (R in 1..8, gamma in 1..7, confidences with ties
+and zeros, SPS tables decaying smoothly or jagged); ties admitted in prefix order; a tie in
+Theta is not an improvement; the early stop; and losslessness on the paper's Appendix A
+construction, exactly (enumeration with fractions) and by sampling the process through the
+IUT. Everything reaches the implementation through
+:class:`~conformance.contract.PrefixScheduler`.
+
+Exactness: generated confidences are multiples of 1/16 (1/2 for the Theta-tie family) and
+SPS entries multiples of 1/4096, so every survival, tau and Theta below is exact in float64
+(at most 51 significant bits) whatever order an implementation sums in; the Theta-tie family
+is exact in float32 too. SPEC S8 orders ties only within a request (``(r, j-1)`` before
+``(r, j)``), so the check accepts any order of tied candidates across requests: the IUT must
+admit as many draft tokens as Algorithm 1, forming a top set of the candidates.
+
+To add a case: add ``case(...): builder`` to the dict of its family, where ``builder(rng)``
+returns one instance ``(confidences as lists, SPS table)`` from a ``random.Random``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+
+import pytest
+import torch
+
+from conformance import stats
+from conformance.cases import case, case_id
+from conformance.contract import PrefixScheduler
+
+INSTANCES = 200
+SPS_QUANTUM = 4096
+SIXTEENTHS = [k / 16 for k in range(17)] + [0.0, 1.0] * 3  # extra zeros and ones: ties
+POSITIVE_SIXTEENTHS = [k / 16 for k in range(1, 17)]
+HALVES = [0.0, 0.5, 1.0, 1.0]
+APPENDIX_A_SPS = [1.0, 0.5, 0.45]
+
+
+# ----------------------------------------------------------------------------- oracle
+def _algorithm_1(conf: list[list[float]], sps: list[float]):
+    """Paper Algorithm 1, line by line. Returns (admitted count, survival, path, Theta trace).
+
+    Lines 1-3: ``a[r][j] = prod_{i<=j} c[r][i]``. Line 4: candidates with ``a > 0`` sorted by
+    ``a`` descending (here ties in row-major order, one of the orders SPEC S8 allows).
+    Lines 5-15: admit while ``Theta = tau * SPS(B)`` strictly rises, break otherwise.
+    """
+    rows = len(conf)
+    survival = []
+    for row in conf:
+        acc, prefix = 1.0, []
+        for c in row:
+            acc *= c
+            prefix.append(acc)
+        survival.append(prefix)
+    path = sorted(
+        ((r, j) for r in range(rows) for j, a in enumerate(survival[r]) if a > 0),
+        key=lambda rj: (-survival[rj[0]][rj[1]], rj[0], rj[1]),
+    )
+    batch, tau = rows, float(rows)
+    best, count, thetas = tau * sps[batch - 1], 0, [tau * sps[batch - 1]]
+    for admitted, (r, j) in enumerate(path, start=1):
+        batch, tau = batch + 1, tau + survival[r][j]
+        thetas.append(tau * sps[batch - 1])
+        if thetas[-1] > best:
+            best, count = thetas[-1], admitted
+        else:
+            break
+    return count, survival, path, thetas
+
+
+def _oracle_lengths(path, count: int, rows: int) -> list[int]:
+    lengths = [0] * rows
+    for r, j in path[:count]:
+        lengths[r] = j + 1
+    return lengths
+
+
+def _check_against_oracle(case, index: int, conf, sps, lengths: torch.Tensor) -> None:
+    """The IUT's lengths admit Algorithm 1's count of draft tokens, as a top set in prefix order."""
+    count, survival, path, _ = _algorithm_1(conf, sps)
+    rows, gamma = len(conf), len(conf[0])
+    where = (f"{case.id} instance {index}: confidences {conf}, SPS {sps}; Algorithm 1 admits "
+             f"{count} draft tokens, e.g. lengths {_oracle_lengths(path, count, rows)}")
+    assert lengths.dtype == torch.int64 and tuple(lengths.shape) == (rows,), (
+        f"{where}; expected int64 lengths of shape ({rows},), got {lengths.dtype} {tuple(lengths.shape)}"
+    )
+    got = lengths.cpu().tolist()
+    for r, length in enumerate(got):
+        assert 0 <= length <= gamma and (length == 0 or survival[r][length - 1] > 0), (
+            f"{where}; got lengths {got}: request {r} verifies {length} draft tokens, beyond its "
+            f"block or a zero-survival position"
+        )
+    assert sum(got) == count, f"{where}; got lengths {got} admitting {sum(got)}"
+    admitted = [survival[r][j] for r in range(rows) for j in range(got[r])]
+    passed_over = [survival[r][j] for r in range(rows) for j in range(got[r], gamma) if survival[r][j] > 0]
+    assert not admitted or not passed_over or min(admitted) >= max(passed_over), (
+        f"{where}; got lengths {got}, which pass over a candidate of survival {max(passed_over)} "
+        f"while admitting one of {min(admitted)}"
+    )
+
+
+# ----------------------------------------------------------------------------- generated instances
+def _quantized(value: float) -> float:
+    return max(1, round(value * SPS_QUANTUM)) / SPS_QUANTUM
+
+
+def _smooth_sps(rng: random.Random, size: int) -> list[float]:
+    """Smoothly decaying SPS: exponential decay or a roofline knee ``min(1, b0 / B)^p``."""
+    if rng.random() < 0.5:
+        rate = rng.uniform(0.01, 0.4)
+        return [_quantized(math.exp(-rate * b)) for b in range(size)]
+    knee, power = rng.uniform(1.0, size), rng.choice([0.5, 1.0, 1.5])
+    return [_quantized(min(1.0, knee / (b + 1)) ** power) for b in range(size)]
+
+
+def _jagged_sps(rng: random.Random, size: int) -> list[float]:
+    """Jagged SPS: plateaus, cliffs (x0.5..0.9) and bumps (x1..1.25), capped at 2."""
+    value, table = 1.0, []
+    for _ in range(size):
+        table.append(_quantized(value))
+        u = rng.random()
+        step = rng.uniform(0.5, 0.9) if u < 0.25 else rng.uniform(1.0, 1.25) if u < 0.4 else rng.uniform(0.97, 1.0)
+        value = min(2.0, value * step)
+    return table
+
+
+def _confidences(rng: random.Random, rows: int, gamma: int, values: list[float]) -> list[list[float]]:
+    return [[rng.choice(values) for _ in range(gamma)] for _ in range(rows)]
+
+
+def _taus(rows: int, conf, path) -> list[float]:
+    """``tau`` after admitting 0, 1, ... candidates of the path."""
+    _, survival, _, _ = _algorithm_1(conf, [1.0] * (rows + len(path)))
+    taus = [float(rows)]
+    for r, j in path:
+        taus.append(taus[-1] + survival[r][j])
+    return taus
+
+
+def _generic(values, sps_shape):
+    def build(rng: random.Random):
+        rows, gamma = rng.randint(1, 8), rng.randint(1, 7)
+        return _confidences(rng, rows, gamma, values), sps_shape(rng, rows * (gamma + 1))
+
+    return build
+
+
+def _mixed_sps(rng: random.Random, size: int) -> list[float]:
+    return (_smooth_sps if rng.random() < 0.5 else _jagged_sps)(rng, size)
+
+
+def _theta_tie(rng: random.Random):
+    """Theta rises for m - 1 admissions, then admission m gives exactly the same Theta.
+
+    With ``SPS(B) = tau_m / 64`` for ``B < R + m`` and ``SPS(R + m) = tau_{m-1} / 64``:
+    ``Theta_{m-1} = tau_{m-1} tau_m / 64 = Theta_m`` (exact in float32 and float64).
+    """
+    while True:
+        rows, gamma = rng.randint(1, 4), rng.randint(1, 4)
+        conf = _confidences(rng, rows, gamma, HALVES)
+        _, _, path, _ = _algorithm_1(conf, [1.0] * (rows * (gamma + 1)))
+        if path:
+            break
+    m = rng.randint(1, min(3, len(path)))
+    taus = _taus(rows, conf, path)
+    size = rows * (gamma + 1)
+    sps = [taus[m] / 64] * (rows + m - 1) + [taus[m - 1] / 64]
+    sps += [_quantized(rng.uniform(0.5, 2.0)) for _ in range(size - len(sps))]
+    return conf, sps
+
+
+def _cut_in_tie_groups(rng: random.Random):
+    """Rows of many c = 1 (equal survival along the row); SPS flat, then a cliff that cuts the
+    path after a random count, often inside a group of ties."""
+    while True:
+        rows, gamma = rng.randint(1, 8), rng.randint(2, 7)
+        conf = [[rng.choice(POSITIVE_SIXTEENTHS)]
+                + [1.0 if rng.random() < 0.6 else rng.choice(SIXTEENTHS) for _ in range(gamma - 1)]
+                for _ in range(rows)]
+        _, _, path, _ = _algorithm_1(conf, [1.0] * (rows * (gamma + 1)))
+        if len(path) >= 2:
+            break
+    size, cut = rows * (gamma + 1), rng.randint(1, len(path) - 1)
+    sps = [1.0] * (rows + cut) + [1 / SPS_QUANTUM]
+    return conf, sps + _jagged_sps(rng, size - len(sps))
+
+
+def _dip_then_recovery(rng: random.Random):
+    """Theta rises for m - 1 admissions, dips at m, then rises above its best again: the
+    causal scheduler stops at m - 1; a search without the early stop goes to the end."""
+    rows, gamma = rng.randint(1, 8), rng.randint(2, 7)
+    conf = _confidences(rng, rows, gamma, POSITIVE_SIXTEENTHS)
+    _, _, path, _ = _algorithm_1(conf, [1.0] * (rows * (gamma + 1)))
+    m, taus = rng.randint(1, len(path) - 1), _taus(rows, conf, path)
+    plateau = _quantized(rng.uniform(0.5, 1.0))
+    dip = math.floor(plateau * taus[m - 1] / taus[m] * rng.uniform(0.5, 0.95) * SPS_QUANTUM) / SPS_QUANTUM
+    sps = [plateau] * (rows + m - 1) + [dip] + [plateau] * (len(path) - m)
+    count, _, _, thetas = _algorithm_1(conf, sps)
+    recovered = taus[m + 1] * sps[rows + m]  # Theta after m + 1 admissions
+    assert count == m - 1 and recovered > thetas[count], "generator: no dip-then-recovery"
+    return conf, sps
+
+
+def _run_instances(case, builder, iut, case_seed: int, device: torch.device) -> None:
+    rng = random.Random(case_seed)
+    for index in range(INSTANCES):
+        conf, sps = builder(rng)
+        lengths = iut.schedule(torch.tensor(conf, dtype=torch.float64, device=device), sps)
+        _check_against_oracle(case, index, conf, sps, lengths)
+
+
+# ----------------------------------------------------------------------------- Algorithm 1
+ALGORITHM_1_CASES = {
+    case("S8/algorithm-1/smooth-sps", "k/16 confidences, smoothly decaying SPS",
+         ["S8.algorithm-1"]): _generic(SIXTEENTHS, _smooth_sps),
+    case("S8/algorithm-1/jagged-sps", "k/16 confidences, jagged SPS (cliffs, plateaus, bumps)",
+         ["S8.algorithm-1"]): _generic(SIXTEENTHS, _jagged_sps),
+    case("S8/algorithm-1/ties-and-zeros", "confidences in {0, 1/2, 1}: many ties and zero survival",
+         ["S8.algorithm-1"]): _generic(HALVES, _mixed_sps),
+}
+
+
+@pytest.mark.parametrize("case", ALGORITHM_1_CASES, ids=case_id)
+def test_S8_matches_algorithm_1(case, require, case_seed, dspark_device):
+    _run_instances(case, ALGORITHM_1_CASES[case], require(PrefixScheduler), case_seed, dspark_device)
+
+
+STRICT_CASES = {
+    case("S8/strict-improvement/theta-ties", "an admission that leaves Theta equal stops the walk",
+         ["S8.algorithm-1"]): _theta_tie,
+}
+
+
+@pytest.mark.parametrize("case", STRICT_CASES, ids=case_id)
+def test_S8_equal_theta_is_not_an_improvement(case, require, case_seed, dspark_device):
+    _run_instances(case, STRICT_CASES[case], require(PrefixScheduler), case_seed, dspark_device)
+
+
+TIE_ORDER_CASES = {
+    case("S8/tie-order/cut-in-tie-groups", "ties along a row admitted in prefix order (r, j-1) first",
+         ["S8.algorithm-1"]): _cut_in_tie_groups,
+}
+
+
+@pytest.mark.parametrize("case", TIE_ORDER_CASES, ids=case_id)
+def test_S8_ties_are_admitted_in_prefix_order(case, require, case_seed, dspark_device):
+    _run_instances(case, TIE_ORDER_CASES[case], require(PrefixScheduler), case_seed, dspark_device)
+
+
+EARLY_STOP_CASES = {
+    case("S8/early-stop/dip-then-recovery", "Theta dips then exceeds its best: stop at the dip",
+         ["S8.algorithm-1", "S8.lossless"]): _dip_then_recovery,
+}
+
+
+@pytest.mark.parametrize("case", EARLY_STOP_CASES, ids=case_id)
+def test_S8_stops_at_first_non_improvement(case, require, case_seed, dspark_device):
+    _run_instances(case, EARLY_STOP_CASES[case], require(PrefixScheduler), case_seed, dspark_device)
+
+
+# ----------------------------------------------------------------------------- Appendix A
+def _first_token_law(iut, target, draft, c1: float, c2_after, sps, device) -> dict:
+    """Exact law of the first output token of one request with gamma = 2 (paper Appendix A).
+
+    For each draft token ``x1`` (probability ``draft[x1]``) the IUT schedules
+    ``[[c1, c2_after[x1]]]``; an admitted ``x1`` is accepted with ``min(1, target/draft)``,
+    else the output comes from ``normalize(max(target - draft, 0))``; with ``l = 0`` the
+    target draws a fresh token from ``target``. Sums are exact fractions.
+    """
+    law = {v: Fraction(0) for v in target}
+    residual = {v: max(target[v] - draft[v], Fraction(0)) for v in target}
+    mass = sum(residual.values())
+    for x1, p_draw in draft.items():
+        if p_draw == 0:
+            continue
+        lengths = iut.schedule(
+            torch.tensor([[c1, c2_after[x1]]], dtype=torch.float64, device=device), sps
+        )
+        assert lengths.dtype == torch.int64 and tuple(lengths.shape) == (1,), (
+            f"expected int64 lengths of shape (1,), got {lengths.dtype} {tuple(lengths.shape)}"
+        )
+        if int(lengths[0]) == 0:
+            for v in law:
+                law[v] += p_draw * target[v]
+            continue
+        accept = min(Fraction(1), target[x1] / p_draw)
+        law[x1] += p_draw * accept
+        if accept < 1:
+            for v in law:
+                law[v] += p_draw * (1 - accept) * residual[v] / mass
+    return law
+
+
+def _fractions(weights: list[int]) -> dict[int, Fraction]:
+    total = sum(weights)
+    return {v: Fraction(w, total) for v, w in enumerate(weights)}
+
+
+def _paper_instance(rng: random.Random):
+    """Appendix A: p_t = (0.7, 0.3), p_d = (0.5, 0.5), c1 = 0.8, c2 = 0.9 after A, 0 after B."""
+    return _fractions([7, 3]), _fractions([5, 5]), 0.8, {0: 0.9, 1: 0.0}, APPENDIX_A_SPS
+
+
+def _random_instance(rng: random.Random):
+    """Appendix-A-like instance: V in 2..4, c2 depending on x1, SPS(1..3) often making
+    Theta_1 <= Theta_0 (where a search without the stop looks at c2)."""
+    vocab = rng.randint(2, 4)
+    target = _fractions([rng.randint(1, 9) for _ in range(vocab)])
+    draft = _fractions([rng.randint(1, 9) for _ in range(vocab)])
+    c1 = float(sum(min(target[v], draft[v]) for v in target))  # the true acceptance rate
+    c2_after = {v: rng.choice([0.0, 0.25, 0.5, 0.9, 1.0]) for v in target}
+    high = 1.0 / (1.0 + c1) if rng.random() < 0.7 else 1.2
+    return target, draft, c1, c2_after, [1.0, _quantized(rng.uniform(0.3, high)), _quantized(rng.uniform(0.2, 0.9))]
+
+
+APPENDIX_A_CASES = {
+    case("S8/appendix-a/paper-exact", "the paper's counterexample: output law exactly (0.7, 0.3)",
+         ["S8.lossless"]): (_paper_instance, 1),
+    case("S8/appendix-a/random-variants-exact", "Appendix-A-like instances: output law exactly p_t",
+         ["S8.lossless"]): (_random_instance, INSTANCES),
+}
+
+
+@pytest.mark.parametrize("case", APPENDIX_A_CASES, ids=case_id)
+def test_S8_appendix_a_law_is_exactly_the_target(case, require, case_seed, dspark_device):
+    iut = require(PrefixScheduler)
+    builder, count = APPENDIX_A_CASES[case]
+    rng = random.Random(case_seed)
+    for index in range(count):
+        target, draft, c1, c2_after, sps = builder(rng)
+        law = _first_token_law(iut, target, draft, c1, c2_after, sps, dspark_device)
+        assert law == target, (
+            f"{case.id} instance {index}: the scheduler leaks x1 into its own admission: first-token "
+            f"law {[str(law[v]) for v in law]} != target {[str(target[v]) for v in target]} "
+            f"(draft {[str(draft[v]) for v in draft]}, c1 {c1}, c2 after x1 {c2_after}, SPS {sps})"
+        )
+
+
+SAMPLED_CASE = case(
+    "S8/appendix-a/sampled",
+    "Appendix A sampled through the IUT: first-token counts fit (0.7, 0.3)",
+    ["S8.lossless"],
+    statistical=1,
+)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", [SAMPLED_CASE], ids=case_id)
+def test_S8_appendix_a_sampled_law(case, require, case_generator, dspark_device, stat_check):
+    """H0: first output tokens ~ (0.7, 0.3); chi-square at PER_ASSERTION_ALPHA, n for power
+    TARGET_POWER at TV DEFAULT_MIN_TV (a scheduler without the stop sits at TV 0.15)."""
+    iut = require(PrefixScheduler)
+    target = torch.tensor([0.7, 0.3], dtype=torch.float64, device=dspark_device)
+    draft = torch.tensor([0.5, 0.5], dtype=torch.float64, device=dspark_device)
+    n = stats.sample_size_for_tv(target.tolist())
+    confidences_after = [  # c2 depends on the sampled x1 (0 = A, 1 = B)
+        torch.tensor([[0.8, 0.9]], dtype=torch.float64, device=dspark_device),
+        torch.tensor([[0.8, 0.0]], dtype=torch.float64, device=dspark_device),
+    ]
+    x1 = torch.multinomial(draft, n, replacement=True, generator=case_generator)
+    admitted = torch.tensor(
+        [int(iut.schedule(confidences_after[token], APPENDIX_A_SPS)[0]) >= 1 for token in x1.tolist()],
+        device=dspark_device,
+    )
+    u = torch.rand(n, dtype=torch.float64, generator=case_generator, device=dspark_device)
+    accepted = u < (target[x1] / draft[x1]).clamp(max=1.0)
+    residual = (target - draft).clamp(min=0.0)
+    correction = torch.multinomial(residual / residual.sum(), n, replacement=True, generator=case_generator)
+    fresh = torch.multinomial(target, n, replacement=True, generator=case_generator)
+    output = torch.where(admitted, torch.where(accepted, x1, correction), fresh)
+
+    stat_check(stats.goodness_of_fit(torch.bincount(output, minlength=2), target.tolist(), name=case.id))

@@ -1,0 +1,142 @@
+"""Reference tests for SPEC S6 (``dspark_ref.simulated``): simulated acceptance lengths.
+
+Exact support and clamp checks, binomial checks of the ``match-expected`` mean, the
+verify-step executor's fresh draw per step (the S10 "rounded once and cached" bug), its
+buffer reuse/rebuild, and bad inputs. To add a case: one ``test_s6_*`` function; any
+distributional assertion uses ``ALPHA`` and states its null hypothesis.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import scipy.stats
+import torch
+
+from dspark_ref.simulated import SIMULATED_METHODS, SimulatedVerifyExecutor, sample_simulated_acc_len
+
+# Per-assertion false-failure rate of the statistical tests in this file (3 assertions).
+ALPHA = 1e-6
+
+
+def _draws(value, method, max_len, n, seed=0) -> list[int]:
+    gen = torch.Generator().manual_seed(seed)
+    return [sample_simulated_acc_len(value, method, max_len, generator=gen) for _ in range(n)]
+
+
+@pytest.mark.statistical
+def test_s6_match_expected_mean_and_support():
+    # gamma = 5 -> max_len 6; 4.7 draws 5 with probability .7, else 4. H0: k(5) ~ Bin(n, .7).
+    draws = _draws(4.7, "match-expected", 6, 4000)
+    assert set(draws) == {4, 5}
+    assert scipy.stats.binomtest(draws.count(5), len(draws), 0.7).pvalue > ALPHA
+
+
+@pytest.mark.parametrize(
+    "value, max_len, expected",
+    [(0.2, 6, {1}), (-3.0, 6, {1}), (1.0, 6, {1}), (3.0, 6, {3}), (6.0, 6, {6}), (9.5, 6, {6}), (5.5, 1, {1})],
+)
+def test_s6_match_expected_clamps_into_range(value, max_len, expected):
+    assert set(_draws(value, "match-expected", max_len, 200)) == expected
+
+
+def test_s6_match_expected_top_interval_reaches_max_len():
+    # 5.5 with max_len 6: lower 5, upper 6 (lower < max_len), both values occur.
+    assert set(_draws(5.5, "match-expected", 6, 200)) == {5, 6}
+
+
+def test_s6_multinomial_stays_in_range_and_spreads():
+    # Normal(3, 1) rounded: 1..6 all reachable; P(round <= 1) = Phi(-1.5) ~ .067, P(>= 6) ~ .0013.
+    draws = _draws(3.0, "multinomial", 6, 3000)
+    assert set(draws) <= set(range(1, 7)) and {1, 2, 3, 4, 5} <= set(draws)
+    assert all(isinstance(d, int) for d in draws)
+    assert set(_draws(40.0, "multinomial", 6, 50)) == {6}
+    assert set(_draws(-40.0, "multinomial", 6, 50)) == {1}
+
+
+def test_s6_same_generator_seed_repeats():
+    assert _draws(2.3, "match-expected", 4, 50, seed=9) == _draws(2.3, "match-expected", 4, 50, seed=9)
+    assert _draws(2.3, "multinomial", 4, 50, seed=9) == _draws(2.3, "multinomial", 4, 50, seed=9)
+
+
+@pytest.mark.statistical
+def test_s6_executor_redraws_every_step():
+    # 200 steps x 4 rows. The cached-length bug runs 4.7 as a constant 4 (or 5); a fresh draw
+    # per step gives both values in every row and k(5) ~ Bin(800, .7).
+    executor = SimulatedVerifyExecutor(4.7, "match-expected", 5, generator=torch.Generator().manual_seed(1))
+    drafts = torch.arange(20).reshape(4, 5)
+    lengths = torch.stack([executor.step(drafts) for _ in range(200)])
+    assert lengths.dtype == torch.int64 and lengths.shape == (200, 4)
+    for row in range(4):
+        assert set(lengths[:, row].tolist()) == {4, 5}
+    assert scipy.stats.binomtest(int((lengths == 5).sum()), lengths.numel(), 0.7).pvalue > ALPHA
+
+
+def test_s6_executor_writes_correct_drafts():
+    executor = SimulatedVerifyExecutor(3.5, "match-expected", 4, generator=torch.Generator().manual_seed(2))
+    drafts = torch.tensor([[10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]])
+    for _ in range(20):
+        lengths = executor.step(drafts)
+        for row, tau in enumerate(lengths.tolist()):
+            assert executor.correct_drafts[row, : tau - 1].tolist() == drafts[row, : tau - 1].tolist()
+            assert (executor.correct_drafts[row, tau - 1 :] == -1).all()
+
+
+def test_s6_executor_buffer_reused_and_rebuilt_on_capacity_dtype():
+    executor = SimulatedVerifyExecutor(2.0, "match-expected", 3, generator=torch.Generator().manual_seed(3))
+    executor.step(torch.zeros(4, 3, dtype=torch.int64))
+    first = executor.buffer
+    assert executor.rebuilds == 1 and first.shape == (4, 3)
+    executor.step(torch.zeros(2, 3, dtype=torch.int64))  # smaller batch: same storage
+    executor.step(torch.zeros(4, 3, dtype=torch.int64))
+    assert executor.buffer is first and executor.rebuilds == 1
+    assert executor.correct_drafts.shape == (4, 3)
+    executor.step(torch.zeros(6, 3, dtype=torch.int64))  # outgrows capacity
+    assert executor.rebuilds == 2 and executor.buffer.shape == (6, 3)
+    executor.step(torch.zeros(6, 3, dtype=torch.int32))  # dtype change
+    assert executor.rebuilds == 3 and executor.buffer.dtype == torch.int32
+
+
+def test_s6_executor_gamma_zero_always_accepts_one():
+    executor = SimulatedVerifyExecutor(4.0, "match-expected", 0)
+    assert executor.step(torch.zeros(3, 0, dtype=torch.int64)).tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    "args, error, name",
+    [
+        ((math.nan, "match-expected", 6), ValueError, "value"),
+        ((math.inf, "match-expected", 6), ValueError, "value"),
+        (("4.7", "match-expected", 6), TypeError, "value"),
+        ((4.7, "uniform", 6), ValueError, "method"),
+        ((4.7, "match-expected", 0), ValueError, "max_len"),
+        ((4.7, "match-expected", 6.0), TypeError, "max_len"),
+        ((4.7, "match-expected", True), TypeError, "max_len"),
+    ],
+)
+def test_s6_sample_rejects_bad_inputs(args, error, name):
+    with pytest.raises(error, match=name):
+        sample_simulated_acc_len(*args)
+
+
+def test_s6_invalid_method_lists_allowed_values():
+    with pytest.raises(ValueError, match="method") as info:
+        sample_simulated_acc_len(4.7, "Match-Expected", 6)
+    assert all(method in str(info.value) for method in SIMULATED_METHODS)
+
+
+def test_s6_executor_rejects_bad_inputs():
+    with pytest.raises(ValueError, match="gamma"):
+        SimulatedVerifyExecutor(4.7, "match-expected", -1)
+    with pytest.raises(TypeError, match="gamma"):
+        SimulatedVerifyExecutor(4.7, "match-expected", 5.0)
+    with pytest.raises(ValueError, match="method"):
+        SimulatedVerifyExecutor(4.7, "exact", 5)
+    with pytest.raises(TypeError, match="generator"):
+        SimulatedVerifyExecutor(4.7, "match-expected", 5, generator=7)
+    executor = SimulatedVerifyExecutor(4.7, "match-expected", 5)
+    with pytest.raises(ValueError, match="draft_tokens"):
+        executor.step(torch.zeros(2, 4, dtype=torch.int64))
+    with pytest.raises(TypeError, match="draft_tokens"):
+        executor.step(torch.zeros(2, 5))
