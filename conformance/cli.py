@@ -48,55 +48,106 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=_workers, default="auto", help="xdist workers: 'auto' or N (0 = no xdist)")
     run.add_argument("-k", dest="keyword", default=None, help="pytest -k expression to select tests")
     run.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest after '--'")
+    mut = sub.add_parser("mutants", help="kill matrix: each mutant against the tests of its section")
+    mut.add_argument("ids", nargs="*", help="mutant ids (default: all)")
+    mut.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    mut.add_argument("--report", type=Path, default=Path("reports/mutants"))
+    mut.add_argument("--jobs", type=int, default=None, help="mutants run in parallel (default: CPU count)")
+    cal = sub.add_parser("calibrate", help="false-failure rate on the reference and power on mutants")
+    cal.add_argument("--seeds", type=int, default=200, help="reference runs (distinct base seeds)")
+    cal.add_argument("--power-seeds", type=int, default=20, help="runs per mutant")
+    cal.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    cal.add_argument("--report", type=Path, default=Path("reports/calibration"))
+    cal.add_argument("--jobs", type=int, default=None)
     return parser
 
 
-def pytest_command(args: argparse.Namespace, json_path: Path, junit_path: Path) -> list[str]:
-    """The pytest command line the main job runs (printed with ``-v`` for reproduction)."""
+def pytest_command(
+    *, impl: str, device: str, json_path: Path, junit_path: Path | None = None, seed: int | None = None,
+    workers: str = "auto", keyword: str | None = None, extra: list[str] | None = None,
+) -> list[str]:
+    """The pytest command line behind every subcommand (the suite directory, one adapter)."""
     cmd = [
         sys.executable, "-m", "pytest", str(SUITE_DIR), "-q", "-rN", "-p", "no:cacheprovider",
-        f"--dspark-impl={args.impl}", f"--dspark-device={args.device}",
-        f"--dspark-report-json={json_path}", f"--junitxml={junit_path}", "--dspark-strict-ledger",
+        f"--dspark-impl={impl}", f"--dspark-device={device}", f"--dspark-report-json={json_path}",
+        "--dspark-strict-ledger",
     ]
-    if args.seed is not None:
-        cmd.append(f"--dspark-seed={args.seed}")
-    if args.workers != "0":
-        cmd += ["-n", args.workers]
-    if args.keyword:
-        cmd += ["-k", args.keyword]
-    return cmd + list(args.pytest_args)
+    if junit_path is not None:
+        cmd.append(f"--junitxml={junit_path}")
+    if seed is not None:
+        cmd.append(f"--dspark-seed={seed}")
+    if workers != "0":
+        cmd += ["-n", workers]
+    if keyword:
+        cmd += ["-k", keyword]
+    return cmd + list(extra or [])
+
+
+def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[int, dict | None]:
+    """Run one pytest command; return its exit code and the plugin's JSON (None if absent)."""
+    json_path.unlink(missing_ok=True)
+    output = subprocess.DEVNULL if quiet else None
+    proc = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output, stderr=output)
+    if not json_path.exists():
+        return proc.returncode, None
+    return proc.returncode, json.loads(json_path.read_text())
+
+
+def exit_code(returncode: int, payload: dict | None) -> int:
+    """Map a pytest exit code and its records onto the gate's exit codes."""
+    if payload is None or not payload["tests"]:
+        return EXIT_INFRA
+    verdict = report.overall(report.summarize(payload["tests"]))
+    if verdict == "FAIL" or returncode == 1:
+        return EXIT_FAIL
+    if returncode != 0:
+        return EXIT_INFRA
+    return EXIT_INCONCLUSIVE if verdict == "INCONCLUSIVE" else EXIT_PASS
 
 
 def run(args: argparse.Namespace) -> int:
     report_dir = args.report or Path(tempfile.mkdtemp(prefix="dspark-report-"))
     report_dir.mkdir(parents=True, exist_ok=True)
-    json_path, junit_path = report_dir / "results.json", report_dir / "junit.xml"
-    json_path.unlink(missing_ok=True)
-    cmd = pytest_command(args, json_path, junit_path)
-    proc = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    if not json_path.exists():
-        print(f"dspark-conformance: pytest exited {proc.returncode} before writing results "
-              f"(command: {' '.join(cmd)})", file=sys.stderr)
-        return EXIT_INFRA
-    payload = json.loads(json_path.read_text())
-    if not payload["tests"]:
-        print("dspark-conformance: no test was collected", file=sys.stderr)
+    json_path = report_dir / "results.json"
+    cmd = pytest_command(
+        impl=args.impl, device=args.device, json_path=json_path, junit_path=report_dir / "junit.xml",
+        seed=args.seed, workers=args.workers, keyword=args.keyword, extra=args.pytest_args,
+    )
+    returncode, payload = run_suite(cmd, json_path)
+    if payload is None or not payload["tests"]:
+        print(f"dspark-conformance: pytest exited {returncode} without results (command: {' '.join(cmd)})",
+              file=sys.stderr)
         return EXIT_INFRA
     print(report.format_matrix(payload))
     report.write_markdown(payload, report_dir / "report.md")
     print(f"report: {report_dir}/report.md, results.json, junit.xml")
-    verdict = report.overall(report.summarize(payload["tests"]))
-    if verdict == "FAIL" or proc.returncode == 1:
-        return EXIT_FAIL
-    if proc.returncode not in (0, 1):
-        return EXIT_INFRA
-    return EXIT_INCONCLUSIVE if verdict == "INCONCLUSIVE" else EXIT_PASS
+    return exit_code(returncode, payload)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return run(args)
+    if args.command == "mutants":
+        from . import mutation
+
+        records = mutation.kill_matrix(args.ids, device=args.device, jobs=args.jobs)
+        mutation.write_reports(records, args.report)
+        print(mutation.format_matrix(records))
+        print(f"report: {args.report}/mutants.md, mutants.json")
+        return EXIT_PASS if all(r.killed for r in records) else EXIT_FAIL
+    if args.command == "calibrate":
+        from . import calibration
+
+        cal = calibration.calibrate(
+            list(range(1, args.seeds + 1)), list(range(1, args.power_seeds + 1)),
+            device=args.device, jobs=args.jobs,
+        )
+        calibration.write_reports(cal, args.report, " ".join(["dspark-conformance", *sys.argv[1:]]))
+        print(f"{cal.failed_runs}/{cal.runs} reference runs false-failed "
+              f"(95% upper bound {cal.run_rate_upper95:.3g}, budget {cal.budget:g})")
+        print(f"report: {args.report}/calibration.md, calibration.json")
+        return EXIT_PASS if cal.within_budget() else EXIT_FAIL
     raise AssertionError(f"unhandled command {args.command!r}")
 
 

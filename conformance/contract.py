@@ -12,8 +12,9 @@ noise/uniforms), so the suite controls seeds; an IUT with its own RNG derives it
 draws of that generator.
 
 Markov heads travel as weights in the reference layout (``dspark_ref.markov`` state dict):
-``W1.weight [V, r]``, ``W2.weight [V, r]``, plus ``gate.weight/bias`` (gated) or
-``cell.weight/bias`` (rnn). An adapter translates them into its engine's layout.
+``W1.weight [V, r]``, ``W2.weight [V, r]``, plus ``Wg.weight [r, d + r]/Wg.bias`` (gated)
+or ``Wz.weight [3r, 2r + d]/Wz.bias`` (rnn). An adapter translates them into its engine's
+layout.
 
 How to add a capability: add a Protocol here (with the SPEC section in its docstring), add
 it to ``CAPABILITIES``, implement it in ``adapters/reference.py``, then write tests that

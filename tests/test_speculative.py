@@ -53,25 +53,25 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
 def _target(seed: int = 5) -> TinyTargetLM:
-    return TinyTargetLM(VOCAB, HIDDEN, generator=torch.Generator().manual_seed(seed))
+    return TinyTargetLM(VOCAB, HIDDEN, generator=_gen(seed))
 
 
 def _draft(target, gamma, head="vanilla", seed=1, with_confidence=False) -> TinyDSparkDraft:
-    return TinyDSparkDraft(target, gamma=gamma, markov_head_type=head, markov_rank=4,
-                           generator=torch.Generator().manual_seed(seed), with_confidence=with_confidence)
+    return TinyDSparkDraft(target, gamma=gamma, markov_head_type=head, markov_rank=4, generator=_gen(seed),
+                           with_confidence=with_confidence)
 
 
 def _near_perfect(target, gamma) -> OracleDraft:
-    return OracleDraft(target, gamma=gamma, logit_noise=1.0, generator=torch.Generator().manual_seed(1))
+    return OracleDraft(target, gamma=gamma, logit_noise=1.0, generator=_gen(1))
 
 
 def _prompts(rows: int, length: int, seed: int) -> torch.Tensor:
-    return torch.randint(0, VOCAB, (rows, length), generator=torch.Generator().manual_seed(seed))
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+    return torch.randint(0, VOCAB, (rows, length), generator=_gen(seed))
 
 
 # --------------------------------------------------------------------------- tiny models

@@ -78,13 +78,27 @@ class MarkovBlock:
 
 
 class FoldedSession:
-    """One :class:`dspark_ref.folded.FoldedDraftSampler`; counts real graph replays."""
+    """One :class:`dspark_ref.folded.FoldedDraftSampler`; counts real graph replays and
+    the ``sample_block`` passes behind each proposal (a graph replay adds the passes its
+    capture recorded; warm-up passes are not proposals and are not counted)."""
 
     def __init__(self, sampler: folded.FoldedDraftSampler) -> None:
         self.sampler = sampler
         self.graph_replays = 0
-        self.sample_block_calls: int | None = None
+        self.sample_block_calls: int | None = 0
         self._bs = sampler.max_bs
+        self._eager_passes = 0
+        self._graph_passes: dict[int, int] = {}
+        build_step_sampler = sampler._step_sampler
+
+        def counted(bs):  # the proposal body builds one step sampler per sample_block pass
+            if sampler.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                self._graph_passes[bs] = self._graph_passes.get(bs, 0) + 1
+            else:
+                self._eager_passes += 1
+            return build_step_sampler(bs)
+
+        sampler._step_sampler = counted
 
     def stage(self, bs, temperatures, top_k):
         self._bs = bs
@@ -95,23 +109,31 @@ class FoldedSession:
         self.sampler.load_inputs(base_logits, first_prev, hidden)
 
     def capture(self):
+        self._graph_passes[self._bs] = 0
         self.sampler.capture(self._bs)
 
     def replay(self):
+        before = self._eager_passes
         out = self.sampler.replay(self._bs)
         if self.sampler.device.type == "cuda":
             self.graph_replays += 1
+            self.sample_block_calls += self._graph_passes[self._bs]
+        self.sample_block_calls += self._eager_passes - before
         return out.tokens, out.corrected_logits
 
 
 class FoldedDraft:
-    """SPEC S4 sessions over :class:`dspark_ref.folded.FoldedDraftSampler`."""
+    """SPEC S4 sessions over :class:`dspark_ref.folded.FoldedDraftSampler` (mutants swap
+    ``sampler_class`` or ``session_class`` for a faulty one)."""
+
+    sampler_class = folded.FoldedDraftSampler
+    session_class = FoldedSession
 
     def session(self, head, max_bs, gamma, vocab_size, lm_dtype, device, seed):
         generator = torch.Generator(device=device)
         generator.manual_seed(seed)
-        return FoldedSession(
-            folded.FoldedDraftSampler(
+        return self.session_class(
+            self.sampler_class(
                 head, max_bs=max_bs, gamma=gamma, vocab_size=vocab_size, lm_dtype=lm_dtype,
                 device=device, generator=generator,
             )

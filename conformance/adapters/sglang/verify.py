@@ -36,8 +36,8 @@ DraftParams = Callable[[SGLangModules, torch.Tensor, torch.Tensor], tuple[torch.
 
 
 def _candidates(draft_tokens: torch.Tensor) -> torch.Tensor:
-    anchor = torch.zeros_like(draft_tokens[:, :1])
-    return torch.cat([anchor, draft_tokens], dim=1).to(torch.int64)
+    anchor = torch.zeros(draft_tokens.shape[0], 1, dtype=torch.int64, device=draft_tokens.device)
+    return torch.cat([anchor, draft_tokens.to(torch.int64)], dim=1)
 
 
 def _cutoff_lens(cap: int | None, bs: int, device: torch.device) -> torch.Tensor | None:

@@ -1,0 +1,111 @@
+"""The kill matrix: run each mutant against the tests of its SPEC section.
+
+A mutant (``fixtures/mutants``) is the reference with one known fault. It is *killed* when
+at least one test of its own section fails against it under the default seeds. The
+matrix records, per mutant, the killing tests and their evidence (the p-value of a
+statistical assertion, or the last line of an exact mismatch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import cli
+
+
+@dataclasses.dataclass
+class KillRecord:
+    """One row of the kill matrix."""
+
+    id: str
+    section: str
+    fault: str
+    mirrors: str
+    killed: bool
+    killers: list[dict]
+    counts: dict[str, int]
+    error: str = ""
+
+
+def _evidence(record: dict) -> str:
+    failed = [s for s in record.get("stats", []) if not s.get("passed", True)]
+    if failed:
+        s = failed[0]
+        return f"p={s['p_value']:.3g} < alpha={s['alpha']:.2g}, {s['effect_name']}={s['effect']:.4g}"
+    lines = [line for line in record["reason"].strip().splitlines() if line.strip()]
+    return " ".join(lines[-1].split())[:240] if lines else ""
+
+
+def kill_one(mutant_id: str, *, device: str = "cpu", seed: int | None = None) -> KillRecord:
+    """Run the section tests of one mutant and decide whether it was killed."""
+    from fixtures.mutants import load_all
+
+    m = load_all()[mutant_id]
+    with tempfile.TemporaryDirectory(prefix="dspark-mutant-") as tmp:
+        json_path = Path(tmp) / "results.json"
+        cmd = cli.pytest_command(
+            impl=f"mutant:{mutant_id}", device=device, json_path=json_path, seed=seed,
+            workers="0", keyword=f"test_{m.section}_",
+        )
+        returncode, payload = cli.run_suite(cmd, json_path, quiet=True)
+    if payload is None:
+        return KillRecord(m.id, m.section, m.fault, m.mirrors, False, [], {},
+                          error=f"pytest exited {returncode} without results: {' '.join(cmd)}")
+    counts: dict[str, int] = {}
+    for record in payload["tests"]:
+        counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
+    killers = [
+        {"test": r["nodeid"], "evidence": _evidence(r)}
+        for r in payload["tests"] if r["outcome"] == "failed" and r["section"] == m.section
+    ]
+    return KillRecord(m.id, m.section, m.fault, m.mirrors, bool(killers), killers, counts)
+
+
+def kill_matrix(ids: list[str] | None = None, *, device: str = "cpu", seed: int | None = None,
+                jobs: int | None = None) -> list[KillRecord]:
+    """Kill records for the given mutant ids (default: all), ``jobs`` runs in parallel."""
+    from fixtures.mutants import load_all
+
+    ids = sorted(load_all()) if not ids else ids
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        return list(pool.map(lambda i: kill_one(i, device=device, seed=seed), ids))
+
+
+def write_reports(records: list[KillRecord], report_dir: Path) -> None:
+    """Write ``mutants.json`` and ``mutants.md`` (mutant x section, killer, evidence)."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "mutants.json").write_text(json.dumps([dataclasses.asdict(r) for r in records], indent=1))
+    killed = sum(r.killed for r in records)
+    lines = [
+        "# Mutant kill matrix",
+        "",
+        f"{killed} of {len(records)} mutants killed ({100 * killed / max(len(records), 1):.0f}%).",
+        "",
+        "| mutant | section | fault | mirrors | killed | by test | evidence |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in records:
+        first = r.killers[0] if r.killers else {"test": r.error or "-", "evidence": ""}
+        more = f" (+{len(r.killers) - 1} more)" if len(r.killers) > 1 else ""
+        lines.append(
+            f"| `{r.id}` | {r.section} | {r.fault} | {r.mirrors or '-'} | {'yes' if r.killed else '**NO**'} | "
+            f"`{first['test'].split('::')[-1]}`{more} | {first['evidence'].replace('|', '/')} |"
+        )
+    (report_dir / "mutants.md").write_text("\n".join(lines) + "\n")
+
+
+def format_matrix(records: list[KillRecord]) -> str:
+    """Short text table for the terminal."""
+    width = max((len(r.id) for r in records), default=10)
+    rows = [f"{'mutant'.ljust(width)}  section  killed  by"]
+    for r in records:
+        by = r.killers[0]["test"].split("::")[-1] if r.killers else (r.error or "-")
+        rows.append(f"{r.id.ljust(width)}  {r.section.ljust(7)}  {'yes' if r.killed else 'NO '}     {by}")
+    killed = sum(r.killed for r in records)
+    rows.append(f"killed {killed}/{len(records)}")
+    return "\n".join(rows)

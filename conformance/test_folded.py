@@ -1,0 +1,560 @@
+"""Conformance tests for SPEC S4: the folded draft sampler and its memory gate.
+
+Covers, through :class:`~conformance.contract.FoldedDraft` sessions (heads loaded through
+:class:`~conformance.contract.MarkovBlock`) and :class:`~conformance.contract.FoldGate`:
+
+* one pass per proposal (S4.4, the S10 duplicate ``sample_block`` bug): ``corrected_out``
+  equals the IUT's teacher forcing of the emitted tokens, greedy rows took its argmax, and
+  where the session can be spied on, ``sample_block_calls`` grows by one per replay;
+* folded vs eager (S4.6): greedy rows identical, corrected logits equal (float32 bit for
+  bit; bf16 within one rounding ``|diff| <= 2^-8 |value|``), and the joint law of
+  ``(x_0, x_1)`` of the sampling rows equal to the exact Markov-chain law;
+* staging and noise (S4.2-S4.3, S10): the declared greedy rule and the temperature clamp,
+  restaged parameters seen by the next replay, fresh noise on every replay (pairs of
+  successive replays against the product law) and every step (the block law);
+* static buffers (S4.1) where the session returns views of them;
+* the gate (S4.7): the byte formula (the SPEC example exactly), the AUTO margin at exactly
+  1 GiB and one byte less, OFF never, FORCE always;
+* GPU tier: production shapes and a long replay sequence under one captured graph.
+
+Every case captures before replaying, so with ``--dspark-device cuda`` it runs under CUDA
+graph replay; a session that never replayed a graph there is INCONCLUSIVE.
+
+"Overwhelming probability" checks (a sampling row must not reproduce a fixed block) state
+their false-failure probability, computed from the float64 law, and require it <= 1e-9.
+
+To add a case: add ``case(...): parameters`` to the dict of its family below.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conformance import stats
+from conformance.cases import case, case_id
+from conformance.contract import FoldedDraft, FoldGate, Inconclusive, MarkovBlock
+from conformance.test_markov import (
+    HEAD_TYPES,
+    LAW_TEMPERATURE,
+    LAW_VOCAB,
+    NO_TOP_K_CUT,
+    UNIT_ROUNDOFF,
+    check_block_shapes,
+    check_greedy_rows,
+    input_generator,
+    law_setup,
+    load_random_head,
+    oracle_block_logits,
+    pair_counts,
+    prev_tokens,
+    random_block_inputs,
+    row_params,
+    sub_seed,
+)
+
+GIB = 2**30
+#: Largest false-failure probability an exact "must differ" check may carry.
+MAX_FALSE_FAILURE = 1e-9
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+# ----------------------------------------------------------------------------- helpers
+def open_session(folded, head, case_seed, device, *, max_bs, gamma, vocab, lm_dtype=torch.float32):
+    return folded.session(head, max_bs, gamma, vocab, lm_dtype, device, sub_seed(case_seed, "session"))
+
+
+def replay(session) -> tuple[torch.Tensor, torch.Tensor]:
+    """One proposal, copied (a session may return views that the next replay overwrites)."""
+    tokens, corrected = session.replay()
+    return tokens.clone(), corrected.clone()
+
+
+def first_proposal(session, base, first_prev, hidden, temps, top_k):
+    """Load the inputs, stage, capture (a no-op off CUDA) and replay once."""
+    session.load_inputs(base, first_prev, hidden)
+    session.stage(base.shape[0], temps, top_k)
+    session.capture()
+    return replay(session)
+
+
+def require_graph(case, session, device) -> None:
+    if device.type == "cuda" and session.graph_replays == 0:
+        raise Inconclusive(f"{case.id}: the folded session never replayed a captured CUDA graph (graph_replays == 0)")
+
+
+def assert_same_logits(case, got, expected, what):
+    """float32: bit for bit. bf16 / fp16 ``got``: one rounding of ``expected``,
+    ``|got - expected| <= u |expected|`` with ``u = 2^-8`` (bf16) or ``2^-11`` (fp16)."""
+    if got.dtype == torch.float32:
+        assert expected.dtype == torch.float32 and torch.equal(got, expected), (
+            f"{case.id}: {what} differ (float32 must match bit for bit; max |diff| "
+            f"{float((got.double() - expected.double()).abs().max()):.3g})"
+        )
+        return
+    error = (got.float() - expected.float()).abs()
+    bound = UNIT_ROUNDOFF[got.dtype] * expected.float().abs()
+    worst = int(torch.argmax(error - bound))
+    assert bool((error <= bound).all()), (
+        f"{case.id}: {what} differ beyond one {got.dtype} rounding at flat index {worst}: got "
+        f"{got.flatten()[worst].item()!r}, expected {expected.flatten()[worst].item()!r}"
+    )
+
+
+def check_one_pass(case, markov, head, base, first_prev, hidden, tokens, corrected, greedy_rows):
+    """S4.4: ``corrected_out`` holds the logits ``out`` was drawn from (teacher forcing of the
+    emitted tokens), and greedy rows took their argmax. A second, independent pass breaks
+    the first check wherever it drew other tokens."""
+    forced = markov.apply_block_logits(head, base, prev_tokens(first_prev, tokens), hidden)
+    assert_same_logits(case, corrected, forced, "corrected_out and the teacher forcing of the emitted tokens")
+    check_greedy_rows(case, tokens, forced, greedy_rows, "teacher-forced logits")
+
+
+def repeat_probability(head_type, state, base, first_prev, hidden, blocks, rows, temperature):
+    """float64 probability that sampling ``rows`` at ``temperature`` redraw exactly ``blocks``:
+    ``prod_rows prod_k softmax(L_k / T)[x_k]`` along each block."""
+    logits, _ = oracle_block_logits(head_type, state, base[rows], prev_tokens(first_prev, blocks)[rows],
+                                    None if hidden is None else hidden[rows])
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return float(probs.gather(-1, blocks[rows].cpu()[..., None]).prod())
+
+
+def check_not_repeated(case, what, tokens, blocks, rows, probability):
+    assert probability <= MAX_FALSE_FAILURE, (
+        f"{case.id}: test design: a correct sampler redraws the block with probability "
+        f"{probability:.3g} > {MAX_FALSE_FAILURE:g}; use a flatter law or more rows"
+    )
+    assert not torch.equal(tokens[rows], blocks[rows]), (
+        f"{case.id}: {what}: sampling rows {rows} redrew exactly the same tokens (probability "
+        f"{probability:.3g} for a correct sampler)"
+    )
+
+
+# ----------------------------------------------------------------------------- folded vs eager
+# case -> (head type, LM-head dtype)
+VS_EAGER_CASES = {
+    case(f"S4/folded-vs-eager/{head_type}-{name}",
+         f"{head_type} head, {name} LM head: one pass, greedy rows and corrected logits equal eager",
+         ["S4.folded-vs-eager", "S4.one-pass", "S10.duplicate-sample-block", "S2.teacher-forcing"]):
+        (head_type, dtype)
+    for head_type in HEAD_TYPES
+    for name, dtype in DTYPES.items()
+}
+GREEDY_PATTERN = [True, False, True, False, False, True]
+
+
+@pytest.mark.parametrize("case", VS_EAGER_CASES, ids=case_id)
+def test_S4_folded_matches_eager_and_teacher_forcing(case, require, case_seed, case_generator, dspark_device):
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    head_type, lm_dtype = VS_EAGER_CASES[case]
+    bs, gamma, vocab, d = len(GREEDY_PATTERN), 4, 512, 6
+    greedy_rows = [i for i, g in enumerate(GREEDY_PATTERN) if g]
+    head, _ = load_random_head(markov, head_type, vocab=vocab, rank=8, hidden_size=d,
+                               seed=sub_seed(case_seed, "head"), device=dspark_device)
+    base, first_prev, hidden = random_block_inputs(head_type, batch=bs, gamma=gamma, vocab=vocab, hidden_size=d,
+                                                   generator=input_generator(case_seed), device=dspark_device)
+    base = base.to(lm_dtype)
+    hidden = None if hidden is None else hidden.to(lm_dtype)  # a bf16 backbone feeds bf16 states
+    temps, top_k = row_params(GREEDY_PATTERN, 0.9, dspark_device)
+    session = open_session(folded, head, case_seed, dspark_device, max_bs=bs + 2, gamma=gamma, vocab=vocab,
+                           lm_dtype=lm_dtype)
+
+    tokens, corrected = first_proposal(session, base, first_prev, hidden, temps, top_k)
+
+    require_graph(case, session, dspark_device)
+    check_block_shapes(case, tokens, corrected, bs, gamma, vocab)
+    assert corrected.dtype == lm_dtype, f"{case.id}: corrected_out must be in the LM-head dtype {lm_dtype}, got {corrected.dtype}"
+    check_one_pass(case, markov, head, base, first_prev, hidden, tokens, corrected, greedy_rows)
+    eager_tokens, eager_corrected = markov.sample_block(head, base, first_prev, hidden, temps, top_k, case_generator)
+    assert torch.equal(tokens[greedy_rows], eager_tokens[greedy_rows]), (
+        f"{case.id}: greedy rows differ between the folded and the eager proposal: "
+        f"{tokens[greedy_rows].tolist()} vs {eager_tokens[greedy_rows].tolist()}"
+    )
+    assert_same_logits(case, corrected[greedy_rows], eager_corrected[greedy_rows],
+                       "folded and eager corrected logits of the greedy rows")
+
+
+# ----------------------------------------------------------------------------- one pass: spy
+SPY_CASES = {
+    case("S4/one-pass/spy-rnn", "sample_block_calls grows by exactly one per replay (restaged between)",
+         ["S4.one-pass", "S10.duplicate-sample-block"]): "rnn",
+}
+
+
+@pytest.mark.parametrize("case", SPY_CASES, ids=case_id)
+def test_S4_one_sample_block_pass_per_replay(case, require, case_seed, dspark_device):
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    head_type = SPY_CASES[case]
+    bs, gamma, vocab, d = 4, 3, 256, 6
+    head, _ = load_random_head(markov, head_type, vocab=vocab, rank=8, hidden_size=d,
+                               seed=sub_seed(case_seed, "head"), device=dspark_device)
+    base, first_prev, hidden = random_block_inputs(head_type, batch=bs, gamma=gamma, vocab=vocab, hidden_size=d,
+                                                   generator=input_generator(case_seed), device=dspark_device)
+    session = open_session(folded, head, case_seed, dspark_device, max_bs=bs, gamma=gamma, vocab=vocab)
+    session.load_inputs(base, first_prev, hidden)
+    session.stage(bs, None, None)
+    session.capture()
+    if session.sample_block_calls is None:
+        pytest.skip("the session cannot be spied on (sample_block_calls is None); one pass is checked by "
+                    "S4/folded-vs-eager through teacher forcing")
+
+    for pattern in ([False] * bs, [True] * bs, [True, False] * (bs // 2)):
+        session.stage(bs, *row_params(pattern, 1.0, dspark_device))
+        before = session.sample_block_calls
+        tokens, corrected = replay(session)
+        passes = session.sample_block_calls - before
+        assert passes == 1, f"{case.id}: one proposal ran {passes} sample_block passes (greedy rows {pattern})"
+        check_one_pass(case, markov, head, base, first_prev, hidden, tokens, corrected,
+                       [i for i, g in enumerate(pattern) if g])
+    require_graph(case, session, dspark_device)
+
+
+# ----------------------------------------------------------------------------- block law
+# case -> head type
+FOLDED_LAW_CASES = {
+    case(f"S4/law/{head_type}-T{LAW_TEMPERATURE}",
+         "folded sampling rows: joint law of (x_0, x_1) = exact Markov chain; restaged T=1 -> 0.8 first",
+         ["S4.folded-vs-eager", "S4.fresh-noise-replay", "S4.stage", "S10.folded-staging", "S3.law"],
+         statistical=1): head_type
+    for head_type in ("gated", "rnn")
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", FOLDED_LAW_CASES, ids=case_id)
+def test_S4_folded_block_law_matches_markov_chain(case, require, case_seed, dspark_device, stat_check):
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    head_type = FOLDED_LAW_CASES[case]
+    head, base, anchor, hidden, law = law_setup(markov, head_type, case_seed, dspark_device)
+    n = stats.sample_size_for_tv(law)
+    expand = lambda t: None if t is None else t.expand(n, *t.shape[1:]).contiguous()  # noqa: E731
+    top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
+    session = open_session(folded, head, case_seed, dspark_device, max_bs=n, gamma=base.shape[1], vocab=LAW_VOCAB)
+
+    first_proposal(session, expand(base), expand(anchor), expand(hidden), torch.ones(n, device=dspark_device), top_k)
+    session.stage(n, torch.full((n,), LAW_TEMPERATURE, device=dspark_device), top_k)
+    tokens, _ = replay(session)
+
+    require_graph(case, session, dspark_device)
+    stat_check(stats.goodness_of_fit(pair_counts(tokens, LAW_VOCAB), law, name=case.id))
+
+
+# ----------------------------------------------------------------------------- fresh noise
+FRESH_NOISE_CASES = {
+    case("S4/fresh-noise/successive-replays", "x_0 of two successive replays ~ product law (independent draws)",
+         ["S4.fresh-noise-replay", "S10.folded-staging", "S3.fresh-noise"], statistical=1): "rnn",
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", FRESH_NOISE_CASES, ids=case_id)
+def test_S4_successive_replays_draw_independent_noise(case, require, case_seed, dspark_device, stat_check):
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    head_type = FRESH_NOISE_CASES[case]
+    head, base, anchor, hidden, law = law_setup(markov, head_type, case_seed, dspark_device)
+    first_token = law.view(LAW_VOCAB, LAW_VOCAB).sum(dim=1)
+    product = (first_token[:, None] * first_token[None, :]).flatten()
+    n = stats.sample_size_for_tv(product)
+    expand = lambda t: None if t is None else t.expand(n, *t.shape[1:]).contiguous()  # noqa: E731
+    temps = torch.full((n,), LAW_TEMPERATURE, device=dspark_device)
+    top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
+    session = open_session(folded, head, case_seed, dspark_device, max_bs=n, gamma=base.shape[1], vocab=LAW_VOCAB)
+
+    first, _ = first_proposal(session, expand(base), expand(anchor), expand(hidden), temps, top_k)
+    second, _ = replay(session)
+
+    require_graph(case, session, dspark_device)
+    pairs = torch.stack([first[:, 0], second[:, 0]], dim=1)
+    stat_check(stats.goodness_of_fit(pair_counts(pairs, LAW_VOCAB), product, name=case.id))
+
+
+# ----------------------------------------------------------------------------- staging
+RESTAGE_CASES = {
+    case("S4/restage/greedy-sampling-greedy-mixed", "each replay follows the latest staging",
+         ["S4.stage", "S10.folded-staging", "S4.one-pass"]): "rnn",
+}
+FLAT_VOCAB = 1024  # sampling rows of a near-flat law almost never redraw a given block
+
+
+def flat_setup(markov, head_type, case_seed, device, bs, gamma):
+    head, state = load_random_head(markov, head_type, vocab=FLAT_VOCAB, rank=8, hidden_size=6,
+                                   seed=sub_seed(case_seed, "head"), device=device)
+    base, first_prev, hidden = random_block_inputs(head_type, batch=bs, gamma=gamma, vocab=FLAT_VOCAB, hidden_size=6,
+                                                   generator=input_generator(case_seed), device=device, scale=0.5)
+    return head, state, base, first_prev, hidden
+
+
+@pytest.mark.parametrize("case", RESTAGE_CASES, ids=case_id)
+def test_S4_restaged_parameters_are_seen_by_the_next_replay(case, require, case_seed, dspark_device):
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    head_type = RESTAGE_CASES[case]
+    bs, gamma = 4, 3
+    head, state, base, first_prev, hidden = flat_setup(markov, head_type, case_seed, dspark_device, bs, gamma)
+    session = open_session(folded, head, case_seed, dspark_device, max_bs=bs, gamma=gamma, vocab=FLAT_VOCAB)
+    everyone, odd = list(range(bs)), list(range(1, bs, 2))
+
+    greedy, corrected = first_proposal(session, base, first_prev, hidden, None, None)  # no sampling info
+    check_one_pass(case, markov, head, base, first_prev, hidden, greedy, corrected, everyone)
+
+    session.stage(bs, *row_params([False] * bs, 1.0, dspark_device))
+    sampled, corrected = replay(session)
+    check_one_pass(case, markov, head, base, first_prev, hidden, sampled, corrected, [])
+    check_not_repeated(case, "restaged to sampling", sampled, greedy, everyone,
+                       repeat_probability(head_type, state, base, first_prev, hidden, greedy, everyone, 1.0))
+
+    session.stage(bs, *row_params([True] * bs, 1.0, dspark_device))
+    again, _ = replay(session)
+    assert torch.equal(again, greedy), f"{case.id}: restaged to greedy, the rows no longer take the greedy block"
+
+    pattern = [i % 2 == 0 for i in range(bs)]
+    session.stage(bs, *row_params(pattern, 1.0, dspark_device))
+    mixed, corrected = replay(session)
+    check_one_pass(case, markov, head, base, first_prev, hidden, mixed, corrected, [i for i in everyone if pattern[i]])
+    check_not_repeated(case, "restaged to mixed rows", mixed, greedy, odd,
+                       repeat_probability(head_type, state, base, first_prev, hidden, greedy, odd, 1.0))
+    require_graph(case, session, dspark_device)
+
+
+STAGE_RULE_CASES = {
+    case("S4/stage/greedy-rule-and-clamp", "declared greedy rule picks the greedy rows; T = 0 clamped, not NaN",
+         ["S4.stage", "S3.greedy-rule", "S3.temperature-clamp", "S10.folded-staging"]): "vanilla",
+}
+# (temperature, top_k, greedy under "top_k", greedy under "temperature"); a row that is
+# not greedy samples, except T = 0 under "top_k": clamped to 1e-5, it draws the argmax of
+# its spiked logits (the runner-up is 25 / 1e-5 nats behind).
+STAGE_ROWS = [
+    (0.0, 1, True, True),
+    (1.0, 1, True, False),
+    (1.0, 0, True, False),
+    (0.0, NO_TOP_K_CUT, True, True),
+    (1.0, NO_TOP_K_CUT, False, False),
+    (1.0, NO_TOP_K_CUT, False, False),
+    (2.0, NO_TOP_K_CUT, False, False),
+]
+SPIKED_ROW, SPIKE = 3, 30.0
+
+
+@pytest.mark.parametrize("case", STAGE_RULE_CASES, ids=case_id)
+def test_S4_stage_applies_greedy_rule_and_temperature_clamp(case, require, dspark_adapter, case_seed, dspark_device):
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    head_type = STAGE_RULE_CASES[case]
+    bs, gamma = len(STAGE_ROWS), 3
+    head, state, base, first_prev, hidden = flat_setup(markov, head_type, case_seed, dspark_device, bs, gamma)
+    spikes = torch.randint(1, FLAT_VOCAB, (gamma,), generator=torch.Generator().manual_seed(sub_seed(case_seed, "spikes")))
+    base[SPIKED_ROW, torch.arange(gamma, device=dspark_device), spikes.to(dspark_device)] += SPIKE
+    rule_column = 2 if dspark_adapter.conventions.greedy_rule == "top_k" else 3
+    takes_argmax = [row[rule_column] for row in STAGE_ROWS]
+    sampling = [i for i, g in enumerate(takes_argmax) if not g]
+    temps = torch.tensor([row[0] for row in STAGE_ROWS], dtype=torch.float32, device=dspark_device)
+    top_k = torch.tensor([row[1] for row in STAGE_ROWS], dtype=torch.int64, device=dspark_device)
+    session = open_session(folded, head, case_seed, dspark_device, max_bs=bs + 1, gamma=gamma, vocab=FLAT_VOCAB)
+
+    greedy, corrected = first_proposal(session, base, first_prev, hidden, None, None)
+    check_one_pass(case, markov, head, base, first_prev, hidden, greedy, corrected, list(range(bs)))
+    session.stage(bs, temps, top_k)
+    tokens, corrected = replay(session)
+
+    require_graph(case, session, dspark_device)
+    check_one_pass(case, markov, head, base, first_prev, hidden, tokens, corrected, [])
+    for i, argmax in enumerate(takes_argmax):
+        assert not argmax or torch.equal(tokens[i], greedy[i]), (
+            f"{case.id}: row {i} (T={STAGE_ROWS[i][0]}, top_k={STAGE_ROWS[i][1]}) must take the greedy "
+            f"block {greedy[i].tolist()} under greedy_rule={dspark_adapter.conventions.greedy_rule!r}, "
+            f"got {tokens[i].tolist()}"
+        )
+    # The greedy block is the argmax at every step; its probability only falls as T grows,
+    # so the law at T = 1 bounds the redraw probability of the T = 2 row too.
+    check_not_repeated(case, "rows staged to sample", tokens, greedy, sampling,
+                       repeat_probability(head_type, state, base, first_prev, hidden, greedy, sampling, 1.0))
+
+
+# ----------------------------------------------------------------------------- static buffers
+STATIC_CASES = {
+    case("S4/static-buffers/stable-addresses", "replays write the same out / corrected_out buffers",
+         ["S4.static-buffers"]): "rnn",
+}
+
+
+@pytest.mark.parametrize("case", STATIC_CASES, ids=case_id)
+def test_S4_static_buffers_keep_their_addresses(case, require, case_seed, dspark_device):
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    head_type = STATIC_CASES[case]
+    bs, gamma = 4, 3
+    head, _, base, first_prev, hidden = flat_setup(markov, head_type, case_seed, dspark_device, bs, gamma)
+    sampling = row_params([False] * bs, 1.0, dspark_device)
+    session = open_session(folded, head, case_seed, dspark_device, max_bs=bs, gamma=gamma, vocab=FLAT_VOCAB)
+    session.load_inputs(base, first_prev, hidden)
+    session.stage(bs, *sampling)
+    session.capture()
+
+    views = [session.replay()]
+    kept = [t.clone() for t in views[0]]
+    session.load_inputs(base.flip(0), first_prev.flip(0), None if hidden is None else hidden.flip(0))
+    session.stage(bs, *sampling)
+    views.append(session.replay())
+    if all(torch.equal(view, copy) for view, copy in zip(views[0], kept)):
+        raise Inconclusive(f"{case.id}: replay returns copies, so the static buffers' addresses are not observable")
+    session.stage(bs, None, None)
+    views.append(session.replay())
+
+    for name, i in (("out (tokens)", 0), ("corrected_out", 1)):
+        pointers = [view[i].data_ptr() for view in views]
+        assert len(set(pointers)) == 1, f"{case.id}: {name} moved between replays: {[hex(p) for p in pointers]}"
+    require_graph(case, session, dspark_device)
+
+
+# ----------------------------------------------------------------------------- gate (S4.7)
+# configuration -> (max_bs, gamma, V, LM-head dtype, bytes by the SPEC formula
+# max_bs*V*4 (exp_noise, float32) + max_bs*gamma*V*itemsize (corrected_out))
+GATE_CONFIGS = {
+    "deepseek-v4-bf16": (256, 5, 129_280, torch.bfloat16, 132_382_720 + 330_956_800),  # SPEC S4.7 example
+    "qwen3-block7-bf16": (256, 7, 151_936, torch.bfloat16, 256 * 151_936 * 4 + 256 * 7 * 151_936 * 2),
+    "deepseek-v4-fp32-bs64": (64, 5, 129_280, torch.float32, 64 * 129_280 * 4 + 64 * 5 * 129_280 * 4),
+    "fp16-small": (3, 2, 1000, torch.float16, 3 * 1000 * 4 + 3 * 2 * 1000 * 2),
+}
+BYTES_CASES = {
+    case(f"S4/gate/bytes-{name}", "buffer bytes = max_bs*V*4 + max_bs*gamma*V*itemsize", ["S4.gate"]): name
+    for name in GATE_CONFIGS
+}
+MARGIN_CASES = {
+    case(f"S4/gate/auto-margin-{name}", "AUTO folds at free = need + 1 GiB exactly, not one byte less",
+         ["S4.gate"]): name
+    for name in GATE_CONFIGS
+}
+MODE_CASES = {
+    case("S4/gate/off-never-force-always", "OFF never folds sampling (any free memory), FORCE always (none)",
+         ["S4.gate"]): tuple(GATE_CONFIGS),
+}
+
+
+@pytest.mark.parametrize("case", BYTES_CASES, ids=case_id)
+def test_S4_gate_buffer_bytes(case, require):
+    gate = require(FoldGate)
+    max_bs, gamma, vocab, dtype, expected = GATE_CONFIGS[BYTES_CASES[case]]
+    got = gate.buffer_bytes(max_bs, gamma, vocab, dtype)
+    assert got == expected, (
+        f"{case.id}: expected {expected:,} bytes (max_bs={max_bs}, gamma={gamma}, V={vocab}, {dtype}), got {got:,}"
+    )
+
+
+@pytest.mark.parametrize("case", MARGIN_CASES, ids=case_id)
+def test_S4_gate_auto_margin_is_one_gib(case, require):
+    gate = require(FoldGate)
+    max_bs, gamma, vocab, dtype, need = GATE_CONFIGS[MARGIN_CASES[case]]
+    for free, folds in ((need + GIB, True), (need + GIB - 1, False), (0, False), (need + 64 * GIB, True)):
+        got = gate.folds_sampling("auto", max_bs, gamma, vocab, dtype, free)
+        assert bool(got) is folds, (
+            f"{case.id}: AUTO with need = {need:,} bytes and free = {free:,} (free - need = "
+            f"{free - need:,}, 1 GiB = {GIB:,}) must {'fold' if folds else 'not fold'} sampling, got {got!r}"
+        )
+
+
+@pytest.mark.parametrize("case", MODE_CASES, ids=case_id)
+def test_S4_gate_off_never_force_always(case, require):
+    gate = require(FoldGate)
+    for name in MODE_CASES[case]:
+        max_bs, gamma, vocab, dtype, need = GATE_CONFIGS[name]
+        for free in (0, need + GIB, 2**50):
+            assert not gate.folds_sampling("off", max_bs, gamma, vocab, dtype, free), (
+                f"{case.id}: OFF folded sampling for {name} with {free:,} bytes free"
+            )
+            assert gate.folds_sampling("force", max_bs, gamma, vocab, dtype, free), (
+                f"{case.id}: FORCE did not fold sampling for {name} with {free:,} bytes free"
+            )
+
+
+# ----------------------------------------------------------------------------- GPU tier
+def cuda_device(dspark_device: torch.device) -> torch.device:
+    if dspark_device.type != "cuda":
+        pytest.skip("gpu tier: run with --dspark-device cuda")
+    return dspark_device
+
+
+# case -> (batch, gamma, V, LM-head dtype)
+PRODUCTION_CASES = {
+    case(f"S4/gpu-production/{model}-B{bs}-{name}",
+         f"{model} shapes (gamma {gamma}, V {vocab:,}), B {bs}, {name}: one pass, greedy = eager",
+         ["S4.folded-vs-eager", "S4.one-pass", "S4.static-buffers", "S10.duplicate-sample-block"]):
+        (bs, gamma, vocab, dtype)
+    for model, gamma, vocab in (("deepseek-v4", 5, 129_280), ("qwen3-block7", 7, 151_936))
+    for bs in (1, 64, 256)
+    for name, dtype in DTYPES.items()
+}
+PRODUCTION_RANK, PRODUCTION_HIDDEN = 256, 64
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", PRODUCTION_CASES, ids=case_id)
+def test_S4_gpu_production_shapes(case, require, case_seed, case_generator, dspark_device):
+    device = cuda_device(dspark_device)
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    bs, gamma, vocab, lm_dtype = PRODUCTION_CASES[case]
+    head, _ = load_random_head(markov, "rnn", vocab=vocab, rank=PRODUCTION_RANK, hidden_size=PRODUCTION_HIDDEN,
+                               seed=sub_seed(case_seed, "head"), device=device, scale=0.02)
+    pattern = [i % 2 == 1 for i in range(bs)]  # B = 1: one sampling row
+    greedy_rows = [i for i, g in enumerate(pattern) if g]
+    temps, top_k = row_params(pattern, 0.8, device)
+    inputs = torch.Generator(device).manual_seed(sub_seed(case_seed, "inputs"))
+    session = open_session(folded, head, case_seed, device, max_bs=bs, gamma=gamma, vocab=vocab, lm_dtype=lm_dtype)
+    for load in range(2):  # the second batch reaches the captured graph through the static buffers only
+        base = (2.0 * torch.randn(bs, gamma, vocab, generator=inputs, device=device)).to(lm_dtype)
+        first_prev = torch.randint(vocab, (bs,), generator=inputs, device=device)
+        hidden = torch.randn(bs, gamma, PRODUCTION_HIDDEN, generator=inputs, device=device).to(lm_dtype)
+        if load == 0:
+            tokens, corrected = first_proposal(session, base, first_prev, hidden, temps, top_k)
+        else:
+            session.load_inputs(base, first_prev, hidden)
+            session.stage(bs, temps, top_k)
+            tokens, corrected = replay(session)
+        torch.cuda.synchronize(device)
+        require_graph(case, session, device)
+        check_block_shapes(case, tokens, corrected, bs, gamma, vocab)
+        check_one_pass(case, markov, head, base, first_prev, hidden, tokens, corrected, greedy_rows)
+        if greedy_rows:
+            eager, _ = markov.sample_block(head, base, first_prev, hidden, temps, top_k, case_generator)
+            assert torch.equal(tokens[greedy_rows], eager[greedy_rows]), (
+                f"{case.id}: greedy rows differ between the folded and the eager proposal (batch {load})"
+            )
+
+
+REPLAY_CASES = {
+    case(f"S4/gpu-replay/sequence-{name}", f"{name}: one captured graph, 5 replays with restaging and new inputs",
+         ["S4.fresh-noise-replay", "S4.stage", "S4.static-buffers", "S10.folded-staging", "S4.one-pass"]): dtype
+    for name, dtype in DTYPES.items()
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", REPLAY_CASES, ids=case_id)
+def test_S4_gpu_replay_sequence(case, require, case_seed, dspark_device):
+    device = cuda_device(dspark_device)
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    lm_dtype, head_type, bs, gamma = REPLAY_CASES[case], "rnn", 8, 5
+    head, state, base, first_prev, hidden = flat_setup(markov, head_type, case_seed, device, bs, gamma)
+    base, hidden = base.to(lm_dtype), hidden.to(lm_dtype)
+    everyone = list(range(bs))
+    session = open_session(folded, head, case_seed, device, max_bs=bs, gamma=gamma, vocab=FLAT_VOCAB,
+                           lm_dtype=lm_dtype)
+    sampling = row_params([False] * bs, 1.0, device)
+
+    first, corrected = first_proposal(session, base, first_prev, hidden, *sampling)
+    check_one_pass(case, markov, head, base, first_prev, hidden, first, corrected, [])
+    second, corrected = replay(session)
+    check_one_pass(case, markov, head, base, first_prev, hidden, second, corrected, [])
+    check_not_repeated(case, "second replay (fresh noise)", second, first, everyone,
+                       repeat_probability(head_type, state, base, first_prev, hidden, first, everyone, 1.0))
+    session.stage(bs, None, None)
+    greedy, corrected = replay(session)
+    check_one_pass(case, markov, head, base, first_prev, hidden, greedy, corrected, everyone)
+    base, first_prev, hidden = base.flip(0), first_prev.flip(0), hidden.flip(0)
+    session.load_inputs(base, first_prev, hidden)
+    pattern = [i % 2 == 0 for i in everyone]
+    session.stage(bs, *row_params(pattern, 0.7, device))
+    mixed, corrected = replay(session)
+    check_one_pass(case, markov, head, base, first_prev, hidden, mixed, corrected, [i for i in everyone if pattern[i]])
+    assert torch.equal(mixed[0::2], greedy.flip(0)[0::2]), f"{case.id}: greedy rows after new inputs differ"
+    torch.cuda.synchronize(device)
+    if session.graph_replays < 4:
+        raise Inconclusive(f"{case.id}: only {session.graph_replays} of 4 replays ran the captured graph")

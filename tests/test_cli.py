@@ -1,0 +1,67 @@
+"""The main job end to end: exit codes, matrix, reports, adapter loading, ledger, INCONCLUSIVE."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance import cli
+from conformance.loading import AdapterLoadError, load_adapter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(tmp_path, *args):
+    cmd = [sys.executable, "-m", "conformance.cli", "run", "--workers", "0", "--report", str(tmp_path), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_run_reference_section_passes_and_writes_reports(tmp_path):
+    code, out = _run(tmp_path, "-k", "test_S6_")
+    assert code == cli.EXIT_PASS, out
+    assert "S6" in out and "overall: PASS" in out
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["impl"] == "reference" and payload["tests"]
+    assert all(t["section"] == "S6" for t in payload["tests"])
+    assert (tmp_path / "report.md").read_text().startswith("# DSpark conformance")
+    assert (tmp_path / "junit.xml").exists()
+
+
+def test_run_mutant_fails_with_replay_command(tmp_path):
+    code, out = _run(tmp_path, "--impl", "mutant:simulated-rounded-once", "-k", "test_S6_")
+    assert code == cli.EXIT_FAIL, out
+    assert "FAILED" in out and "replay: python -m pytest" in out
+
+
+def test_missing_capability_is_a_named_skip(tmp_path):
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:only_simulated", "-k", "test_S5_ or test_S6_")
+    assert code == cli.EXIT_PASS, out
+    payload = json.loads((tmp_path / "results.json").read_text())
+    skips = [t for t in payload["tests"] if t["section"] == "S5"]
+    assert skips and all(t["outcome"] == "skipped" for t in skips)
+    assert all("capability ChainVerifier not offered" in t["reason"] or "capability GreedyVerifier not offered"
+               in t["reason"] or "not offered" in t["reason"] for t in skips)
+
+
+def test_inconclusive_has_its_own_exit_code(tmp_path):
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:inconclusive", "-k", "test_S6_")
+    assert code == cli.EXIT_INCONCLUSIVE, out
+    assert "INCONCLUSIVE" in out
+
+
+def test_unmatched_ledger_entry_is_an_infrastructure_error(tmp_path):
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:unmatched_ledger", "-k", "test_S6_")
+    assert code == cli.EXIT_INFRA, out
+    assert "test_S6_does_not_exist" in out
+
+
+def test_unknown_impl_is_a_clear_error():
+    with pytest.raises(AdapterLoadError, match="unknown implementation"):
+        load_adapter("no-such-engine")
+    with pytest.raises(AdapterLoadError, match="cannot import"):
+        load_adapter("no_such_module:make")
+    with pytest.raises(ValueError, match="unknown id"):
+        load_adapter("mutant:no-such-mutant")

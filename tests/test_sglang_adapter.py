@@ -1,0 +1,219 @@
+"""Tests of the SGLang adapter (``conformance/adapters/sglang``): loader, build, wiring.
+
+The loader's own machinery (version gate, stubs) is tested without SGLang. Everything
+else needs the ``sglang`` wheel importable (``pip install --no-deps --target DIR
+'sglang==X' msgspec`` and ``PYTHONPATH=DIR``) and is skipped, naming what is missing,
+otherwise. Conformance itself is the suite's job (``pytest --dspark-impl sglang``); here
+each capability is only wired up on small cases where SGLang and the reference agree
+exactly. To add a case: one ``test_<topic>_*`` function using the ``sglang`` fixture.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from conformance import contract as c
+from conformance.adapters.sglang import loader, make_adapter, make_blockwise_adapter
+from conformance.loading import AdapterLoadError, load_adapter
+from dspark_ref import markov, verify
+
+FOLDED_CAPABILITIES = {
+    c.StepSampler, c.NoiseStepSampler, c.MarkovBlock, c.FoldedDraft, c.FoldGate,
+    c.ChainVerifier, c.GreedyVerifier, c.SimulatedAcceptance,
+}
+PHILOX_CAPABILITIES = {
+    c.StepSampler, c.MarkovBlock, c.FoldedDraft, c.ChainVerifier, c.GreedyVerifier,
+    c.SimulatedAcceptance,
+}
+V, RANK, HIDDEN = 40, 6, 5
+
+
+@pytest.fixture(scope="module")
+def sglang() -> loader.SGLangModules:
+    """The loaded SGLang; skips (naming the missing piece) when the wheel is not installed."""
+    try:
+        loader.installed_version()
+    except AdapterLoadError as exc:
+        pytest.skip(f"sglang not importable: {exc}")
+    return loader.load_sglang()
+
+
+@pytest.fixture(scope="module")
+def adapter(sglang) -> c.Adapter:
+    return make_adapter()
+
+
+def _reference_head(head_type: str, seed: int = 1) -> markov.MarkovHead:
+    config = {"markov_rank": RANK, "markov_head_type": head_type, "vocab_size": V, "hidden_size": HIDDEN}
+    return markov.build_markov_head(config, scale=0.5, generator=torch.Generator().manual_seed(seed))
+
+
+# --------------------------------------------------------------------------- loader, no SGLang
+@pytest.mark.parametrize(
+    "version_text, generation",
+    [("0.5.17", "folded"), ("0.5.21", "folded"), ("0.5.21.post1", "folded"), ("0.5.22", "philox"),
+     ("0.5.23", "philox"), ("0.6.0rc1", "philox")],
+)
+def test_loader_generation_of_version(version_text, generation):
+    assert loader.generation_of(version_text) == generation
+
+
+def test_loader_rejects_release_without_dspark():
+    with pytest.raises(AdapterLoadError, match=r"sglang==0\.5\.16: DSpark needs sglang >= 0\.5\.17"):
+        loader.generation_of("0.5.16")
+
+
+def test_loader_placeholder_call_names_the_stub():
+    stub = loader._StubModule("sglang.srt.managers.schedule_batch", {}, strict=False)
+    with pytest.raises(loader.StubCalled, match=r"schedule_batch\.ScheduleBatch is a stub .*annotations"):
+        stub.ScheduleBatch()
+
+
+def test_loader_strict_stub_has_only_its_names():
+    stub = loader._StubModule("flashinfer.sampling", {"top_k_renorm_probs": None}, strict=True)
+    assert stub.top_k_renorm_probs is None
+    with pytest.raises(AttributeError, match="softmax"):
+        stub.softmax  # noqa: B018  (SGLang's `try: from flashinfer.sampling import softmax`)
+
+
+# --------------------------------------------------------------------------- loader, with SGLang
+def test_loader_imports_dspark_without_the_server(sglang):
+    assert set(sglang.modules) == set(loader.DSPARK_MODULES[sglang.generation])
+    assert sglang.generation == loader.generation_of(loader.installed_version())
+    # The package __init__ (the server) never ran: `sglang` is a bare package here ...
+    assert getattr(sys.modules["sglang"], "__file__", None) is None
+    # ... and the server's batch types are stubs, the DSpark modules real files.
+    assert isinstance(sys.modules["sglang.srt.managers.schedule_batch"], loader._StubModule)
+    assert sglang["heads"].__file__.endswith("sglang/srt/models/dspark.py")
+
+
+def test_adapter_builds_for_installed_version(adapter, sglang):
+    assert adapter.name == f"sglang=={sglang.version}"
+    expected = FOLDED_CAPABILITIES if sglang.generation == "folded" else PHILOX_CAPABILITIES
+    assert set(adapter.capabilities) == expected
+    assert adapter.conventions.greedy_rule == "top_k"
+
+
+def test_adapter_loads_by_pinned_name(sglang):
+    assert load_adapter(f"sglang=={sglang.version}").name == f"sglang=={sglang.version}"
+    with pytest.raises(AdapterLoadError, match="installed version is"):
+        load_adapter("sglang==0.0.1")
+
+
+def test_blockwise_adapter_needs_philox_generation(sglang):
+    if sglang.generation == "folded":
+        with pytest.raises(AdapterLoadError, match="blockwise rejection first shipped in sglang 0.5.22"):
+            make_blockwise_adapter()
+    else:
+        assert make_blockwise_adapter().name == f"sglang=={sglang.version}+blockwise"
+
+
+# --------------------------------------------------------------------------- capability wiring
+def test_step_sampler_greedy_rows_take_argmax_and_crop_padding(adapter):
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, V + 8, generator=gen)
+    logits[:, V:] = 100.0  # padded columns must never win
+    top_k = torch.tensor([1, 1, 50, 50])
+    tokens = adapter.get(c.StepSampler).sample(logits, torch.ones(4), top_k, V, gen)
+    assert tokens.dtype == torch.int64
+    assert bool((tokens < V).all())
+    assert torch.equal(tokens[:2], logits[:2, :V].argmax(-1))
+
+
+def test_markov_head_weights_translate(adapter):
+    block = adapter.get(c.MarkovBlock)
+    gen = torch.Generator().manual_seed(2)
+    for head_type in ("vanilla", "gated", "rnn"):
+        ref = _reference_head(head_type)
+        head = block.load_head(head_type, ref.state_dict(), V, RANK, HIDDEN, torch.device("cpu"))
+        base = torch.randn(3, 4, V, generator=gen)
+        hidden = torch.randn(3, 4, HIDDEN, generator=gen)
+        prev = torch.randint(0, V, (3, 4), generator=gen)
+        expected = markov.apply_block_logits(ref, base, prev, hidden)
+        torch.testing.assert_close(block.apply_block_logits(head, base, prev, hidden), expected)
+
+
+def test_markov_head_rejects_keys_of_another_head(adapter):
+    state = _reference_head("gated").state_dict()
+    with pytest.raises(ValueError, match="state_dict: SGLang's VanillaMarkov takes"):
+        adapter.get(c.MarkovBlock).load_head("vanilla", state, V, RANK, HIDDEN, torch.device("cpu"))
+
+
+def test_markov_block_greedy_matches_reference(adapter):
+    block = adapter.get(c.MarkovBlock)
+    ref = _reference_head("rnn")
+    head = block.load_head("rnn", ref.state_dict(), V, RANK, HIDDEN, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(3)
+    base = torch.randn(2, 5, V, generator=gen)
+    hidden = torch.randn(2, 5, HIDDEN, generator=gen)
+    anchor = torch.tensor([3, 7])
+    tokens, corrected = block.sample_block(head, base, anchor, hidden, torch.ones(2), torch.ones(2, dtype=torch.int64), gen)
+    expected = markov.sample_block(ref, base, anchor, hidden, lambda logits, k: logits.argmax(-1))
+    assert torch.equal(tokens, expected.tokens)
+    torch.testing.assert_close(corrected, expected.corrected_logits)
+
+
+def test_folded_session_runs_one_pass_per_replay(adapter, sglang):
+    block = adapter.get(c.MarkovBlock)
+    head = block.load_head("vanilla", _reference_head("vanilla").state_dict(), V, RANK, HIDDEN, torch.device("cpu"))
+    if sglang.generation == "philox" and not torch.backends.cuda.is_built():
+        with pytest.raises(c.Inconclusive, match="needs a CUDA build of torch"):
+            adapter.get(c.FoldedDraft).session(head, 4, 3, V, torch.float32, torch.device("cpu"), 5)
+        return
+    session = adapter.get(c.FoldedDraft).session(head, 4, 3, V, torch.float32, torch.device("cpu"), 5)
+    gen = torch.Generator().manual_seed(4)
+    base, anchor = torch.randn(2, 3, V, generator=gen), torch.tensor([1, 2])
+    session.stage(2, None, None)  # no sampling info: every row greedy
+    session.load_inputs(base, anchor, None)
+    session.capture()
+    tokens, corrected = session.replay()
+    eager, _ = block.sample_block(head, base, anchor, None, torch.ones(2), torch.ones(2, dtype=torch.int64), gen)
+    assert torch.equal(tokens, eager)
+    assert corrected.shape == (2, 3, V)
+    assert (session.graph_replays, session.sample_block_calls) == (0, 1)
+
+
+def test_fold_gate_matches_spec_example(adapter, sglang):
+    if sglang.generation == "philox":
+        pytest.skip("0.5.22+ has no OFF/AUTO/FORCE folded-sampling gate")
+    gate = adapter.get(c.FoldGate)
+    need = 132_382_720 + 330_956_800  # SPEC S4.7: V=129,280, max_bs=256, gamma=5, bf16
+    assert gate.buffer_bytes(256, 5, 129_280, torch.bfloat16) == need
+    roomy = need + (1 << 30)
+    assert [gate.folds_sampling(m, 256, 5, 129_280, torch.bfloat16, roomy) for m in ("off", "auto", "force")] == [False, True, True]
+    assert gate.folds_sampling("auto", 256, 5, 129_280, torch.bfloat16, roomy - 1) is False
+
+
+def test_greedy_verifier_matches_reference(adapter):
+    gen = torch.Generator().manual_seed(5)
+    target = torch.randn(3, 5, V, generator=gen)
+    drafts = target[:, :4].argmax(-1)
+    drafts[0, 1] = (drafts[0, 1] + 1) % V
+    drafts[2, 3] = (drafts[2, 3] + 1) % V
+    for cap in (None, 3):
+        accepted, tokens = adapter.get(c.GreedyVerifier).verify_greedy(drafts, target, cap=cap)
+        expected = verify.greedy_verify(drafts, target, cap=cap)
+        assert torch.equal(accepted, expected.accepted)
+        assert torch.equal(tokens, expected.tokens)
+
+
+def test_chain_verifier_refuses_explicit_uniforms(adapter):
+    with pytest.raises(NotImplementedError, match="explicit uniforms"):
+        adapter.get(c.ChainVerifier).verify(
+            torch.zeros(1, 2, dtype=torch.int64), torch.zeros(1, 3, V), torch.zeros(1, 2, V),
+            torch.ones(1), torch.ones(1, dtype=torch.int64), accept_uniforms=torch.zeros(1, 2, dtype=torch.float64),
+        )
+
+
+def test_simulated_acceptance_is_seeded_and_in_range(adapter):
+    sim = adapter.get(c.SimulatedAcceptance)
+    draws = [sim.sample_acc_len(4.7, "match-expected", 6, torch.Generator().manual_seed(s)) for s in range(40)]
+    again = [sim.sample_acc_len(4.7, "match-expected", 6, torch.Generator().manual_seed(s)) for s in range(40)]
+    assert draws == again and set(draws) == {4, 5}
+    steps = [sim.executor(4.7, "match-expected", 5, seed=9).step(torch.zeros(3, 5, dtype=torch.int64)) for _ in range(2)]
+    assert torch.equal(steps[0], steps[1]) and steps[0].shape == (3,)
+    with pytest.raises(ValueError, match="simulate_acc_method"):
+        sim.sample_acc_len(4.7, "mean", 6, torch.Generator())
