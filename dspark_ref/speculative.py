@@ -164,16 +164,19 @@ def speculative_generate(
     taus, verified = [], []
     while bool((lengths < end).any()):
         active = lengths < end
+        # 1. draft
         anchor = seq[row_ids, lengths - 1]
         block = draft.block(context_hidden, anchor, gamma)
         drafted = sample_block(draft.markov_head, block.base_logits, anchor, block.hidden, sampler)
 
+        # 2. schedule: finished rows leave the batch the scheduler sees
         limit = torch.full((rows,), gamma, dtype=torch.int64, device=device)
         if scheduler is not None:
             confidences = draft.confidences(block.hidden, anchor, drafted.tokens)
             limit = torch.zeros_like(limit)
             limit[active] = schedule_prefixes(confidences[active], scheduler)
 
+        # 3. verify
         seq[row_ids[:, None], lengths[:, None] + slots[:gamma]] = drafted.tokens
         out = target(seq[:, : int(lengths.max()) + gamma])
         verify_slots = lengths[:, None] - 1 + slots
@@ -185,6 +188,7 @@ def speculative_generate(
             result = chain_verify(drafted.tokens, target_logits, drafted.corrected_logits, temps,
                                   greedy_mask, generator=generator, cap=cap)
 
+        # 4. commit, never past max_new_tokens
         committed = torch.where(active, torch.minimum(result.tau, end - lengths), 0)
         rows_w, slots_w = (slots < committed[:, None]).nonzero(as_tuple=True)
         seq[rows_w, lengths[rows_w] + slots_w] = result.tokens[rows_w, slots_w]
@@ -195,10 +199,16 @@ def speculative_generate(
         taus.append(torch.where(active, result.tau, 0))
         verified.append(torch.where(active, limit, 0))
 
-    def stacked(per_round: list[Tensor]) -> Tensor:
-        return torch.stack(per_round, dim=1) if per_round else torch.zeros(rows, 0, dtype=torch.int64, device=device)
+    return SpecResult(
+        seq[:, prompt_len:end], _per_round(taus, rows, device), _per_round(verified, rows, device), len(taus)
+    )
 
-    return SpecResult(seq[:, prompt_len:end], stacked(taus), stacked(verified), len(taus))
+
+def _per_round(values: list[Tensor], rows: int, device: torch.device) -> Tensor:
+    """Stack per-round ``[B]`` values into ``[B, rounds]`` (``[B, 0]`` when no round ran)."""
+    if not values:
+        return torch.zeros(rows, 0, dtype=torch.int64, device=device)
+    return torch.stack(values, dim=1)
 
 
 @torch.no_grad()
@@ -244,7 +254,9 @@ def autoregressive_generate(
 def _check_common(target, prompt, max_new_tokens, temperature, greedy, generator) -> Tensor:
     """Validate the arguments shared with the baseline; returns the prompt as ``[B, n]`` int64."""
     if not isinstance(target, TargetModel):
-        raise TypeError(f"target: expected a TargetModel (callable with vocab_size), got {type(target).__name__}")
+        raise TypeError(
+            f"target: expected a TargetModel (callable with vocab_size), got {type(target).__name__}"
+        )
     check_int("target.vocab_size", target.vocab_size, minimum=1)
     check_tensor("prompt", prompt, dtypes=INT_DTYPES)
     if prompt.dim() not in (1, 2):
@@ -258,7 +270,9 @@ def _check_common(target, prompt, max_new_tokens, temperature, greedy, generator
     if not isinstance(greedy, bool):
         raise TypeError(f"greedy: expected a bool, got {type(greedy).__name__}")
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
+        raise TypeError(
+            f"generator: expected a torch.Generator or None, got {type(generator).__name__}"
+        )
     return prompt.long()
 
 
@@ -267,7 +281,9 @@ def _check_generate(target, draft, prompt, max_new_tokens, temperature, greedy, 
     """Validate ``speculative_generate``; returns the ``[B, n]`` int64 prompt and ``gamma``."""
     prompt = _check_common(target, prompt, max_new_tokens, temperature, greedy, generator)
     if not isinstance(draft, DraftModel):
-        raise TypeError(f"draft: expected a DraftModel (gamma, markov_head, block), got {type(draft).__name__}")
+        raise TypeError(
+            f"draft: expected a DraftModel (gamma, markov_head, block), got {type(draft).__name__}"
+        )
     if not isinstance(draft.markov_head, MarkovHead):
         raise TypeError(f"draft.markov_head: expected a MarkovHead, got {type(draft.markov_head).__name__}")
     if draft.markov_head.vocab_size != target.vocab_size:

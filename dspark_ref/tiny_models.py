@@ -273,7 +273,8 @@ class TinyDSparkDraft(nn.Module):
     def _confidence_head(self, markov_rank: int, generator: torch.Generator) -> ConfidenceHead:
         head = ConfidenceHead(self.hidden_size, markov_rank=markov_rank, generator=generator)
         with torch.no_grad():
-            head.proj.weight.copy_(torch.randn(head.proj.weight.shape, generator=generator) * _CONFIDENCE_INIT_SCALE)
+            weight = torch.randn(head.proj.weight.shape, generator=generator)
+            head.proj.weight.copy_(weight * _CONFIDENCE_INIT_SCALE)
         return head.requires_grad_(False)
 
     @torch.no_grad()
@@ -290,7 +291,7 @@ class TinyDSparkDraft(nn.Module):
         Raises:
             TypeError / ValueError: wrong shape, dtype, device, ids or ``gamma``.
         """
-        gamma = self._check_block(context_hidden, anchor, gamma)
+        gamma = _check_block(self, context_hidden, anchor, gamma, self.embedding)
         batch, d = context_hidden.shape
         inputs = torch.cat(
             [self.embedding[anchor][:, None], self.mask_embedding.expand(batch, gamma - 1, d)], dim=1
@@ -331,14 +332,6 @@ class TinyDSparkDraft(nn.Module):
         )
         weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(head_dim), dim=-1)
         return (weights @ v).transpose(1, 2).reshape(batch, gamma, d) @ self.w_out.T
-
-    def _check_block(self, context_hidden: Tensor, anchor: Tensor, gamma: int | None) -> int:
-        gamma = self.gamma if gamma is None else check_int("gamma", gamma, minimum=1, maximum=self.gamma)
-        check_tensor("context_hidden", context_hidden, shape=(None, self.hidden_size), dtypes=(torch.float32,))
-        check_tensor("anchor", anchor, shape=(context_hidden.shape[0],), dtypes=INT_DTYPES)
-        check_same_device(embedding=self.embedding, context_hidden=context_hidden, anchor=anchor)
-        check_token_ids("anchor", anchor, self.vocab_size)
-        return gamma
 
 
 class _TargetRecurrenceHead(MarkovHead):
@@ -415,14 +408,20 @@ class OracleDraft(nn.Module):
     def block(self, context_hidden: Tensor, anchor: Tensor, gamma: int | None = None) -> DraftBlock:
         """As ``TinyDSparkDraft.block``: ``hidden`` repeats ``context_hidden`` over the block,
         base logits ``logit_noise * N[anchor, :gamma]``."""
-        gamma = self.gamma if gamma is None else check_int("gamma", gamma, minimum=1, maximum=self.gamma)
-        check_tensor("context_hidden", context_hidden, shape=(None, self.hidden_size), dtypes=(torch.float32,))
-        check_tensor("anchor", anchor, shape=(context_hidden.shape[0],), dtypes=INT_DTYPES)
-        check_same_device(base_offsets=self.base_offsets, context_hidden=context_hidden, anchor=anchor)
-        check_token_ids("anchor", anchor, self.vocab_size)
+        gamma = _check_block(self, context_hidden, anchor, gamma, self.base_offsets)
         batch = context_hidden.shape[0]
         hidden = context_hidden[:, None].expand(batch, gamma, self.hidden_size).contiguous()
         return DraftBlock(hidden, self.base_offsets[anchor, :gamma])
+
+
+def _check_block(draft, context_hidden, anchor, gamma, weight) -> int:
+    """Validate a ``block`` call of either draft; returns the block length."""
+    gamma = draft.gamma if gamma is None else check_int("gamma", gamma, minimum=1, maximum=draft.gamma)
+    check_tensor("context_hidden", context_hidden, shape=(None, draft.hidden_size), dtypes=(torch.float32,))
+    check_tensor("anchor", anchor, shape=(context_hidden.shape[0],), dtypes=INT_DTYPES)
+    check_same_device(weights=weight, context_hidden=context_hidden, anchor=anchor)
+    check_token_ids("anchor", anchor, draft.vocab_size)
+    return gamma
 
 
 def _check_draft_args(target, gamma, markov_head_type, markov_rank, generator, with_confidence) -> None:
