@@ -24,7 +24,7 @@ it to ``CAPABILITIES``, implement it in ``adapters/reference.py``, then write te
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -417,11 +417,26 @@ class PrefixScheduler(Protocol):
 # --------------------------------------------------------------------------- S9
 @runtime_checkable
 class SpeculativeLoop(Protocol):
-    """SPEC S9: the speculative loop on the suite's tiny models.
+    """SPEC S9: the speculative loop (draft -> schedule -> verify -> commit) on tiny models.
 
-    ``generate(target, draft, prompt[B, n] i64, max_new_tokens, temperature, generator)
-    -> (tokens[B, max_new_tokens] i64, taus: list[Tensor[B]] one per round)`` where
-    ``target``/``draft`` are ``dspark_ref.tiny_models`` instances.
+    ``generate(target, draft, prompt[B, n] i64, max_new_tokens, temperature, generator, *,
+    gamma=None, sps=None) -> (tokens[B, max_new_tokens] i64, accept_lengths[B, rounds] i64,
+    verify_lengths[B, rounds] i64)``.
+
+    * ``target`` is a ``dspark_ref.tiny_models.TinyTargetLM``; ``draft`` a ``TinyDSparkDraft``
+      or ``OracleDraft`` (weights shared with the target); both on the test's device. An
+      adapter translates them into its engine.
+    * One temperature for every row: below 1e-5 (0 included) the loop decodes greedily (the
+      loop has no ``top_k``); otherwise it samples at ``T``. Every random draw comes from
+      ``generator``.
+    * ``gamma``: drafts per round, ``1 <= gamma <= draft.gamma`` (None: ``draft.gamma``).
+      ``sps``: None verifies all ``gamma`` drafts; else a steps-per-second curve
+      ``sps(b) -> float`` and the prefix scheduler (SPEC S8, on the draft's confidence head)
+      picks each row's verify length ``l``.
+    * The first new token is the target's prefill draw (the first anchor); round ``i`` then
+      commits ``accept_lengths[:, i] = tau = accepted + 1`` tokens (slot 0 counted, so
+      ``1 <= tau <= l + 1``), of which only those still needed when it reaches
+      ``max_new_tokens``; ``verify_lengths[:, i] = l``. Both are 0 once a row has finished.
     """
 
     def generate(
@@ -432,7 +447,10 @@ class SpeculativeLoop(Protocol):
         max_new_tokens: int,
         temperature: float,
         generator: torch.Generator,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]: ...
+        *,
+        gamma: int | None = None,
+        sps: Callable[[int], float] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
 CAPABILITIES: tuple[type, ...] = (

@@ -52,7 +52,7 @@ def _lowest_argmax(logits: torch.Tensor) -> torch.Tensor:
     """Row argmax of ``[B, V]``, lowest index among ties (exact comparison in float64)."""
     values = logits.detach().cpu().double()
     hits = values == values.max(dim=-1, keepdim=True).values
-    return torch.tensor([int(row.nonzero()[0]) for row in hits])
+    return torch.where(hits, torch.arange(values.shape[-1]), values.shape[-1]).min(dim=-1).values
 
 
 def _greedy_by_rule(rule: str, temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:

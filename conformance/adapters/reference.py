@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from dspark_ref import confidence, folded, markov, scheduler, simulated, speculative, verify
-from dspark_ref.sampling import greedy_rows, sample_step
+from dspark_ref.sampling import TEMPERATURE_FLOOR, greedy_rows, sample_step
 
 from .. import contract as c
 
@@ -221,13 +221,16 @@ class PrefixScheduler:
 
 
 class SpeculativeLoop:
-    """SPEC S9 through :func:`dspark_ref.speculative.speculative_generate`."""
+    """SPEC S9 through :func:`dspark_ref.speculative.speculative_generate`; greedy iff
+    ``temperature < 1e-5`` (the loop takes no ``top_k``)."""
 
-    def generate(self, target, draft, prompt, max_new_tokens, temperature, generator) -> Any:
+    def generate(self, target, draft, prompt, max_new_tokens, temperature, generator, *,
+                 gamma=None, sps=None):
         result = speculative.speculative_generate(
-            target, draft, prompt, max_new_tokens, temperature=temperature, generator=generator
+            target, draft, prompt, max_new_tokens, temperature=temperature,
+            greedy=temperature < TEMPERATURE_FLOOR, gamma=gamma, scheduler=sps, generator=generator,
         )
-        return result.tokens, result.accept_lengths
+        return result.tokens, result.accept_lengths, result.verify_lengths
 
 
 def capabilities() -> dict[type, Any]:

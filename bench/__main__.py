@@ -1,0 +1,133 @@
+"""Command line: ``python -m bench {all,step,folded,throughput,tiers} [options]``.
+
+``all`` runs ``step``, ``folded`` and ``throughput`` in one process, side by side after one
+copy-bandwidth measurement, prints one table and with ``--json PATH`` writes it with the
+environment (device name, torch / triton / sglang versions, timer). Columns: median ms;
+GB/s = bytes moved / median (GB = 1e9 B; each benchmark's note says which bytes);
+% copy BW = GB/s / measured copy bandwidth; speedup vs eager = median of the shape's
+baseline row (``eager sample_step [call]`` for ``step``, ``FoldedDraftSampler.propose
+[eager]`` for ``folded``) / this median. ``--quick`` shrinks shapes and time budgets for a
+CPU smoke run. Exit status 1 if any implementation failed (its row says why), else 0.
+
+``tiers`` times the test tiers in a subprocess each (not part of ``all``): the CPU tier
+``python -m pytest conformance tests -q -n W`` and, with ``--device cuda``, the GPU tier
+(the same plus ``--dspark-device cuda``); it reports wall seconds and pytest's summary.
+
+Example (H200): ``python -m bench all --device cuda --json bench_h200.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import folded, step_sampler, throughput
+from .common import Timing, copy_bandwidth, environment, finalize, format_table, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = {"step": step_sampler.run, "folded": folded.run, "throughput": throughput.run}
+MIB = 2**20
+# (warmup ms, rep ms, copy MiB): full runs, and --quick smoke runs.
+FULL_BUDGET = (25.0, 100.0, {"cuda": 1024, "cpu": 256})
+QUICK_BUDGET = (2.0, 10.0, {"cuda": 64, "cpu": 16})
+
+
+def _workers(text: str) -> str:
+    if text != "auto" and not (text.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an int >= 0, got {text!r}")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m bench`` argument parser (see the module note)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="Benchmarks of the reference DSpark kernels: a table, and JSON."
+    )
+    parser.add_argument("benchmark", choices=("all", *BENCHMARKS, "tiers"),
+                        help="all = step + folded + throughput; tiers times the test tiers")
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available")
+    parser.add_argument("--json", metavar="PATH", help="write environment and rows as JSON")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes and budgets (CPU smoke run)")
+    parser.add_argument("--warmup-ms", type=float, help="warm-up budget per timing (default 25, quick 2)")
+    parser.add_argument("--rep-ms", type=float, help="timed budget per timing (default 100, quick 10)")
+    parser.add_argument("--copy-mib", type=int, help="copy-bandwidth buffer in MiB (default 1024 on cuda)")
+    parser.add_argument("--no-graphs", action="store_true", help="skip the [graph] rows of the step benchmark")
+    parser.add_argument("--workers", type=_workers, default="auto", help="tiers: pytest-xdist -n (default auto)")
+    return parser
+
+
+def _device(parser: argparse.ArgumentParser, name: str | None) -> torch.device:
+    if name is None:
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available on this machine")
+    return torch.device(name)
+
+
+def tier_commands(workers: str, device: torch.device) -> dict[str, list[str]]:
+    """argv of each test tier: ``cpu`` always, ``gpu`` (``--dspark-device cuda``) on CUDA."""
+    cpu = [sys.executable, "-m", "pytest", "conformance", "tests", "-q", "-n", workers]
+    commands = {"cpu": cpu}
+    if device.type == "cuda":
+        commands["gpu"] = [*cpu, "--dspark-device", "cuda"]
+    return commands
+
+
+def run_tiers(commands: dict[str, list[str]]) -> list[dict]:
+    """Run each tier from the repository root; wall seconds, exit code and pytest's summary."""
+    results = []
+    for tier, command in commands.items():
+        print(f"{tier} tier: {shlex.join(command)}", flush=True)
+        start = time.perf_counter()
+        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+        results.append({"tier": tier, "command": shlex.join(command), "seconds": seconds,
+                        "returncode": proc.returncode, "summary": lines[-1] if lines else ""})
+        print(f"  {seconds:.1f} s, exit {proc.returncode}: {results[-1]['summary']}", flush=True)
+    return results
+
+
+def _timing(args, device: torch.device) -> tuple[Timing, int]:
+    warmup, rep, copy_mib = QUICK_BUDGET if args.quick else FULL_BUDGET
+    timing = Timing(device, warmup_ms=args.warmup_ms if args.warmup_ms is not None else warmup,
+                    rep_ms=args.rep_ms if args.rep_ms is not None else rep, graphs=not args.no_graphs)
+    return timing, (args.copy_mib or copy_mib[device.type]) * MIB
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen benchmark(s); print the table; exit status as in the module note."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    device = _device(parser, args.device)
+    timing, copy_bytes = _timing(args, device)
+    env = {**environment(timing), "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])}
+    print(f"device: {env['device_name']}; torch {env['torch']}, triton {env['triton']}, sglang {env['sglang']}")
+    if args.benchmark == "tiers":
+        results = run_tiers(tier_commands(args.workers, device))
+        if args.json:
+            write_json(args.json, {"environment": env, "tiers": results})
+        return int(any(r["returncode"] != 0 for r in results))
+    copy = copy_bandwidth(timing, copy_bytes)
+    print(f"copy bandwidth: {copy.gbs:.1f} GB/s (dst.copy_(src) of {copy.bytes / MIB:.0f} MiB in "
+          f"{copy.median_ms:.3f} ms, read + write counted); timer: {timing.timer}\n")
+    names = list(BENCHMARKS) if args.benchmark == "all" else [args.benchmark]
+    rows = []
+    for name in names:
+        rows += BENCHMARKS[name](timing, copy, quick=args.quick)
+    rows = finalize(rows, copy)
+    print(format_table(rows))
+    if args.json:
+        write_json(args.json, {"environment": env, "copy_bandwidth": copy, "rows": rows})
+        print(f"\nwrote {args.json}")
+    return int(any(r.status.startswith("failed") for r in rows))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

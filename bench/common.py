@@ -1,0 +1,300 @@
+"""Timing, copy bandwidth, result rows and the printed table shared by every benchmark.
+
+Units: times in milliseconds (ms), sizes in bytes, bandwidth in GB/s with GB = 1e9 bytes.
+
+Timers: on CUDA ``triton.testing.do_bench`` (median of ``rep_ms`` worth of calls after
+``warmup_ms`` of warm-up, L2 cache flushed before each call); on CPU the median of
+``time.perf_counter`` around each call, after the same warm-up. ``graph_replay`` captures a
+call once in a CUDA graph so that only its kernels are timed (no Python, no launches, and
+no host-side value checks: the reference skips those while a graph is being captured).
+
+To add a benchmark: write ``bench/<name>.py`` with ``run(timing, copy, *, quick) ->
+list[Row]`` and register it in ``bench/__main__.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from dspark_ref._checks import check_int
+
+__all__ = [
+    "GB",
+    "Timing",
+    "CopyBandwidth",
+    "Row",
+    "median_ms",
+    "graph_replay",
+    "copy_bandwidth",
+    "describe",
+    "measure",
+    "roofline_row",
+    "skipped_row",
+    "finalize",
+    "format_table",
+    "environment",
+    "write_json",
+]
+
+GB = 1e9
+_MIN_HOST_REPEATS = 3
+_MAX_HOST_REPEATS = 1000
+_REASON_CHARS = 160  # a skip / failure reason is cut to one readable line
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Where and how long to time: ``device``, ``warmup_ms`` and ``rep_ms`` budgets (ms),
+    and ``graphs`` (also time CUDA-graph replays; CUDA only)."""
+
+    device: torch.device
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    graphs: bool = True
+
+    @property
+    def use_graphs(self) -> bool:
+        return self.graphs and self.device.type == "cuda"
+
+    @property
+    def timer(self) -> str:
+        if self.device.type == "cuda":
+            return "triton.testing.do_bench median (L2 flushed per call)"
+        return "time.perf_counter median"
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyBandwidth:
+    """Measured ``dst.copy_(src)`` of one buffer: ``bytes`` (one buffer), ``median_ms``,
+    ``gbs = 2 * bytes / time`` (read + write, GB/s)."""
+
+    bytes: int
+    median_ms: float
+    gbs: float
+
+
+@dataclasses.dataclass
+class Row:
+    """One measurement. ``bytes_moved``: bytes the operation must read (and write, where a
+    benchmark says so) per call; ``status``: ``"ok"``, ``"skipped: <reason>"`` or
+    ``"failed: <reason>"``. ``gbs`` (GB/s), ``pct_copy`` (% of copy bandwidth) and
+    ``speedup`` (baseline median / this median) are filled by ``finalize``."""
+
+    benchmark: str
+    shape: str
+    impl: str
+    params: dict[str, Any]
+    median_ms: float | None = None
+    bytes_moved: int | None = None
+    baseline: bool = False
+    note: str = ""
+    status: str = "ok"
+    gbs: float | None = None
+    pct_copy: float | None = None
+    speedup: float | None = None
+
+
+def _host_median_ms(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> float:
+    start = time.perf_counter()
+    fn()  # first call: lazy initialisation, allocation, compilation
+    while (time.perf_counter() - start) * 1e3 < warmup_ms:
+        fn()
+    times: list[float] = []
+    while len(times) < _MIN_HOST_REPEATS or (sum(times) < rep_ms and len(times) < _MAX_HOST_REPEATS):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def median_ms(fn: Callable[[], object], timing: Timing) -> float:
+    """Median wall time of one call of ``fn`` in ms (device timer on CUDA, see module note)."""
+    if timing.device.type == "cuda":
+        import triton.testing  # a CUDA torch install ships triton
+
+        return float(triton.testing.do_bench(fn, warmup=timing.warmup_ms, rep=timing.rep_ms, return_mode="median"))
+    return _host_median_ms(fn, timing.warmup_ms, timing.rep_ms)
+
+
+def graph_replay(fn: Callable[[], object], device: torch.device) -> Callable[[], None]:
+    """Capture one call of ``fn`` in a CUDA graph; returns the graph's ``replay``.
+
+    ``fn`` runs twice on a side stream first (Triton compiles, the allocator warms up).
+    The returned callable keeps the graph (and its memory pool) alive; drop it to free them.
+
+    Raises:
+        ValueError: ``device`` is not a CUDA device.
+    """
+    if device.type != "cuda":
+        raise ValueError(f"device: CUDA graphs need a CUDA device, got {device}")
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def copy_bandwidth(timing: Timing, nbytes: int) -> CopyBandwidth:
+    """Device-to-device copy bandwidth: time ``dst.copy_(src)`` of an ``nbytes`` buffer and
+    count ``2 * nbytes`` (each byte read once and written once).
+
+    Raises:
+        TypeError / ValueError: ``nbytes`` not an int >= 1 MiB.
+    """
+    check_int("nbytes", nbytes, minimum=2**20)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=timing.device).random_(0, 256)
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), timing)
+    return CopyBandwidth(bytes=nbytes, median_ms=ms, gbs=2 * nbytes / (ms * 1e-3) / GB)
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming an exception (type and message), for a skip or failure reason."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
+
+
+def measure(
+    benchmark: str,
+    shape: str,
+    impl: str,
+    params: dict[str, Any],
+    make_fn: Callable[[], Callable[[], object]],
+    timing: Timing,
+    *,
+    bytes_moved: int | None = None,
+    baseline: bool = False,
+    graph: bool = False,
+    note: str = "",
+) -> Row:
+    """Build the call with ``make_fn()`` (untimed), then time it (as a CUDA-graph replay if
+    ``graph``). An exception is reported in the row (``status = "failed: ..."``), so one
+    broken implementation does not hide the others."""
+    row = Row(benchmark, shape, impl, dict(params), bytes_moved=bytes_moved, baseline=baseline, note=note)
+    try:
+        fn = make_fn()
+        if graph:
+            fn = graph_replay(fn, timing.device)
+        row.median_ms = median_ms(fn, timing)
+    except Exception as exc:  # reported in the table, never swallowed silently
+        row.status = f"failed: {describe(exc)}"
+    return row
+
+
+def roofline_row(benchmark: str, shape: str, impl: str, params: dict[str, Any], nbytes: int,
+                 copy: CopyBandwidth, note: str) -> Row:
+    """The HBM roofline: ``nbytes`` at the measured copy bandwidth, ``nbytes / copy.gbs``."""
+    return Row(benchmark, shape, impl, dict(params), median_ms=nbytes / (copy.gbs * GB) * 1e3,
+               bytes_moved=nbytes, note=note)
+
+
+def skipped_row(benchmark: str, shape: str, impl: str, params: dict[str, Any], reason: str) -> Row:
+    """A row for an implementation that cannot run here; ``reason`` says why."""
+    return Row(benchmark, shape, impl, dict(params), status=f"skipped: {reason}")
+
+
+def finalize(rows: Iterable[Row], copy: CopyBandwidth | None) -> list[Row]:
+    """Fill ``gbs``, ``pct_copy`` and ``speedup`` (per ``(benchmark, shape)``, against the row
+    marked ``baseline``) in place; returns the rows as a list."""
+    rows = list(rows)
+    baselines = {(r.benchmark, r.shape): r.median_ms for r in rows if r.baseline and r.median_ms}
+    for r in rows:
+        if not r.median_ms:
+            continue
+        if r.bytes_moved is not None:
+            r.gbs = r.bytes_moved / (r.median_ms * 1e-3) / GB
+            if copy is not None:
+                r.pct_copy = 100.0 * r.gbs / copy.gbs
+        base = baselines.get((r.benchmark, r.shape))
+        if base is not None:
+            r.speedup = base / r.median_ms
+    return rows
+
+
+_COLUMNS = ("benchmark", "shape", "impl", "median ms", "GB/s", "% copy BW", "speedup vs eager", "note")
+
+
+def _cells(r: Row) -> Sequence[str]:
+    def num(value, fmt):
+        return "" if value is None else format(value, fmt)
+
+    note = r.note if r.status == "ok" else r.status
+    return (r.benchmark, r.shape, r.impl, num(r.median_ms, ".4f"), num(r.gbs, ".1f"), num(r.pct_copy, ".1f"),
+            num(r.speedup, ".2f") + ("x" if r.speedup is not None else ""), note)
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """A fixed-width text table, one line per row, a blank line between shapes."""
+    cells = [_cells(r) for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(_COLUMNS[:-1])]
+
+    def line(values):
+        fixed = [v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))]
+        return "  ".join(fixed + [values[-1]]).rstrip()
+
+    out = [line(_COLUMNS), line(["-" * w for w in widths] + ["-" * 4])]
+    previous = None
+    for r, c in zip(rows, cells):
+        if previous is not None and (r.benchmark, r.shape) != previous:
+            out.append("")
+        previous = (r.benchmark, r.shape)
+        out.append(line(c))
+    return "\n".join(out)
+
+
+def _installed(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def environment(timing: Timing) -> dict[str, Any]:
+    """Device name, library versions, timer and its budgets, for the JSON record."""
+    device = timing.device
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    return {
+        "device": str(device),
+        "device_name": name,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "triton": _installed("triton"),
+        "sglang": _installed("sglang"),
+        "python": sys.version.split()[0],
+        "timer": timing.timer,
+        "warmup_ms": timing.warmup_ms,
+        "rep_ms": timing.rep_ms,
+        "cuda_graphs": timing.use_graphs,
+    }
+
+
+def write_json(path: str, payload: dict[str, Any]) -> None:
+    """Write ``payload`` (rows as dicts) to ``path`` as indented JSON."""
+    def default(obj):
+        if dataclasses.is_dataclass(obj):
+            return dataclasses.asdict(obj)
+        raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=2, default=default)
+        handle.write("\n")

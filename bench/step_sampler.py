@@ -1,0 +1,169 @@
+"""Benchmark ``step``: one exponential-race step over logits ``[B, V]`` (SPEC S3).
+
+Every implementation gets the same logits (float32 or bf16), temperatures (0.8, every row
+sampling) and float32 Exp(1) noise, all made once, untimed:
+
+* ``ref triton race``: ``tiled_exponential_race(..., backend="triton")`` (tile partials in
+  Triton, the ``[B, n_tiles]`` combine in torch);
+* ``ref triton race + noise refresh``: ``noise.exponential_()`` then the above, which is
+  what the folded draft does every step (fresh noise in place);
+* ``eager sample_step`` (the baseline of the speedup column) and ``eager
+  exponential_race``: the torch reference, computing ``softmax(L / T) / E`` in float32;
+* ``sglang MarkovSampleStep``: SGLang 0.5.22+'s fused bias-add + race kernel (its torch
+  path for CPU tensors), with a zero bias and its Philox noise made inside the kernel (loaded lazily through
+  ``conformance/adapters/sglang/loader.py``; a skip names the reason when it cannot load);
+* ``roofline``: the bytes below at the measured copy bandwidth.
+
+Each runs as called (``[call]``: Python, kernel launches and the reference's host-side
+value checks) and, on CUDA, as a CUDA-graph replay of that call (``[graph]``: kernels only).
+
+Bytes moved per step (``GB/s`` = bytes / median time):
+
+* reference and eager rows: logits ``B*V*itemsize`` + noise ``B*V*4`` (read);
+* ``+ noise refresh``: also the noise write, ``B*V*4``;
+* SGLang: logits + the bias it adds, ``B*V*4`` (noise is generated, not read);
+* ``roofline logits+noise``: logits + noise; ``roofline logits only``: the floor for a
+  kernel that makes its noise in registers, as SGLang's does.
+
+Outputs (``[B]`` int64) and the tile partials (``[B, V / 1024]``) are negligible and not
+counted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from dspark_ref import tiled_sampling
+from dspark_ref.sampling import exponential_noise, exponential_race, sample_step
+from dspark_ref.tiled_sampling import tiled_exponential_race
+
+from .common import CopyBandwidth, Row, Timing, describe, measure, roofline_row, skipped_row
+
+__all__ = ["BATCHES", "VOCABS", "DTYPES", "run"]
+
+BENCHMARK = "step"
+BATCHES = (1, 64, 256)
+VOCABS = (129_280, 151_936)  # DeepSeek-V3 and Qwen2 vocabularies
+DTYPES = (torch.float32, torch.bfloat16)
+QUICK_BATCHES, QUICK_VOCABS = (1, 8), (1000,)
+TEMPERATURE = 0.8
+SGLANG_NOISE_KEY = 0x5EED
+
+
+class _SGLangStep(NamedTuple):
+    """``factory(logits, temperatures) -> call`` of ``MarkovSampleStep``, or why it cannot run."""
+
+    factory: Callable[[torch.Tensor, torch.Tensor], Callable[[], object]] | None
+    skip: str | None
+
+
+def _sglang_step(device: torch.device) -> _SGLangStep:
+    try:  # lazily: SGLang is optional, and its loader imports the wheel's modules
+        from conformance.adapters.sglang.engine_inputs import TOP_K_ALL, sampling_info
+        from conformance.adapters.sglang.loader import load_sglang
+
+        modules = load_sglang()
+    except Exception as exc:  # AdapterLoadError (not installed, too old) or a broken install
+        return _SGLangStep(None, describe(exc))
+    if modules.generation != "philox":
+        return _SGLangStep(None, f"sglang=={modules.version} has no MarkovSampleStep (0.5.22+)")
+
+    def factory(logits: torch.Tensor, temperatures: torch.Tensor) -> Callable[[], object]:
+        rows, vocab = logits.shape
+        top_k = torch.full((rows,), TOP_K_ALL, dtype=torch.int64, device=device)
+        params = modules["draft"].resolve_draft_params(
+            sampling_info=sampling_info(temperatures, top_k), bs=rows, device=device
+        )
+        bias = torch.zeros(rows, vocab, dtype=torch.float32, device=device)
+        offset = torch.zeros(1, dtype=torch.int64, device=device)
+        step = modules["step"].MarkovSampleStep
+        return lambda: step.execute(
+            base_logits=logits, bias=bias, temperatures=params.step_temperatures,
+            key=SGLANG_NOISE_KEY, offset=offset, step=0, step_dtype=logits.dtype,
+        )
+
+    return _SGLangStep(factory, None)
+
+
+def _triton_unavailable(device: torch.device) -> str | None:
+    if tiled_sampling.triton is None:
+        return "triton is not installed"
+    if device.type != "cuda" and not tiled_sampling.KERNEL_INTERPRETED:
+        return f"the Triton kernel needs CUDA tensors (or TRITON_INTERPRET=1), device is {device}"
+    return None
+
+
+class _Impl(NamedTuple):
+    name: str
+    make: Callable[[], Callable[[], object]]  # untimed setup -> the timed call
+    bytes_moved: int
+    skip: str | None = None  # why it cannot run here
+    baseline: bool = False
+
+
+def _impls(logits, temps, noise, sglang: _SGLangStep, device) -> list[_Impl]:
+    batch, vocab = logits.shape
+    race_bytes = batch * vocab * (logits.dtype.itemsize + 4)  # logits + float32 noise
+    greedy = torch.zeros(batch, dtype=torch.bool, device=device)
+    no_triton = _triton_unavailable(device)
+
+    def triton_race():
+        return tiled_exponential_race(logits, temps, noise, backend="triton")
+
+    def refreshed_triton_race():
+        noise.exponential_()
+        return triton_race()
+
+    return [
+        _Impl("eager sample_step", lambda: lambda: sample_step(logits, temps, greedy, noise=noise),
+              race_bytes, baseline=True),
+        _Impl("eager exponential_race", lambda: lambda: exponential_race(logits, temps, noise), race_bytes),
+        _Impl("ref triton race", lambda: triton_race, race_bytes, no_triton),
+        _Impl("ref triton race + noise refresh", lambda: refreshed_triton_race, race_bytes + batch * vocab * 4,
+              no_triton),
+        # SGLang reads a float32 bias [B, V] instead of noise: the same byte count.
+        _Impl("sglang MarkovSampleStep", lambda: sglang.factory(logits, temps), race_bytes, sglang.skip),
+    ]
+
+
+def _shape_rows(batch: int, vocab: int, dtype: torch.dtype, timing: Timing, copy: CopyBandwidth,
+                sglang: _SGLangStep) -> list[Row]:
+    device = timing.device
+    gen = torch.Generator(device).manual_seed(batch * vocab)
+    logits = (3.0 * torch.randn(batch, vocab, generator=gen, device=device)).to(dtype)
+    temps = torch.full((batch,), TEMPERATURE, device=device)
+    noise = exponential_noise((batch, vocab), generator=gen)
+    dtype_name = str(dtype).removeprefix("torch.")
+    shape, params = f"B={batch} V={vocab} {dtype_name}", {"B": batch, "V": vocab, "dtype": dtype_name}
+    modes = ("call", "graph") if timing.use_graphs else ("call",)
+    rows = []
+    for impl, mode in itertools.product(_impls(logits, temps, noise, sglang, device), modes):
+        name = f"{impl.name} [{mode}]"
+        if impl.skip is not None:
+            rows.append(skipped_row(BENCHMARK, shape, name, params, impl.skip))
+            continue
+        rows.append(measure(BENCHMARK, shape, name, params, impl.make, timing, bytes_moved=impl.bytes_moved,
+                            baseline=impl.baseline and mode == "call", graph=mode == "graph"))
+    logit_bytes = batch * vocab * dtype.itemsize
+    rows.append(roofline_row(BENCHMARK, shape, "roofline logits+noise", params, logit_bytes + batch * vocab * 4,
+                             copy, "logits + noise read at copy BW"))
+    rows.append(roofline_row(BENCHMARK, shape, "roofline logits only", params, logit_bytes, copy,
+                             "logits read at copy BW (noise made in-kernel)"))
+    return rows
+
+
+def run(timing: Timing, copy: CopyBandwidth, *, quick: bool = False) -> list[Row]:
+    """Time one race step for every (B, V, dtype) (module note); rows in table order.
+
+    ``quick`` shrinks the shapes to ``B in (1, 8)``, ``V = 1000`` (CPU smoke runs).
+    """
+    batches, vocabs = (QUICK_BATCHES, QUICK_VOCABS) if quick else (BATCHES, VOCABS)
+    sglang = _sglang_step(timing.device)
+    rows: list[Row] = []
+    for dtype, vocab, batch in itertools.product(DTYPES, vocabs, batches):
+        rows += _shape_rows(batch, vocab, dtype, timing, copy, sglang)
+    return rows

@@ -1,0 +1,289 @@
+"""Conformance tests for SPEC S6: simulated acceptance (benchmark mode) and its verify step.
+
+Covers, through :class:`~conformance.contract.SimulatedAcceptance` only:
+
+* ``match-expected``: exact support {floor, floor + 1} (or the clamped constant) and a
+  binomial test that P(upper) = value - floor, so the long-run mean is the clamped value;
+* ``multinomial``: values in [1, max_len] and a chi-square test against the exact law of
+  ``round(clamp(Normal(value, 1), 1, max_len))`` (from ``scipy.stats.norm.cdf``);
+* any other method raises ValueError;
+* the verify-step executor (``max_len = gamma + 1``): a fresh length on EVERY step (the S10
+  bug rounded 4.7 once, when its buffer was made, and ran it as a constant 4), tested by the
+  law of the lengths and by how often disjoint pairs of steps differ; its correct drafts
+  (the first ``acc_len - 1`` drafts, then -1) across batch-size and dtype changes.
+
+Draws use a CPU generator seeded with the case seed (the contract's lengths are host ints).
+To add a case: add an entry ``case(...): params`` to the dict of its family.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+from conformance import stats
+from conformance.budget import DEFAULT_MIN_TV
+from conformance.cases import case, case_id
+from conformance.contract import SimulatedAcceptance
+
+METHODS = ("match-expected", "multinomial")
+EXECUTOR_ROWS = 32
+
+
+def _cpu_generator(case_seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(case_seed)
+
+
+def _draws(iut, value: float, method: str, max_len: int, n: int, generator) -> list:
+    return [iut.sample_acc_len(value, method, max_len, generator) for _ in range(n)]
+
+
+def _check_support(case_id_: str, values, allowed: set[int], what: str) -> None:
+    """Every value is an integer in ``allowed`` (exact: values outside are impossible)."""
+    for i, value in enumerate(values):
+        if not isinstance(value, numbers.Integral) or int(value) not in allowed:
+            raise AssertionError(
+                f"{case_id_}: {what}: draw {i} is {value!r} ({type(value).__name__}); expected an int in "
+                f"{sorted(allowed)}"
+            )
+
+
+def _match_expected_support(value: float, max_len: int) -> tuple[int, int, float]:
+    """SPEC S6: clamp into [1, max_len]; lower = floor; upper = lower + 1 if lower < max_len
+    else lower; P(upper) = value - lower. Returns (lower, upper, P(upper))."""
+    clamped = min(max(value, 1.0), float(max_len))
+    lower = math.floor(clamped)
+    upper = lower + 1 if lower < max_len else lower
+    return lower, upper, clamped - lower
+
+
+def _multinomial_law(value: float, max_len: int) -> np.ndarray:
+    """P(k), k = 1..max_len, of round(clamp(N(value, 1), 1, max_len)): the clamp folds the
+    tails into 1 and max_len (ties at k + 1/2 have probability 0)."""
+    edges = np.array([-np.inf] + [k + 0.5 for k in range(1, max_len)] + [np.inf])
+    return np.diff(scipy.stats.norm.cdf(edges - value))
+
+
+# ----------------------------------------------------------------------------- match-expected
+# case -> (value, max_len)
+MATCH_EXPECTED_CASES = {
+    case("S6/match-expected/4.7-max6", "gamma 5: only 4 and 5, P(5) = 0.7, mean 4.7",
+         ["S6.match-expected"], statistical=1): (4.7, 6),
+    case("S6/match-expected/5.5-max6-top", "top interval: lower 5 < max_len, so 5 or 6 with P(6) = 0.5",
+         ["S6.match-expected"], statistical=1): (5.5, 6),
+    case("S6/match-expected/2.25-max3", "P(3) = 0.25", ["S6.match-expected"], statistical=1): (2.25, 3),
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", MATCH_EXPECTED_CASES, ids=case_id)
+def test_S6_match_expected_law(case, require, stat_check, case_seed):
+    """H0: #upper ~ Bin(n, value - floor(value)); exact binomial test, alpha =
+    PER_ASSERTION_ALPHA, min effect 0.01 (a mean off by 0.01), n from
+    sample_size_for_proportion for power 0.999. Support {lower, upper} is exact."""
+    iut = require(SimulatedAcceptance)
+    value, max_len = MATCH_EXPECTED_CASES[case]
+    lower, upper, p_upper = _match_expected_support(value, max_len)
+    n = stats.sample_size_for_proportion(p_upper, DEFAULT_MIN_TV)
+
+    draws = _draws(iut, value, "match-expected", max_len, n, _cpu_generator(case_seed))
+
+    _check_support(case.id, draws, {lower, upper}, f"match-expected({value}, max_len={max_len})")
+    stat_check(stats.binomial(draws.count(upper), n, p_upper, name=f"{case.id}/p-upper",
+                              min_effect=DEFAULT_MIN_TV))
+
+
+# case -> (value, max_len, the only possible length)
+DEGENERATE_CASES = {
+    case("S6/match-expected/clamp-low-0.2", "0.2 clamps to 1", ["S6.match-expected"]): (0.2, 6, 1),
+    case("S6/match-expected/clamp-low-negative", "-3 clamps to 1", ["S6.match-expected"]): (-3.0, 6, 1),
+    case("S6/match-expected/integer-1", "an integer value is a constant", ["S6.match-expected"]): (1.0, 6, 1),
+    case("S6/match-expected/integer-3", "an integer value is a constant", ["S6.match-expected"]): (3.0, 6, 3),
+    case("S6/match-expected/integer-max", "value = max_len: upper = lower", ["S6.match-expected"]): (6.0, 6, 6),
+    case("S6/match-expected/clamp-high-9.5", "9.5 clamps to max_len 6", ["S6.match-expected"]): (9.5, 6, 6),
+    case("S6/match-expected/max-len-1", "max_len 1 leaves only 1", ["S6.match-expected"]): (5.5, 1, 1),
+}
+
+
+@pytest.mark.parametrize("case", DEGENERATE_CASES, ids=case_id)
+def test_S6_match_expected_degenerate_values(case, require, case_seed):
+    iut = require(SimulatedAcceptance)
+    value, max_len, only = DEGENERATE_CASES[case]
+    draws = _draws(iut, value, "match-expected", max_len, 200, _cpu_generator(case_seed))
+    _check_support(case.id, draws, {only}, f"match-expected({value}, max_len={max_len})")
+
+
+# ----------------------------------------------------------------------------- multinomial
+# case -> (value, max_len)
+MULTINOMIAL_CASES = {
+    case("S6/multinomial/3.0-max6", "centred: law of round(N(3, 1)) with both tails folded",
+         ["S6.multinomial"], statistical=1): (3.0, 6),
+    case("S6/multinomial/5.6-max6", "near max_len: the upper clamp holds ~ 27% of the mass",
+         ["S6.multinomial"], statistical=1): (5.6, 6),
+    case("S6/multinomial/1.2-max3", "near 1: the lower clamp holds ~ 66% of the mass",
+         ["S6.multinomial"], statistical=1): (1.2, 3),
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", MULTINOMIAL_CASES, ids=case_id)
+def test_S6_multinomial_law(case, require, stat_check, case_seed):
+    """H0: draws ~ round(clamp(N(value, 1), 1, max_len)) with the law from norm.cdf;
+    chi-square, alpha = PER_ASSERTION_ALPHA, min TV 0.01, power 0.999 (sample_size_for_tv)."""
+    iut = require(SimulatedAcceptance)
+    value, max_len = MULTINOMIAL_CASES[case]
+    law = _multinomial_law(value, max_len)
+    n = stats.sample_size_for_tv(law)
+
+    draws = _draws(iut, value, "multinomial", max_len, n, _cpu_generator(case_seed))
+
+    _check_support(case.id, draws, set(range(1, max_len + 1)), f"multinomial({value}, max_len={max_len})")
+    counts = np.bincount(np.asarray(draws, dtype=np.int64) - 1, minlength=max_len)
+    stat_check(stats.goodness_of_fit(counts, law, name=f"{case.id}/law"))
+
+
+# ----------------------------------------------------------------------------- range, methods
+RANGE_VALUES = (-40.0, -5.0, 0.5, 1.0, 1.2, 2.5, 5.5, 6.49, 6.5, 12.0, 40.0)
+RANGE_CASES = {
+    case(f"S6/range/{method}", f"{method}: every draw an int in [1, max_len], values -40..40, max_len 1/2/6",
+         [f"S6.{method}"]): method
+    for method in METHODS
+}
+
+
+@pytest.mark.parametrize("case", RANGE_CASES, ids=case_id)
+def test_S6_lengths_stay_in_range(case, require, case_seed):
+    iut = require(SimulatedAcceptance)
+    method = RANGE_CASES[case]
+    generator = _cpu_generator(case_seed)
+    for max_len in (1, 2, 6):
+        for value in RANGE_VALUES:
+            draws = _draws(iut, value, method, max_len, 100, generator)
+            _check_support(case.id, draws, set(range(1, max_len + 1)), f"{method}({value}, max_len={max_len})")
+
+
+INVALID_METHODS = ("uniform", "", "Match-Expected", "match_expected", "multinomial ", "geometric")
+INVALID_CASE = case("S6/invalid-method/names", "unknown, misspelt or padded method names raise ValueError "
+                    "(sample_acc_len, and the executor by its first step at the latest)", ["S6.invalid-method"])
+
+
+@pytest.mark.parametrize("case", [INVALID_CASE], ids=case_id)
+def test_S6_invalid_method_raises(case, require, case_seed):
+    iut = require(SimulatedAcceptance)
+    drafts = torch.arange(10, dtype=torch.int64).reshape(2, 5)
+    for method in INVALID_METHODS:
+        with pytest.raises(ValueError):
+            iut.sample_acc_len(3.0, method, 6, _cpu_generator(case_seed))
+        with pytest.raises(ValueError):
+            iut.executor(3.0, method, 5, case_seed).step(drafts)
+
+
+# ----------------------------------------------------------------------------- executor
+def _run_executor(iut, value: float, method: str, gamma: int, steps: int, seed: int) -> np.ndarray:
+    """``steps`` verify steps over ``EXECUTOR_ROWS`` rows; lengths ``[steps, rows]``."""
+    executor = iut.executor(value, method, gamma, seed)
+    drafts = torch.arange(EXECUTOR_ROWS * gamma, dtype=torch.int64).reshape(EXECUTOR_ROWS, gamma)
+    lengths = []
+    for _ in range(steps):
+        out = executor.step(drafts)
+        assert out.dtype == torch.int64 and tuple(out.shape) == (EXECUTOR_ROWS,), (
+            f"executor.step: expected int64 [{EXECUTOR_ROWS}], got {out.dtype} {tuple(out.shape)}"
+        )
+        lengths.append(out.cpu())
+    return torch.stack(lengths).numpy()
+
+
+# case -> (value, gamma)
+EXECUTOR_MATCH_CASES = {
+    case("S6/executor/4.7-gamma5", "4.7 with gamma 5: fresh 4-or-5 every step, P(5) = 0.7 (S10: not a constant 4)",
+         ["S6.executor", "S6.match-expected", "S10.simulated-rounded"], statistical=2): (4.7, 5),
+    case("S6/executor/5.5-gamma5-top", "max_len = gamma + 1: 5 or 6, P(6) = 0.5, fresh every step",
+         ["S6.executor", "S6.match-expected", "S10.simulated-rounded"], statistical=2): (5.5, 5),
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", EXECUTOR_MATCH_CASES, ids=case_id)
+def test_S6_executor_redraws_every_step(case, require, stat_check, case_seed):
+    """Two H0s, exact binomial tests at alpha = PER_ASSERTION_ALPHA, min effect 0.01,
+    power 0.999 (sample_size_for_proportion):
+
+    * the lengths over all rows and steps: #upper ~ Bin(n, value - floor) (the mean);
+    * fresh iid draws per step: within each row, the disjoint step pairs (2i, 2i + 1)
+      differ with probability 2 p (1 - p), independently across pairs and rows. A length
+      drawn once (per batch or per row) and reused never differs.
+    """
+    iut = require(SimulatedAcceptance)
+    value, gamma = EXECUTOR_MATCH_CASES[case]
+    lower, upper, p_upper = _match_expected_support(value, gamma + 1)
+    p_change = 2 * p_upper * (1 - p_upper)
+    n_values = stats.sample_size_for_proportion(p_upper, DEFAULT_MIN_TV)
+    n_pairs = stats.sample_size_for_proportion(p_change, DEFAULT_MIN_TV)
+    steps = 2 * math.ceil(max(n_values / 2, n_pairs) / EXECUTOR_ROWS)
+
+    lengths = _run_executor(iut, value, "match-expected", gamma, steps, case_seed)
+
+    _check_support(case.id, lengths.ravel().tolist(), {lower, upper}, f"executor({value}, gamma={gamma})")
+    stat_check(stats.binomial(int((lengths == upper).sum()), lengths.size, p_upper,
+                              name=f"{case.id}/p-upper", min_effect=DEFAULT_MIN_TV))
+    changed = lengths[0::2] != lengths[1::2]
+    stat_check(stats.binomial(int(changed.sum()), changed.size, p_change,
+                              name=f"{case.id}/step-pairs-differ", min_effect=DEFAULT_MIN_TV))
+
+
+EXECUTOR_MULTINOMIAL = case("S6/executor/multinomial-3.3-gamma5", "multinomial executor: law of "
+                            "round(clamp(N(3.3, 1), 1, 6)) over rows and steps",
+                            ["S6.executor", "S6.multinomial"], statistical=1)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", [EXECUTOR_MULTINOMIAL], ids=case_id)
+def test_S6_executor_multinomial_law(case, require, stat_check, case_seed):
+    """H0: lengths ~ round(clamp(N(3.3, 1), 1, gamma + 1)); chi-square, alpha =
+    PER_ASSERTION_ALPHA, min TV 0.01, power 0.999."""
+    iut = require(SimulatedAcceptance)
+    value, gamma = 3.3, 5
+    law = _multinomial_law(value, gamma + 1)
+    steps = math.ceil(stats.sample_size_for_tv(law) / EXECUTOR_ROWS)
+
+    lengths = _run_executor(iut, value, "multinomial", gamma, steps, case_seed)
+
+    _check_support(case.id, lengths.ravel().tolist(), set(range(1, gamma + 2)), f"executor({value}, gamma={gamma})")
+    counts = np.bincount(lengths.ravel() - 1, minlength=gamma + 1)
+    stat_check(stats.goodness_of_fit(counts, law, name=f"{case.id}/law"))
+
+
+EXECUTOR_BUFFER = case("S6/executor/correct-drafts", "after every step, correct_drafts holds each row's first "
+                       "acc_len - 1 drafts then -1, across batch-size and dtype changes (reused buffer)",
+                       ["S6.executor"])
+
+
+@pytest.mark.parametrize("case", [EXECUTOR_BUFFER], ids=case_id)
+def test_S6_executor_writes_correct_drafts(case, require, case_seed):
+    iut = require(SimulatedAcceptance)
+    gamma = 4
+    executor = iut.executor(3.5, "match-expected", gamma, case_seed)
+    generator = _cpu_generator(case_seed)
+    # Grow, shrink, grow past the first capacity, then switch dtype.
+    for step, (rows, dtype) in enumerate([(4, torch.int64), (4, torch.int64), (2, torch.int64),
+                                          (7, torch.int64), (3, torch.int64), (5, torch.int32)]):
+        drafts = torch.randint(0, 1000, (rows, gamma), generator=generator).to(dtype)
+        lengths = executor.step(drafts).cpu()
+        correct = executor.correct_drafts
+        label = f"{case.id}: step {step} ({rows} rows, {dtype})"
+        _check_support(label, lengths.tolist(), {3, 4}, "acc_len")
+        assert tuple(correct.shape) == (rows, gamma), (
+            f"{label}: expected correct_drafts [{rows}, {gamma}], got {tuple(correct.shape)}"
+        )
+        slots = torch.arange(gamma)
+        expected = torch.where(slots < (lengths - 1)[:, None], drafts.to(torch.int64), -1)
+        got = correct.cpu().to(torch.int64)
+        assert torch.equal(got, expected), (
+            f"{label}: expected the first acc_len - 1 drafts then -1 (acc_len {lengths.tolist()}): "
+            f"{expected.tolist()}, got {got.tolist()}"
+        )

@@ -1,0 +1,127 @@
+"""The benchmark harness ``bench/``: derived columns, byte counts, failure rows, the tier
+command lines, and a CPU smoke run of every benchmark at tiny shapes (``--quick``).
+
+The smoke run checks structure (every row timed or skipped with a reason, the JSON record),
+never speed: timings on a shared CPU mean nothing.
+"""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from bench import common, folded
+from bench.__main__ import main, tier_commands
+from bench.common import CopyBandwidth, Row, Timing
+
+CPU = Timing(torch.device("cpu"), warmup_ms=0.0, rep_ms=1.0)
+
+
+@pytest.fixture
+def one_thread():
+    # Two oversubscribed cores make multi-threaded torch ops crawl; one thread keeps this fast.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_bench_finalize_derives_bandwidth_percent_and_speedup():
+    copy = CopyBandwidth(bytes=2**20, median_ms=1.0, gbs=4.0)
+    base = Row("step", "s", "eager", {}, median_ms=2.0, bytes_moved=4_000_000, baseline=True)
+    fast = Row("step", "s", "fast", {}, median_ms=0.5, bytes_moved=4_000_000)
+    other_shape = Row("step", "t", "fast", {}, median_ms=0.5, bytes_moved=1_000_000)
+    skipped = Row("step", "s", "absent", {}, status="skipped: not installed")
+    common.finalize([base, fast, other_shape, skipped], copy)
+    assert base.gbs == pytest.approx(2.0) and base.pct_copy == pytest.approx(50.0) and base.speedup == 1.0
+    assert fast.gbs == pytest.approx(8.0) and fast.pct_copy == pytest.approx(200.0)
+    assert fast.speedup == pytest.approx(4.0)
+    assert other_shape.speedup is None  # no baseline for shape "t"
+    assert skipped.gbs is None and skipped.speedup is None
+
+
+def test_bench_roofline_is_bytes_over_copy_bandwidth():
+    copy = CopyBandwidth(bytes=2**20, median_ms=1.0, gbs=2.0)
+    row = common.roofline_row("step", "s", "roofline", {}, 1_000_000, copy, "note")
+    assert row.median_ms == pytest.approx(0.5)  # 1e6 B / 2e9 B/s
+    assert common.finalize([row], copy)[0].pct_copy == pytest.approx(100.0)
+
+
+def test_bench_copy_bandwidth_counts_read_and_write(monkeypatch):
+    monkeypatch.setattr(common, "median_ms", lambda fn, timing: 2.0)
+    bw = common.copy_bandwidth(CPU, 2**20)
+    assert bw.gbs == pytest.approx(2 * 2**20 / 2e-3 / 1e9)
+
+
+def test_bench_copy_bandwidth_rejects_small_buffer():
+    with pytest.raises(ValueError, match="nbytes"):
+        common.copy_bandwidth(CPU, 1024)
+
+
+def test_bench_graph_replay_rejects_cpu():
+    with pytest.raises(ValueError, match="device"):
+        common.graph_replay(lambda: None, torch.device("cpu"))
+
+
+def test_bench_measure_reports_a_failure_in_its_row():
+    def broken():
+        raise RuntimeError("kernel exploded")
+
+    row = common.measure("step", "s", "broken", {}, broken, CPU)
+    assert row.median_ms is None and row.status == "failed: RuntimeError: kernel exploded"
+    assert "failed: RuntimeError: kernel exploded" in common.format_table([row])
+
+
+def test_bench_folded_block_bytes_hand_computed():
+    # B=2, gamma=3, V=10, r=4, bf16: logits 120 + corrected 120 + W2 3*10*4*2 = 240 + noise 3*2*2*10*4 = 480
+    assert folded.block_bytes(2, 3, 10, 4, 2) == 960
+
+
+def test_bench_tier_commands():
+    base = [sys.executable, "-m", "pytest", "conformance", "tests", "-q", "-n", "3"]
+    assert tier_commands("3", torch.device("cpu")) == {"cpu": base}
+    assert tier_commands("3", torch.device("cuda")) == {"cpu": base, "gpu": [*base, "--dspark-device", "cuda"]}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tiers", "--workers", "many"], "--workers"),
+    (["nonsense"], "benchmark"),
+])
+def test_bench_cli_rejects_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_bench_cli_rejects_cuda_without_cuda(capsys):
+    with pytest.raises(SystemExit):
+        main(["step", "--device", "cuda"])
+    assert "--device cuda" in capsys.readouterr().err
+
+
+def test_bench_all_quick_smoke(tmp_path, capsys, one_thread):
+    out = tmp_path / "bench.json"
+    code = main(["all", "--quick", "--device", "cpu", "--warmup-ms", "0", "--rep-ms", "1", "--json", str(out)])
+    table = capsys.readouterr().out
+    assert code == 0, table
+    assert "median ms" in table and "% copy BW" in table and "speedup vs eager" in table
+    record = json.loads(out.read_text())
+    assert {"device_name", "torch", "triton", "timer", "command"} <= set(record["environment"])
+    assert record["copy_bandwidth"]["gbs"] > 0
+    rows = record["rows"]
+    assert {r["benchmark"] for r in rows} == {"step", "folded", "throughput"}
+    for r in rows:
+        if r["status"] == "ok":
+            assert r["median_ms"] > 0, r
+        else:
+            assert r["status"].startswith("skipped: ") and len(r["status"]) > len("skipped: "), r
+    step_shapes = {r["shape"] for r in rows if r["benchmark"] == "step"}
+    assert step_shapes == {f"B={b} V=1000 {d}" for b in (1, 8) for d in ("float32", "bfloat16")}
+    baselines = [r for r in rows if r["baseline"]]
+    assert baselines and all(r["speedup"] == 1.0 for r in baselines)
+    timed = {r["impl"] for r in rows if r["status"] == "ok"}
+    assert {"eager sample_step [call]", "eager exponential_race [call]", "roofline logits+noise",
+            "FoldedDraftSampler.replay [graph]", "FoldedDraftSampler.propose [eager]",
+            "sample_block, fresh sampler [eager]", "reference StepSampler + bincount", "stats.goodness_of_fit"} <= timed
