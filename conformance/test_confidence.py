@@ -83,17 +83,17 @@ def _overconfident_blocks(n: int, gamma: int, generator: torch.Generator):
 # case -> (checkpoint gamma, runtime gamma, markov rank or None, calibrated?)
 RUNTIME_GAMMA_CASES = {
     case("S7/runtime-gamma/ckpt7-run5", "gamma-7 head at runtime gamma 5, Markov feature, STS",
-          ["S7.runtime-gamma", "S7.calibration"]): (7, 5, MARKOV_RANK, True),
+         ["S7.runtime-gamma", "S7.calibration"]): (7, 5, MARKOV_RANK, True),
     case("S7/runtime-gamma/ckpt7-run3", "gamma-7 head at runtime gamma 3, Markov feature, STS",
-          ["S7.runtime-gamma", "S7.calibration"]): (7, 3, MARKOV_RANK, True),
+         ["S7.runtime-gamma", "S7.calibration"]): (7, 3, MARKOV_RANK, True),
     case("S7/runtime-gamma/ckpt7-run1", "gamma-7 head at runtime gamma 1, Markov feature, STS",
-          ["S7.runtime-gamma", "S7.calibration"]): (7, 1, MARKOV_RANK, True),
+         ["S7.runtime-gamma", "S7.calibration"]): (7, 1, MARKOV_RANK, True),
     case("S7/runtime-gamma/ckpt4-run6", "gamma-4 head run longer, at gamma 6, STS",
-          ["S7.runtime-gamma", "S7.calibration"]): (4, 6, MARKOV_RANK, True),
+         ["S7.runtime-gamma", "S7.calibration"]): (4, 6, MARKOV_RANK, True),
     case("S7/runtime-gamma/ckpt7-run7-hidden-only", "head without the Markov feature, STS",
-          ["S7.runtime-gamma", "S7.calibration"]): (7, 7, None, True),
+         ["S7.runtime-gamma", "S7.calibration"]): (7, 7, None, True),
     case("S7/runtime-gamma/ckpt7-run5-uncalibrated", "no STS temperatures: t = 1",
-          ["S7.runtime-gamma"]): (7, 5, MARKOV_RANK, False),
+         ["S7.runtime-gamma"]): (7, 5, MARKOV_RANK, False),
 }
 
 
@@ -218,7 +218,9 @@ def test_S7_sts_preserves_order_and_lowers_ece(case, require, case_generator, ds
             f"({inversions} inversions)"
         )
     # On overconfident data (true temperature 2) the IUT's calibrated prefix survival is
-    # better calibrated than its uncalibrated one, at every position.
+    # better calibrated than its uncalibrated one, at every position. A property of the fit
+    # on this sample, not a hypothesis test: the reference measures ECE 0.09-0.13 before
+    # and 0.006-0.017 after (N = 8192, seeds 0-2), far apart for any sound STS.
     uncalibrated = iut.confidences(head, hidden, None, None, checkpoint_gamma=gamma)
     before = iut.prefix_survival(uncalibrated)
     after = iut.prefix_survival(calibrated)

@@ -29,6 +29,7 @@ generation) and, if its DSpark files import a new server module, a line to
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -39,7 +40,7 @@ import os
 import sys
 import types
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 import torch
 
@@ -324,22 +325,22 @@ def _install_finder(version_text: str) -> None:
         sys.meta_path.insert(0, _WheelFinder(root))
 
 
-class _missing_third_party_stubs:
-    """Context: stub the third-party modules of ``_MISSING_THIRD_PARTY`` that are absent."""
-
-    def __enter__(self) -> None:
-        self._added = []
-        for name, values in _MISSING_THIRD_PARTY.items():
-            parent = name.rpartition(".")[0]
-            if name in sys.modules or (not parent and importlib.util.find_spec(name) is not None):
-                continue
-            if parent and parent not in self._added:
-                continue  # the real parent is installed: its submodules are real too
-            sys.modules[name] = _StubModule(name, values, strict=True)
-            self._added.append(name)
-
-    def __exit__(self, *exc_info: object) -> None:
-        for name in self._added:
+@contextlib.contextmanager
+def _missing_third_party_stubs() -> Iterator[None]:
+    """Stub the absent modules of ``_MISSING_THIRD_PARTY`` for the body, then remove them."""
+    added: list[str] = []
+    for name, values in _MISSING_THIRD_PARTY.items():
+        parent = name.rpartition(".")[0]
+        if name in sys.modules or (parent and parent not in added):
+            continue  # installed, or a submodule of an installed package
+        if not parent and importlib.util.find_spec(name) is not None:
+            continue
+        sys.modules[name] = _StubModule(name, values, strict=True)
+        added.append(name)
+    try:
+        yield
+    finally:
+        for name in added:
             sys.modules.pop(name, None)
 
 

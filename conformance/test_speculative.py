@@ -1,0 +1,351 @@
+"""Conformance tests for SPEC S9: the speculative loop end to end on tiny models.
+
+Covers, through :class:`~conformance.contract.SpeculativeLoop` only:
+
+* greedy (T = 0): the output equals greedy decoding token for token, against a plain argmax
+  loop over the target's forward pass written here; every Markov head type, gamma 1..5, a
+  runtime gamma below the draft's, a near-perfect draft (long accepted runs, the bonus),
+  the prefix scheduler on;
+* tau: a perfect draft commits gamma + 1 tokens in every round, greedy and sampled (slot 0
+  counts: block 2 gives tau = 3); for any draft ``1 <= tau <= l + 1 <= gamma + 1`` and the
+  taus add up to the tokens generated after the prefill token;
+* law (statistical): the first 3 generated tokens of many rows sampled at T in {0.7, 1}
+  against the target's exact law (``dspark_ref.tiny_models.exact_sequence_law``, float64
+  enumeration); DSpark drafts, a near-perfect draft, the scheduler on, and an adversarial
+  draft (``p = [.5, .3, .2]``, ``q = [.2, .3, .5]`` at every step) whose tokens must be
+  sampled from ``q``, not taken by argmax.
+
+Models: ``TinyTargetLM`` (V = 5, d = 8) and its drafts, weights drawn from the case seed on
+the CPU, copied to the test device. Rows run in one batch (vectorised); the module runs
+single-threaded (the models are tiny: threads only contend).
+
+Statistics: chi-square goodness of fit of the 125 three-token sequences (27 for V = 3) at
+``PER_ASSERTION_ALPHA``, n from ``sample_size_for_tv`` for ``TARGET_POWER`` at TV
+``LAW_MIN_TV = 0.02`` (about 105,000 rows for 125 bins), not ``DEFAULT_MIN_TV = 0.01``: that
+needs 420,000 rows per case (4x the CPU budget of this section, ~10 s a case on one core).
+The loop's classic faults sit far above 0.02 (the mutants of ``fixtures/mutants/
+speculative.py`` measure TV 0.05..0.3 here); single-step law errors down to 0.01 are
+the business of S3 and S5, which test each step alone at 0.01.
+
+To add a case: add ``case(...): LoopSpec(...)`` to the dict of its family.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+import math
+
+import pytest
+import torch
+
+from conformance import stats
+from conformance.cases import case, case_id
+from conformance.contract import Inconclusive, SpeculativeLoop
+from dspark_ref.tiny_models import OracleDraft, TinyDSparkDraft, TinyTargetLM, exact_sequence_law
+
+VOCAB, HIDDEN, MARKOV_RANK = 5, 8, 4
+LAW_TOKENS = 3
+LAW_MIN_TV = 0.02
+GREEDY = 0.0  # temperature < 1e-5: greedy decoding (the loop's rule)
+NEAR_PERFECT_NOISE = 1.0
+ADVERSARIAL_P = (0.5, 0.3, 0.2)
+ADVERSARIAL_Q = (0.2, 0.3, 0.5)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSpec:
+    """One loop run.
+
+    ``draft``: ``dspark-<head>`` (TinyDSparkDraft with a vanilla / gated / rnn Markov head),
+    ``near-perfect`` (OracleDraft, base-logit noise 1), ``perfect`` (OracleDraft, q = p bit
+    for bit) or ``adversarial`` (constant laws p and q, V = 3). ``gamma`` is the draft's
+    block; ``loop_gamma`` a smaller runtime gamma. ``scheduled`` turns the prefix scheduler
+    on with ``SPS(B) = 1 / (rows / 2 + B)``: each admission costs about the throughput a
+    draft position of survival 0.5 brings, so it keeps some drafts and trims others.
+    """
+
+    draft: str
+    gamma: int
+    temperature: float = GREEDY
+    rows: int = 16
+    prompt_len: int = 4
+    max_new: int = 14
+    loop_gamma: int | None = None
+    scheduled: bool = False
+
+    @property
+    def runtime_gamma(self) -> int:
+        return self.loop_gamma or self.gamma
+
+
+# ----------------------------------------------------------------------------- models
+def _constant_law_target(law: tuple[float, ...], generator: torch.Generator) -> TinyTargetLM:
+    """A ``TinyTargetLM`` whose next-token law at T = 1 is ``law`` after any context.
+
+    GRU input and state weights zero, update gate shut (bias -1e4: sigmoid 0), so the state is
+    the candidate ``tanh([1, 0])``; LM head column 0 is ``log(law) / tanh(1)``.
+    """
+    target = TinyTargetLM(len(law), 2, generator=generator)
+    with torch.no_grad():
+        target.w_input.zero_()
+        target.w_state.zero_()
+        target.bias.copy_(torch.tensor([0.0, 0.0, -1e4, -1e4, 1.0, 0.0]))
+        target.lm_head_weight.zero_()
+        target.lm_head_weight[:, 0] = torch.log(torch.tensor(law, dtype=torch.float64)).float() / math.tanh(1.0)
+    return target
+
+
+def _models(spec: LoopSpec, case_seed: int) -> tuple[TinyTargetLM, torch.nn.Module]:
+    """CPU target and draft of ``spec`` with weights from the case seed."""
+    weights = torch.Generator().manual_seed(case_seed)
+    if spec.draft == "adversarial":
+        target = _constant_law_target(ADVERSARIAL_P, weights)
+        draft = OracleDraft(target, gamma=spec.gamma)
+        # Corrected logits = base + the target's logits (the oracle's head) = log q.
+        offset = torch.log(torch.tensor(ADVERSARIAL_Q, dtype=torch.float64) / torch.tensor(ADVERSARIAL_P, dtype=torch.float64))
+        with torch.no_grad():
+            draft.base_offsets.copy_(offset.float().expand_as(draft.base_offsets))
+        return target, draft
+    target = TinyTargetLM(VOCAB, HIDDEN, generator=weights)
+    if spec.draft == "perfect":
+        return target, OracleDraft(target, gamma=spec.gamma)
+    if spec.draft == "near-perfect":
+        return target, OracleDraft(target, gamma=spec.gamma, logit_noise=NEAR_PERFECT_NOISE, generator=weights)
+    head = spec.draft.removeprefix("dspark-")
+    return target, TinyDSparkDraft(target, gamma=spec.gamma, markov_head_type=head, markov_rank=MARKOV_RANK,
+                                   generator=weights, with_confidence=spec.scheduled)
+
+
+def _on_device(target, draft, device: torch.device):
+    """The models on ``device`` (a joint copy keeps the draft's shared tensors shared)."""
+    if device.type == "cpu":
+        return target, draft
+    target, draft = copy.deepcopy((target, draft))
+    return target.to(device), draft.to(device)
+
+
+def _prompts(spec: LoopSpec, case_seed: int, vocab: int, device: torch.device) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(case_seed + 1)
+    return torch.randint(0, vocab, (spec.rows, spec.prompt_len), generator=gen).to(device)
+
+
+def _sps(rows: int):
+    return lambda batch: 1.0 / (rows / 2 + batch)
+
+
+def _generate(case, spec: LoopSpec, iut, target, draft, prompt, generator):
+    """Run the IUT; check the output format; return CPU ``(tokens, taus, verify_lengths)``."""
+    tokens, taus, lengths = iut.generate(
+        target, draft, prompt, spec.max_new, spec.temperature, generator,
+        gamma=spec.loop_gamma, sps=_sps(spec.rows) if spec.scheduled else None,
+    )
+    rows = prompt.shape[0]
+    for name, value in (("tokens", tokens), ("accept_lengths", taus), ("verify_lengths", lengths)):
+        assert isinstance(value, torch.Tensor) and value.dtype == torch.int64 and value.dim() == 2, (
+            f"{case.id}: expected {name} as a 2-D int64 tensor, got {getattr(value, 'dtype', type(value))} "
+            f"{tuple(getattr(value, 'shape', ()))}"
+        )
+    assert tuple(tokens.shape) == (rows, spec.max_new), (
+        f"{case.id}: expected tokens of shape {(rows, spec.max_new)}, got {tuple(tokens.shape)}"
+    )
+    assert taus.shape == lengths.shape and taus.shape[0] == rows, (
+        f"{case.id}: expected accept_lengths and verify_lengths of shape ({rows}, rounds), got "
+        f"{tuple(taus.shape)} and {tuple(lengths.shape)}"
+    )
+    vocab = target.vocab_size
+    assert bool(((tokens >= 0) & (tokens < vocab)).all()), f"{case.id}: token ids outside [0, {vocab})"
+    return tokens.cpu(), taus.cpu(), lengths.cpu()
+
+
+def _run(case, spec: LoopSpec, require, case_seed, case_generator, device):
+    """Models, prompts and one IUT run: ``(target on device, prompt, tokens, taus, lengths)``."""
+    iut = require(SpeculativeLoop)
+    target, draft = _on_device(*_models(spec, case_seed), device)
+    prompt = _prompts(spec, case_seed, target.vocab_size, device)
+    return (target, prompt, *_generate(case, spec, iut, target, draft, prompt, case_generator))
+
+
+# ----------------------------------------------------------------------------- oracles
+@torch.no_grad()
+def _greedy_decoding(target: TinyTargetLM, prompt: torch.Tensor, max_new: int) -> torch.Tensor:
+    """Greedy decoding written here: run the target over the whole sequence, append the
+    lowest index among the maxima of the last position's logits, repeat."""
+    seq = prompt.long()
+    ids = torch.arange(target.vocab_size, device=prompt.device)
+    for _ in range(max_new):
+        logits = target(seq).logits[:, -1]
+        is_max = logits == logits.max(dim=-1, keepdim=True).values
+        seq = torch.cat([seq, torch.where(is_max, ids, target.vocab_size).min(dim=-1, keepdim=True).values], dim=1)
+    return seq[:, prompt.shape[1]:].cpu()
+
+
+def _check_rounds(case, taus: torch.Tensor, lengths: torch.Tensor, max_new: int, gamma: int) -> None:
+    """Accounting of SPEC S5/S9: per active round ``0 <= l <= gamma`` and ``1 <= tau <= l + 1``;
+    a finished row stays finished (0, 0); after the prefill token the taus cover exactly
+    ``max_new - 1`` tokens, the last round possibly cut short."""
+    active = taus > 0
+    assert bool((lengths[~active] == 0).all()), f"{case.id}: a finished row (tau 0) reports a verify length"
+    assert bool((active[:, 1:] <= active[:, :-1]).all()), (
+        f"{case.id}: a row records tau 0 and then commits again: an unfinished round committed nothing "
+        f"(tau must count slot 0, so tau >= 1)"
+    )
+    bad = active & ((lengths < 0) | (lengths > gamma) | (taus > lengths + 1))
+    if bool(bad.any()):
+        row, rnd = (int(i) for i in bad.nonzero()[0])
+        raise AssertionError(
+            f"{case.id}: row {row}, round {rnd}: tau {int(taus[row, rnd])} with verify length "
+            f"{int(lengths[row, rnd])}; expected 0 <= l <= gamma = {gamma} and 1 <= tau <= l + 1"
+        )
+    for row, row_taus in enumerate(taus.tolist()):
+        done = [t for t in row_taus if t > 0]
+        ok = sum(done[:-1]) < max_new - 1 <= sum(done) if done else max_new == 1
+        assert ok, (
+            f"{case.id}: row {row}: taus {done} do not add up to the {max_new - 1} tokens after the "
+            f"prefill token (each round commits tau tokens, the last one possibly cut short)"
+        )
+
+
+# ----------------------------------------------------------------------------- greedy
+GREEDY_CASES = {
+    case("S9/greedy/dspark-vanilla-gamma1", "vanilla head, gamma 1", ["S9.greedy"]):
+        LoopSpec("dspark-vanilla", 1),
+    case("S9/greedy/dspark-gated-gamma3", "gated head, gamma 3", ["S9.greedy"]):
+        LoopSpec("dspark-gated", 3),
+    case("S9/greedy/dspark-rnn-gamma5", "rnn head (state across the block), gamma 5", ["S9.greedy"]):
+        LoopSpec("dspark-rnn", 5),
+    case("S9/greedy/runtime-gamma2-of-5", "runtime gamma 2 on a draft built for 5", ["S9.greedy"]):
+        LoopSpec("dspark-rnn", 5, loop_gamma=2),
+    case("S9/greedy/near-perfect-gamma4", "near-perfect draft: long accepted runs and the bonus",
+         ["S9.greedy", "S5.greedy-verify"]): LoopSpec("near-perfect", 4, max_new=17),
+    case("S9/greedy/scheduled-gamma4", "prefix scheduler on: capped verify, still greedy decoding",
+         ["S9.greedy", "S5.cap"]): LoopSpec("dspark-gated", 4, scheduled=True),
+}
+
+
+@pytest.mark.parametrize("case", GREEDY_CASES, ids=case_id)
+def test_S9_greedy_equals_greedy_decoding(case, require, case_seed, case_generator, dspark_device):
+    spec = GREEDY_CASES[case]
+    target, prompt, tokens, taus, lengths = _run(case, spec, require, case_seed, case_generator, dspark_device)
+    expected = _greedy_decoding(target, prompt, spec.max_new)
+    if not torch.equal(tokens, expected):
+        row = int((tokens != expected).any(dim=1).nonzero()[0])
+        raise AssertionError(
+            f"{case.id}: row {row}: speculative greedy output {tokens[row].tolist()} != greedy decoding "
+            f"{expected[row].tolist()} (prompt {prompt[row].tolist()}, accept lengths {taus[row].tolist()})"
+        )
+    _check_rounds(case, taus, lengths, spec.max_new, spec.runtime_gamma)
+    if spec.draft == "near-perfect" and not bool((taus == spec.runtime_gamma + 1).any()):
+        raise Inconclusive(f"{case.id}: no round accepted every draft, so the bonus path never ran")
+    if spec.scheduled and not bool((lengths[taus > 0] < spec.runtime_gamma).any()):
+        raise Inconclusive(f"{case.id}: the scheduler never trimmed a verify length")
+
+
+# ----------------------------------------------------------------------------- tau
+def _perfect(gamma: int, temperature: float) -> LoopSpec:
+    # 1 prefill token + 3 full rounds of gamma + 1: exactly 3 rounds, none cut short.
+    return LoopSpec("perfect", gamma, temperature, rows=64, prompt_len=3, max_new=1 + 3 * (gamma + 1))
+
+
+PERFECT_CASES = {
+    case(f"S9/tau/perfect-gamma{g}-{mode}", f"perfect draft, block {g}: tau = {g + 1} in every round ({mode})",
+         ["S9.tau", "S5.bonus"]): _perfect(g, t)
+    for g in (2, 4) for mode, t in (("greedy", GREEDY), ("sampled", 1.0))
+}
+
+
+@pytest.mark.parametrize("case", PERFECT_CASES, ids=case_id)
+def test_S9_perfect_draft_commits_gamma_plus_one(case, require, case_seed, case_generator, dspark_device):
+    spec = PERFECT_CASES[case]
+    target, prompt, tokens, taus, lengths = _run(case, spec, require, case_seed, case_generator, dspark_device)
+    expected = torch.full((spec.rows, 3), spec.gamma + 1)
+    assert taus.shape == expected.shape and torch.equal(taus, expected), (
+        f"{case.id}: a perfect draft (q = p) with block {spec.gamma} accepts every draft and commits "
+        f"the bonus: expected tau = accepted + 1 = {spec.gamma + 1} in each of 3 rounds; got "
+        f"{taus.shape[1]} rounds, first row {taus[0].tolist()}"
+    )
+    assert torch.equal(lengths, torch.full_like(lengths, spec.gamma)), (
+        f"{case.id}: expected verify length {spec.gamma} in every round, got {lengths[0].tolist()}"
+    )
+    _check_rounds(case, taus, lengths, spec.max_new, spec.gamma)
+    if spec.temperature == GREEDY:
+        assert torch.equal(tokens, _greedy_decoding(target, prompt, spec.max_new)), (
+            f"{case.id}: greedy output differs from greedy decoding"
+        )
+
+
+RANGE_CASES = {
+    case("S9/tau/range-dspark-rnn-sampled", "random rnn draft, runtime gamma 3 of 5, T = 1: tau in [1, 4]",
+         ["S9.tau"]): LoopSpec("dspark-rnn", 5, 1.0, rows=256, max_new=20, loop_gamma=3),
+    case("S9/tau/range-dspark-vanilla-greedy", "random vanilla draft, gamma 4, greedy: tau in [1, 5]",
+         ["S9.tau"]): LoopSpec("dspark-vanilla", 4, GREEDY, rows=256, max_new=20),
+    case("S9/tau/range-scheduled-sampled", "scheduler on, T = 0.7: 0 <= l <= gamma, 1 <= tau <= l + 1",
+         ["S9.tau", "S5.cap"]): LoopSpec("dspark-gated", 3, 0.7, rows=256, max_new=20, scheduled=True),
+}
+
+
+@pytest.mark.parametrize("case", RANGE_CASES, ids=case_id)
+def test_S9_tau_counts_slot_0_and_adds_up(case, require, case_seed, case_generator, dspark_device):
+    spec = RANGE_CASES[case]
+    _, _, _, taus, lengths = _run(case, spec, require, case_seed, case_generator, dspark_device)
+    _check_rounds(case, taus, lengths, spec.max_new, spec.runtime_gamma)
+    if not bool((taus[taus > 0] < lengths[taus > 0] + 1).any()):
+        raise Inconclusive(f"{case.id}: no draft was ever rejected, so tau < l + 1 never ran")
+    if spec.scheduled and not bool((lengths[taus > 0] < spec.runtime_gamma).any()):
+        raise Inconclusive(f"{case.id}: the scheduler never trimmed a verify length")
+
+
+# ----------------------------------------------------------------------------- law
+LAW_CASES = {
+    case("S9/law/dspark-rnn-gamma2-T1.0", "random rnn draft, T = 1",
+         ["S9.law", "S5.lossless"], statistical=1): LoopSpec("dspark-rnn", 2, 1.0),
+    case("S9/law/dspark-gated-gamma3-T0.7", "random gated draft, T = 0.7",
+         ["S9.law", "S5.lossless"], statistical=1): LoopSpec("dspark-gated", 3, 0.7),
+    case("S9/law/near-perfect-gamma2-T1.0", "near-perfect draft: accept, reject and residual paths, T = 1",
+         ["S9.law", "S5.lossless"], statistical=1): LoopSpec("near-perfect", 2, 1.0),
+    case("S9/law/near-perfect-gamma2-T0.7", "near-perfect draft, T = 0.7",
+         ["S9.law", "S5.lossless"], statistical=1): LoopSpec("near-perfect", 2, 0.7),
+    case("S9/law/near-perfect-gamma1-T1.0", "near-perfect draft, gamma 1: the bonus is token 3",
+         ["S9.law", "S5.bonus"], statistical=1): LoopSpec("near-perfect", 1, 1.0),
+    case("S9/law/scheduled-gamma3-T1.0", "prefix scheduler on: capped verify lengths, still the target law",
+         ["S9.law", "S8.lossless"], statistical=1): LoopSpec("dspark-gated", 3, 1.0, scheduled=True),
+    case("S9/law/adversarial-q-gamma2-T1.0",
+         "p = [.5, .3, .2], q = [.2, .3, .5] at every step: drafts sampled from q, not argmax",
+         ["S9.law", "S3.law", "S5.lossless"], statistical=1): LoopSpec("adversarial", 2, 1.0),
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", LAW_CASES, ids=case_id)
+def test_S9_sampled_sequences_follow_the_target_law(case, require, case_seed, case_generator, dspark_device,
+                                                    stat_check):
+    """H0: the first 3 generated tokens follow the target's autoregressive law at T.
+    Chi-square goodness of fit over every continuation (sparse bins pooled) at
+    ``PER_ASSERTION_ALPHA``, n = ``sample_size_for_tv(law, min_tv=LAW_MIN_TV)`` for
+    ``TARGET_POWER`` (module note); one prompt repeated over n rows of one batch."""
+    iut = require(SpeculativeLoop)
+    spec = LAW_CASES[case]
+    target, draft = _models(spec, case_seed)
+    vocab = target.vocab_size
+    prompt = _prompts(dataclasses.replace(spec, rows=1), case_seed, vocab, torch.device("cpu"))[0]
+    law = exact_sequence_law(target, prompt, LAW_TOKENS, spec.temperature)
+    probs = [law[seq] for seq in itertools.product(range(vocab), repeat=LAW_TOKENS)]
+    rows = stats.sample_size_for_tv(probs, min_tv=LAW_MIN_TV)
+    spec = dataclasses.replace(spec, rows=rows, max_new=LAW_TOKENS)
+    target, draft = _on_device(target, draft, dspark_device)
+    tokens, taus, lengths = _generate(case, spec, iut, target, draft, prompt.to(dspark_device).repeat(rows, 1),
+                                      case_generator)
+    if spec.scheduled and not bool(((lengths < spec.gamma) & (taus > 0)).any() and (lengths > 0).any()):
+        raise Inconclusive(f"{case.id}: the scheduler did not both trim and keep verify lengths")
+    codes = sum(tokens[:, i] * vocab ** (LAW_TOKENS - 1 - i) for i in range(LAW_TOKENS))  # product order
+    counts = torch.bincount(codes, minlength=vocab**LAW_TOKENS)
+    stat_check(stats.goodness_of_fit(counts, probs, name=case.id, min_tv=LAW_MIN_TV))
