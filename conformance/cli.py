@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import report
+from . import html_report, report
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3
 SUITE_DIR = Path(__file__).resolve().parent
@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INFRA
     print(report.format_matrix(payload))
     report.write_markdown(payload, report_dir / "report.md")
-    print(f"report: {report_dir}/report.md, results.json, junit.xml")
+    html_report.write_html(payload, report_dir)
+    print(f"report: {report_dir}/report.md, report.html, results.json, junit.xml")
     return exit_code(returncode, payload)
 
 

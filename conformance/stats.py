@@ -79,7 +79,8 @@ class StatResult:
     ``effect_ci_upper`` (upper confidence bound on the true effect, valid with probability
     >= 1 - alpha), ``min_effect`` (smallest effect the assertion must detect),
     ``power_at_min_effect`` (probability of detecting it at this ``n``; NaN when the test
-    is vacuous) and ``passed`` (``p_value > alpha``).
+    is vacuous) and ``passed`` (``p_value > alpha``). ``observed`` / ``expected``: the
+    pooled bin counts a frequency test compared (None for other tests), kept for plots.
     """
 
     name: str
@@ -95,6 +96,8 @@ class StatResult:
     min_effect: float
     power_at_min_effect: float
     passed: bool
+    observed: tuple[float, ...] | None = None
+    expected: tuple[float, ...] | None = None
 
     def message(self) -> str:
         """One line naming the case, the verdict, p-value, effect and its bound."""
@@ -129,6 +132,9 @@ def _finish(ledger: StatLedger | None, **fields: Any) -> StatResult:
     for key in floats:
         fields[key] = float(fields[key])
     fields["n"] = int(fields["n"])
+    for key in ("observed", "expected"):
+        if fields.get(key) is not None:
+            fields[key] = tuple(float(v) for v in fields[key])
     result = StatResult(passed=fields["p_value"] > fields["alpha"], **fields)
     (RUN_LEDGER if ledger is None else ledger).record(result.name, result)
     return result
@@ -420,6 +426,8 @@ def goodness_of_fit(
         effect_ci_upper=min(1.0, tv + 0.5 * _l1_radius(tv_bins, n, alpha)),
         min_effect=min_tv,
         power_at_min_effect=power_chisquare(n, bins, min_tv, alpha) if bins >= 2 else math.nan,
+        observed=observed,
+        expected=expected,
     )
 
 
@@ -484,6 +492,8 @@ def two_sample(
         effect_ci_upper=min(1.0, tv + 0.5 * radius),
         min_effect=min_tv,
         power_at_min_effect=power_chisquare(n_eff, bins, min_tv, alpha) if bins >= 2 else math.nan,
+        observed=table[0],
+        expected=table[1] * n_a / n_b,
     )
 
 

@@ -61,28 +61,27 @@ def _declared_greedy(adapter, temperatures: list[float], top_k: list[int]) -> li
     return [t < oracle.TEMPERATURE_FLOOR for t in temperatures]
 
 
-def _verify_explicit(iut, device, drafts, target, draft_logits, temps, top_k, accept_u, final_u, cap=None):
-    """``iut.verify`` with explicit uniforms (skip if the IUT cannot take them); CPU outputs."""
+def _verify(iut, feature: str, device, drafts, target, draft_logits, temps, top_k, **kwargs):
+    """``iut.verify`` on ``device`` with CPU outputs; an IUT raising NotImplementedError
+    for the ``feature`` in use (explicit uniforms, seeded rows, a kernel this device lacks)
+    is a skip naming it."""
+    kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     try:
-        accepted, tokens = iut.verify(
-            drafts.to(device), target.to(device), draft_logits.to(device), temps.to(device),
-            top_k.to(device), accept_uniforms=accept_u.to(device), final_uniforms=final_u.to(device),
-            cap=cap,
-        )
+        accepted, tokens = iut.verify(drafts.to(device), target.to(device), draft_logits.to(device),
+                                      temps.to(device), top_k.to(device), **kwargs)
     except NotImplementedError as exc:
-        pytest.skip(f"ChainVerifier: explicit uniforms not supported by this IUT ({exc})")
+        pytest.skip(f"ChainVerifier: {feature} not supported by this IUT ({exc})")
     return accepted.cpu(), tokens.cpu()
+
+
+def _verify_explicit(iut, device, drafts, target, draft_logits, temps, top_k, accept_u, final_u, cap=None):
+    return _verify(iut, "explicit uniforms", device, drafts, target, draft_logits, temps, top_k,
+                   accept_uniforms=accept_u, final_uniforms=final_u, cap=cap)
 
 
 def _verify_seeded(iut, device, drafts, target, draft_logits, temps, top_k, seeds, positions):
-    try:
-        accepted, tokens = iut.verify(
-            drafts.to(device), target.to(device), draft_logits.to(device), temps.to(device),
-            top_k.to(device), seeds=seeds.to(device), positions=positions.to(device),
-        )
-    except NotImplementedError as exc:
-        pytest.skip(f"ChainVerifier: seeded rows not supported by this IUT ({exc})")
-    return accepted.cpu(), tokens.cpu()
+    return _verify(iut, "seeded rows", device, drafts, target, draft_logits, temps, top_k,
+                   seeds=seeds, positions=positions)
 
 
 def _check_committed(case_id_: str, accepted, tokens, drafts, vocab: int) -> None:
@@ -189,10 +188,6 @@ def _parity_inputs(spec: ParitySpec, gen: torch.Generator) -> dict[str, torch.Te
     }
 
 
-def _spec_param(c, spec: ParitySpec, gpu: bool = False):
-    return pytest.param(c, marks=pytest.mark.gpu) if gpu else c
-
-
 PARITY_CASES = {
     case("S5/parity/random-V8-l4-T1", "random laws, 512 rows, T = 1",
          ["S5.accept-rule", "S5.residual", "S5.bonus"]):
@@ -223,8 +218,7 @@ PARITY_SPECS = {**PARITY_CASES, **PARITY_GPU_CASES}
 
 @pytest.mark.parametrize(
     "case",
-    [_spec_param(c, s) for c, s in PARITY_CASES.items()]
-    + [_spec_param(c, s, gpu=True) for c, s in PARITY_GPU_CASES.items()],
+    list(PARITY_CASES) + [pytest.param(c, marks=pytest.mark.gpu) for c in PARITY_GPU_CASES],
     ids=case_id,
 )
 def test_S5_explicit_uniforms_match_float64_oracle(case, require, case_seed, dspark_device):
@@ -620,7 +614,8 @@ class _TinyModels:
         )
 
     # -- tensors for the IUT
-    def draft_tables(self, device) -> torch.Tensor:
+    def draft_law_table(self, device) -> torch.Tensor:
+        """``[V, V]`` float64 ``q(. | prev)`` of the table draft (the test's draft sampler)."""
         q = torch.softmax(self.draft.double() / self.spec.temperature, dim=-1)
         return q.to(device)
 
@@ -717,13 +712,12 @@ def test_S5_round_law_matches_path_oracle(case, require, stat_check, case_seed, 
         drafts, draft_logits = _iut_markov_drafts(require, models, rows, anchor, temps, top_k,
                                                   case_generator, dspark_device)
     else:
-        drafts = _table_drafts(models.draft_tables(dspark_device), anchor, spec.num_drafts, case_generator)
+        drafts = _table_drafts(models.draft_law_table(dspark_device), anchor, spec.num_drafts, case_generator)
         draft_logits = models.draft_logits(anchor, drafts)
 
-    accepted, tokens = iut.verify(drafts, models.target_logits(history, drafts), draft_logits, temps, top_k,
-                                  generator=case_generator)
+    accepted, tokens = _verify(iut, "generator uniforms", dspark_device, drafts, models.target_logits(history, drafts),
+                               draft_logits, temps, top_k, generator=case_generator)
 
-    accepted, tokens = accepted.cpu(), tokens.cpu()
     _check_committed(case.id, accepted, tokens, drafts.cpu(), spec.vocab)
     counts = _counts_against(law, tokens, spec.vocab)
     stat_check(stats.goodness_of_fit(counts, probs, name=f"{case.id}/joint"))
@@ -748,26 +742,27 @@ def test_S5_two_rounds_follow_target_law(case, require, stat_check, case_seed, c
     law = oracle.prefix_law(2, spec.vocab, lambda prefix: models.target_law(models.context + prefix))
     probs = np.array([float(law.get(k, 0)) for k in np.ndindex(spec.vocab, spec.vocab)])
     rows = stats.sample_size_for_tv(probs / probs.sum())
-    q_table = models.draft_tables(dspark_device)
+    q_table = models.draft_law_table(dspark_device)
     temps = torch.full((rows,), spec.temperature, device=dspark_device)
     top_k = torch.full((rows,), TOP_K_OFF, dtype=torch.int64, device=dspark_device)
-    row_ids = torch.arange(rows, device=dspark_device)
+    row_ids = torch.arange(rows)
 
     history = torch.tensor(models.context, device=dspark_device).expand(rows, 2)
     committed = []
     for _ in range(2):  # each round drafts after the previous round's commit
         anchor = history[:, 1].contiguous()
         drafts = _table_drafts(q_table, anchor, spec.num_drafts, case_generator)
-        accepted, tokens = iut.verify(drafts, models.target_logits(history, drafts),
-                                      models.draft_logits(anchor, drafts), temps, top_k, generator=case_generator)
-        _check_committed(case.id, accepted.cpu(), tokens.cpu(), drafts.cpu(), spec.vocab)
+        accepted, tokens = _verify(iut, "generator uniforms", dspark_device, drafts,
+                                   models.target_logits(history, drafts), models.draft_logits(anchor, drafts),
+                                   temps, top_k, generator=case_generator)
+        _check_committed(case.id, accepted, tokens, drafts.cpu(), spec.vocab)
         committed.append((accepted, tokens))
-        full = torch.cat([history, tokens], dim=1)  # the last two committed tokens become the history
-        history = torch.stack([full[row_ids, accepted + 1], full[row_ids, accepted + 2]], dim=1)
+        full = torch.cat([history.cpu(), tokens], dim=1)  # the last two committed tokens become the history
+        history = torch.stack([full[row_ids, accepted + 1], full[row_ids, accepted + 2]], dim=1).to(dspark_device)
 
     (acc1, tok1), (_, tok2) = committed
     second = torch.where(acc1 >= 1, tok1[:, 1], tok2[:, 0])
-    pairs = (tok1[:, 0] * spec.vocab + second).cpu().numpy()
+    pairs = (tok1[:, 0] * spec.vocab + second).numpy()
     counts = np.bincount(pairs, minlength=spec.vocab**2)
     stat_check(stats.goodness_of_fit(counts, probs / probs.sum(), name=f"{case.id}/prefix2"))
 
@@ -803,9 +798,10 @@ def test_S5_draft_and_verify_noise_independent(case, require, stat_check, case_g
     temps = torch.ones(rows, device=dspark_device)
     top_k = torch.full((rows,), TOP_K_OFF, dtype=torch.int64, device=dspark_device)
 
-    accepted, tokens = iut.verify(drafts, target, draft_logits, temps, top_k, generator=case_generator)
+    accepted, tokens = _verify(iut, "generator uniforms", dspark_device, drafts, target, draft_logits, temps, top_k,
+                               generator=case_generator)
 
-    _check_committed(case.id, accepted.cpu(), tokens.cpu(), drafts.cpu(), vocab)
+    _check_committed(case.id, accepted, tokens, drafts.cpu(), vocab)
     stat_check(stats.binomial(int(accepted.sum()), rows, 0.6, name=f"{case.id}/accept-rate",
                               min_effect=DEFAULT_MIN_TV))
 
@@ -837,7 +833,7 @@ def test_S5_seeded_rows_follow_the_law(case, require, stat_check, case_seed, cas
     positions = torch.randint(0, 10**6, (rows,), generator=gen)
     history = torch.tensor(models.context, device=dspark_device).expand(rows, 2)
     anchor = history[:, 1].contiguous()
-    drafts = _table_drafts(models.draft_tables(dspark_device), anchor, spec.num_drafts, case_generator)
+    drafts = _table_drafts(models.draft_law_table(dspark_device), anchor, spec.num_drafts, case_generator)
 
     accepted, tokens = _verify_seeded(
         iut, dspark_device, drafts, models.target_logits(history, drafts), models.draft_logits(anchor, drafts),

@@ -50,7 +50,10 @@ class SimulatedExecutor:
     """One SGLang ``TargetVerifyExecutor`` in simulated-acceptance mode.
 
     ``step(draft_tokens[B, gamma]) -> acc_len[B] int64``: one fresh draw per call, seeded
-    from a generator of ``seed``.
+    from a generator of ``seed``. ``correct_drafts[B, gamma]`` (after a step): the drafts
+    the engine commits for that length, ``-1`` after them. SGLang keeps only the lengths
+    (0.5.17-0.5.21: a reused buffer of ``acc_len - 1`` per row); the drafts are built here
+    from them, so buffer reuse itself is not observable.
     """
 
     def __init__(self, modules: SGLangModules, value: float, method: str, gamma: int, seed: int) -> None:
@@ -58,6 +61,7 @@ class SimulatedExecutor:
         self._method = method
         self._seeds = torch.Generator().manual_seed(seed)
         self._philox = modules.generation == "philox"
+        self.correct_drafts: torch.Tensor | None = None
         extra = {"simulated_correct_len": torch.zeros(1, dtype=torch.int64)} if self._philox else {}
         self._executor = self._verify.TargetVerifyExecutor(
             target_worker=_target_worker(), gamma=gamma, verify_num_draft_tokens=gamma + 1,
@@ -76,7 +80,10 @@ class SimulatedExecutor:
                 correct = self._executor._simulated_correct_len(
                     bs=bs, dtype=_CORRECT_LEN_DTYPE, device=device
                 )
-        return correct.to(device=device, dtype=torch.int64) + 1
+        correct = correct.to(device=device, dtype=torch.int64)
+        positions = torch.arange(draft_tokens.shape[1], device=device)
+        self.correct_drafts = torch.where(positions[None, :] < correct[:, None], draft_tokens, -1)
+        return correct + 1
 
 
 class SimulatedAcceptance:

@@ -13,10 +13,10 @@
   with positions after the bonus set to -1 as the contract asks.
 
 The anchor (candidate column 0) is not read by verification; it is passed as token 0.
-SGLang's accept takes no explicit uniforms: ``accept_uniforms`` / ``final_uniforms`` raise
-``NotImplementedError``. The classic chain kernel is Triton-only: on CPU it runs under
-``TRITON_INTERPRET=1`` (set before the process starts), otherwise sampling batches raise
-``NotImplementedError`` naming that.
+SGLang's accept takes no explicit uniforms and no per-row seeds: ``accept_uniforms`` /
+``final_uniforms`` and ``seeds`` / ``positions`` raise ``NotImplementedError``. The classic
+chain kernel is Triton-only: on CPU it runs under ``TRITON_INTERPRET=1`` (set before the
+process starts), otherwise sampling batches raise ``NotImplementedError`` naming that.
 """
 
 from __future__ import annotations
@@ -75,11 +75,14 @@ class ChainVerifier:
         self._blockwise = blockwise
 
     def verify(self, draft_tokens, target_logits, draft_logits, temperatures, top_k, *,
-               generator=None, accept_uniforms=None, final_uniforms=None, cap=None):
+               generator=None, accept_uniforms=None, final_uniforms=None, seeds=None,
+               positions=None, cap=None):
         if accept_uniforms is not None or final_uniforms is not None:
             raise NotImplementedError(
                 "explicit uniforms: SGLang's accept draws its own (torch.rand / Philox) and takes none"
             )
+        if seeds is not None or positions is not None:
+            raise NotImplementedError("seeded rows: SGLang's accept takes no per-row (seed, position)")
         bs, gamma = draft_tokens.shape
         device = draft_tokens.device
         generator = torch.random.default_generator if generator is None else generator

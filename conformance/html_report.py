@@ -1,0 +1,493 @@
+"""The HTML report: one self-contained page, ``report.html``, beside ``report.md``.
+
+``write_html(payload, report_dir)`` renders the plugin's JSON payload (``results.json``):
+
+1. a header (implementation, device, base seed, wall time, overall verdict);
+2. the conformance matrix by SPEC section (``report.summarize``: the numbers of report.md);
+3. the tests that did not pass, with their reasons and one-line replay commands;
+4. the statistical assertions, one row per :class:`~conformance.stats.StatResult`;
+5. plots of every statistical record carrying ``observed`` / ``expected`` bin counts,
+   grouped by SPEC section: acceptance-length laws (S5/S6/S9 records whose names say so)
+   as probability mass against the exact law, every other record (samplers, the S8
+   scheduler) as counts against their expectation, each with its Pearson residuals;
+6. calibration numbers (``calibration.json`` of ``dspark-conformance calibrate``) and the
+   mutant kill matrix (``mutants.json`` of ``dspark-conformance mutants``) when those
+   files sit in ``report_dir``.
+
+Plots need matplotlib, an optional extra (``pip install dspark-conformance[plots]``);
+without it the page keeps every table and says so. Images are base64 PNG and the CSS is
+inline, so the page opens offline. A plot the data cannot support (a reliability diagram
+without per-bin confidences, a binomial test without a frequency vector) is listed with
+the reason instead of being drawn. To add a plot: write a ``_*_figure`` function that
+returns a matplotlib ``Figure`` and embed it with :func:`_img` in a section renderer.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from dspark_ref._checks import check_float, check_int
+
+from . import report
+
+__all__ = ["write_html", "render_html"]
+
+PLOTS_HINT = "pip install dspark-conformance[plots]"
+ACCEPTANCE_SECTIONS = ("S5", "S6", "S9")
+_ACCEPTANCE_NAME = re.compile(r"tau|accept|length|match-expected|multinomial")
+_MAX_LEN = re.compile(r"max(\d+)|gamma(\d+)")  # max_len = gamma + 1 (SPEC S6)
+_NOT_PASSED = ("failed", "error", "xpassed", "inconclusive")
+_MANY_BINS = 24  # above this, bins lose their tick labels
+_REQUIRED_KEYS = ("impl", "device", "base_seed", "wall_s", "tests")
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1360px;
+ padding:0 20px 40px;color:#1d2330}
+h1{font-size:22px;margin:18px 0 4px}h2{font-size:18px;border-bottom:2px solid #dde2ea;padding-bottom:3px;
+ margin-top:30px}h3{font-size:15px;margin:18px 0 6px}
+table{border-collapse:collapse;margin:6px 0;font-size:13px}th,td{border:1px solid #d5dae3;padding:3px 7px;
+ text-align:left;vertical-align:top}th{background:#eef1f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.badge{display:inline-block;padding:1px 8px;border-radius:9px;font-weight:600;font-size:12px;color:#fff}
+.big{font-size:16px;padding:3px 14px}
+.PASS,.passed,.xfailed,.killed{background:#2e8540}.FAIL,.failed,.error,.xpassed,.survived{background:#c62828}
+.INCONCLUSIVE,.inconclusive{background:#d98c00}.SKIP,.skipped{background:#7a8594}
+td.killed,td.survived{color:#fff;text-align:center;font-weight:600}
+dl.meta{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:8px 0}dl.meta dt{color:#5a6475}
+dl.meta dd{margin:0}nav a{margin-right:14px}
+code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+pre{background:#f5f7fa;border:1px solid #e1e5ec;padding:6px;overflow-x:auto;max-height:320px}
+code.replay{display:block;background:#f5f7fa;padding:3px 6px;margin:2px 0 8px;word-break:break-all}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:12px}
+figure{margin:0;border:1px solid #e1e5ec;border-radius:4px;padding:6px;background:#fff}
+figure.fail{border:2px solid #c62828}figure img{width:100%;height:auto}figure.wide img{width:auto;max-width:100%}
+figcaption{font-size:12px;color:#3c4454}.note{background:#fff8e1;border-left:4px solid #d98c00;padding:6px 10px}
+.small{font-size:12px;color:#5a6475}.scroll{overflow-x:auto}td.null{font-size:11px;color:#3c4454;max-width:300px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+td.num,td.name{white-space:nowrap}
+"""
+
+
+def write_html(payload: dict[str, Any], report_dir: Path | str) -> Path:
+    """Write ``report_dir/report.html`` for one run and return its path.
+
+    Reads ``report_dir/mutants.json`` and ``report_dir/calibration.json`` when present.
+    Plots are drawn when matplotlib imports, else the page says how to get them.
+
+    Args:
+        payload: the plugin's JSON payload (``results.json``): ``impl``, ``device``,
+            ``base_seed`` (int), ``wall_s`` (seconds), ``tests`` (list of per-test records,
+            each with ``stats``: a list of StatResult dicts).
+        report_dir: an existing directory (the ``--report`` directory of the run).
+
+    Raises:
+        TypeError: ``payload`` not a dict, ``payload['tests']`` not a list, ``report_dir``
+            not a path. ValueError: a required key missing, or ``report_dir`` not a directory.
+
+    Example:
+        >>> write_html(json.loads(Path("r/results.json").read_text()), Path("r"))  # doctest: +SKIP
+        PosixPath('r/report.html')
+    """
+    report_dir = _check_write_html(payload, report_dir)
+    extras = {name: _read_json(report_dir / f"{name}.json") for name in ("mutants", "calibration")}
+    path = report_dir / "report.html"
+    path.write_text(render_html(payload, **extras), encoding="utf-8")
+    return path
+
+
+def render_html(payload: dict[str, Any], *, mutants: list[dict] | None = None,
+                calibration: dict[str, Any] | None = None) -> str:
+    """The page as a string (see :func:`write_html`; ``mutants`` / ``calibration`` are the
+    decoded ``mutants.json`` / ``calibration.json``, or None when absent)."""
+    mpl = _matplotlib()
+    rows = report.summarize(payload["tests"])
+    body = [
+        _header(payload, report.overall(rows)),
+        _matrix(rows),
+        _not_passed(payload["tests"]),
+        _stat_table(payload["tests"]),
+        _plots(payload["tests"], mpl),
+        _calibration(calibration, mpl),
+        _kill_matrix(mutants),
+        _unavailable(payload["tests"], mpl, mutants, calibration),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>DSpark conformance: {_e(payload['impl'])}</title><style>{_CSS}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n"
+    )
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_write_html(payload: object, report_dir: object) -> Path:
+    if not isinstance(payload, dict):
+        raise TypeError(f"payload: expected the results.json dict, got {type(payload).__name__}")
+    missing = [key for key in _REQUIRED_KEYS if key not in payload]
+    if missing:
+        raise ValueError(f"payload: expected keys {list(_REQUIRED_KEYS)} (results.json), missing {missing}")
+    if not isinstance(payload["tests"], list):
+        raise TypeError(f"payload['tests']: expected a list of test records, got {type(payload['tests']).__name__}")
+    check_int("payload['base_seed']", payload["base_seed"])
+    check_float("payload['wall_s']", payload["wall_s"], minimum=0.0)
+    if not isinstance(report_dir, (str, os.PathLike)):
+        raise TypeError(f"report_dir: expected a path, got {type(report_dir).__name__}")
+    report_dir = Path(report_dir)
+    if not report_dir.is_dir():
+        raise ValueError(f"report_dir: expected an existing directory, got {str(report_dir)!r}")
+    return report_dir
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _matplotlib() -> Any:
+    """The ``matplotlib`` module (Agg rendering through ``Figure``), or None without the extra."""
+    try:
+        import matplotlib
+        import matplotlib.figure  # noqa: F401  (binds matplotlib.figure)
+    except ImportError:
+        return None
+    return matplotlib
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _num(value: object, spec: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec)
+
+
+def _short(nodeid: str) -> str:
+    return nodeid.split("::")[-1]
+
+
+def _stat_records(tests: list[dict]) -> Iterator[tuple[int, dict, dict]]:
+    """``(index, test record, stat record)`` over every statistical record, in table order."""
+    index = 0
+    for test in tests:
+        for stat in test.get("stats", []):
+            yield index, test, stat
+            index += 1
+
+
+def _has_bins(stat: dict) -> bool:
+    return bool(stat.get("observed")) and bool(stat.get("expected"))
+
+
+def _is_acceptance_length(test: dict, stat: dict) -> bool:
+    return test["section"] in ACCEPTANCE_SECTIONS and bool(_ACCEPTANCE_NAME.search(stat["name"]))
+
+
+def _img(figure: Any, alt: str) -> str:
+    """The figure as an embedded base64 PNG ``<img>``."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _new_figure(mpl: Any, width: float, height: float, layout: str | None = "constrained") -> Any:
+    return mpl.figure.Figure(figsize=(width, height), layout=layout)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _header(payload: dict, verdict: str) -> str:
+    capabilities = ", ".join(payload.get("capabilities", [])) or "none"
+    meta = [
+        ("implementation", f"<code>{_e(payload['impl'])}</code> {_e(payload.get('description', ''))}"),
+        ("device", _e(payload["device"])),
+        ("base seed", _e(payload["base_seed"])),
+        ("wall time", f"{float(payload['wall_s']):.1f} s"),
+        ("tests", str(len(payload["tests"]))),
+        ("capabilities", _e(capabilities)),
+    ]
+    items = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta)
+    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
+        ("matrix", "matrix"), ("not-passed", "not passed"), ("stats", "statistics"), ("plots", "plots"),
+        ("calibration", "calibration"), ("mutants", "kill matrix"), ("unavailable", "plots not drawn")))
+    return (
+        f"<h1>DSpark conformance: <code>{_e(payload['impl'])}</code> on {_e(payload['device'])} "
+        f'<span class="badge big {verdict}">{verdict}</span></h1>'
+        f'<dl class="meta">{items}</dl><nav>{nav}</nav>'
+    )
+
+
+def _matrix(rows: list[report.SectionRow]) -> str:
+    head = "".join(f"<th>{h}</th>" for h in ("section", "topic", "verdict", *report.OUTCOMES, "min p", "time s"))
+    body = []
+    for row in rows:
+        counts = "".join(f'<td class="num">{row.counts[o]}</td>' for o in report.OUTCOMES)
+        body.append(
+            f"<tr><td>{_e(row.section)}</td><td>{_e(report.SECTION_TITLES.get(row.section, ''))}</td>"
+            f'<td><span class="badge {row.verdict}">{row.verdict}</span></td>{counts}'
+            f'<td class="num">{_num(row.min_p, ".2g")}</td><td class="num">{row.seconds:.1f}</td></tr>'
+        )
+    return f'<h2 id="matrix">Conformance matrix by SPEC section</h2><table><tr>{head}</tr>{"".join(body)}</table>'
+
+
+def _not_passed(tests: list[dict]) -> str:
+    bad = [t for t in tests if t["outcome"] in _NOT_PASSED]
+    quiet = [t for t in tests if t["outcome"] not in _NOT_PASSED and t["outcome"] != "passed"]
+    out = ['<h2 id="not-passed">Not passed</h2>']
+    if not bad and not quiet:
+        out.append("<p>Every test passed.</p>")
+    for t in bad:
+        lines = [line for line in t["reason"].strip().splitlines() if line.strip()]
+        summary = lines[-1][:300] if lines else ""
+        out.append(
+            f'<h3><span class="badge {t["outcome"]}">{t["outcome"]}</span> <code>{_e(t["nodeid"])}</code></h3>'
+            f"<div>{_e(summary)}</div><details><summary>full reason</summary><pre>{_e(t['reason'])}</pre></details>"
+            f'<div class="small">replay:</div><code class="replay">{_e(t["replay"])}</code>'
+        )
+    if quiet:
+        rows = "".join(
+            f'<tr><td><span class="badge {t["outcome"]}">{t["outcome"]}</span></td><td><code>{_e(t["nodeid"])}'
+            f"</code></td><td>{_e(' '.join(t['reason'].split())[:400])}</td></tr>" for t in quiet
+        )
+        out.append(f"<h3>Skipped and expected failures</h3><table><tr><th>outcome</th><th>test</th>"
+                   f"<th>reason</th></tr>{rows}</table>")
+    return "".join(out)
+
+
+def _stat_table(tests: list[dict]) -> str:
+    head = ("assertion", "verdict", "p-value", "alpha", "n", "statistic", "effect", "upper bound", "min effect",
+            "power", "null hypothesis")
+    rows = []
+    for index, test, s in _stat_records(tests):
+        name = _e(s["name"])
+        if _has_bins(s):
+            name = f'<a href="#stat-{index}">{name}</a>'
+        verdict = "passed" if s.get("passed") else "failed"
+        rows.append(
+            f'<tr><td class="name" title="{_e(test["nodeid"])}">{name}</td><td><span class="badge {verdict}">{verdict}</span></td>'
+            f'<td class="num">{_num(s.get("p_value"), ".3g")}</td><td class="num">{_num(s.get("alpha"), ".2g")}</td>'
+            f'<td class="num">{_e(s.get("n", ""))}</td>'
+            f'<td class="num">{_e(s.get("statistic_name", ""))} {_num(s.get("statistic"), ".4g")}</td>'
+            f'<td class="num">{_e(s.get("effect_name", ""))} {_num(s.get("effect"), ".3g")}</td>'
+            f'<td class="num">{_num(s.get("effect_ci_upper"), ".3g")}</td>'
+            f'<td class="num">{_num(s.get("min_effect"), ".3g")}</td>'
+            f'<td class="num">{_num(s.get("power_at_min_effect"), ".4f")}</td>'
+            f'<td class="null" title="{_e(s.get("null", ""))}">{_e(s.get("null", ""))}</td></tr>'
+        )
+    if not rows:
+        return '<h2 id="stats">Statistical assertions</h2><p>No statistical assertion ran.</p>'
+    head_html = "".join(f"<th>{h}</th>" for h in head)
+    return (f'<h2 id="stats">Statistical assertions</h2><p class="small">A rule passes iff p &gt; alpha; the upper '
+            "bound holds with probability at least 1 - alpha; power is at the min effect. Linked names have a plot."
+            f'</p><div class="scroll"><table><tr>{head_html}</tr>{"".join(rows)}</table></div>')
+
+
+def _plots(tests: list[dict], mpl: Any) -> str:
+    out = ['<h2 id="plots">Plots</h2>']
+    if mpl is None:
+        return out[0] + f'<p class="note">Plots need matplotlib: <code>{PLOTS_HINT}</code>. The tables above ' \
+                        "hold every number.</p>"
+    groups: dict[tuple[bool, str], list[str]] = {}
+    for index, test, stat in _stat_records(tests):
+        if _has_bins(stat):
+            acceptance = _is_acceptance_length(test, stat)
+            groups.setdefault((acceptance, test["section"]), []).append(_frequency_plot(mpl, index, stat, acceptance))
+    titles = {False: "Observed vs expected frequencies (samplers, scheduler, sequences)",
+              True: "Acceptance-length distributions vs the exact law"}
+    order = {s: i for i, s in enumerate(report.SECTIONS)}
+    for acceptance in (False, True):
+        sections = sorted((s for a, s in groups if a == acceptance), key=lambda s: (order.get(s, 99), s))
+        if sections:
+            out.append(f"<h3>{titles[acceptance]}</h3>")
+        for section in sections:
+            figures = groups[(acceptance, section)]
+            out.append(f'<h3 class="small">{_e(section)} {_e(report.SECTION_TITLES.get(section, ""))}: '
+                       f'{len(figures)} records</h3><div class="grid">{"".join(figures)}</div>')
+    if len(out) == 1:
+        out.append("<p>No statistical record with observed / expected bins in this run.</p>")
+    return "".join(out)
+
+
+def _frequency_plot(mpl: Any, index: int, stat: dict, acceptance: bool) -> str:
+    figure = _frequency_figure(mpl, stat, acceptance)
+    verdict = "passed" if stat.get("passed") else "FAILED"
+    caption = (f"<b>{_e(stat['name'])}</b>: {verdict}, p = {_num(stat.get('p_value'), '.3g')}, "
+               f"{_e(stat.get('effect_name', 'effect'))} = {_num(stat.get('effect'), '.3g')}, n = {_e(stat.get('n'))}, "
+               f"{len(stat['observed'])} bins tested")
+    css = "" if stat.get("passed") else ' class="fail"'
+    return f'<figure id="stat-{index}"{css}>{_img(figure, stat["name"])}<figcaption>{caption}</figcaption></figure>'
+
+
+def _bin_labels(name: str, bins: int, acceptance: bool) -> tuple[list[str] | None, str]:
+    """Acceptance lengths 1..max_len when the case id names max_len (``max6``, or ``gamma5``
+    with max_len = gamma + 1) and no bin was pooled; otherwise plain bin numbers."""
+    match = _MAX_LEN.search(name) if acceptance else None
+    if match:
+        max_len = int(match.group(1)) if match.group(1) else int(match.group(2)) + 1
+        if max_len == bins:
+            return [str(k) for k in range(1, bins + 1)], "acceptance length"
+    if bins > _MANY_BINS:
+        return None, "bin (sparse bins pooled)"
+    return [str(k) for k in range(bins)], "bin (sparse bins pooled)"
+
+
+def _frequency_figure(mpl: Any, stat: dict, acceptance: bool) -> Any:
+    """Observed bars against the expectation with its 95% band under H0, and the Pearson
+    residuals ``(O - E) / sqrt(E)``; acceptance-length laws as probability mass."""
+    observed = np.asarray(stat["observed"], dtype=np.float64)
+    expected = np.asarray(stat["expected"], dtype=np.float64)
+    n = observed.sum()
+    scale = 1.0 / n if acceptance and n > 0 else 1.0
+    band = 1.96 * np.sqrt(np.clip(expected * (1 - expected / max(n, 1.0)), 0.0, None))  # binomial sd per bin
+    residual = (observed - expected) / np.sqrt(np.where(expected > 0, expected, 1.0))
+    labels, xlabel = _bin_labels(stat["name"], observed.size, acceptance)
+    x = np.arange(observed.size)
+    colour = "#4a7bd0" if stat.get("passed") else "#d04a4a"
+    with mpl.rc_context({"font.size": 8}):
+        figure = _new_figure(mpl, 4.6, 3.2, layout=None)  # fixed margins: a layout engine triples the time
+        figure.subplots_adjust(left=0.15, right=0.98, top=0.91, bottom=0.14, hspace=0.1)
+        top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=(3, 1))
+        top.bar(x, observed * scale, width=0.8, color=colour, alpha=0.8, label="observed")
+        style = {"fmt": "_", "markersize": 9 if observed.size <= _MANY_BINS else 3, "elinewidth": 1}
+        top.errorbar(x, expected * scale, yerr=band * scale, color="black",
+                     label="exact law (95% band)" if acceptance else "expected (95% band)", **style)
+        top.set_ylabel("probability" if acceptance else "count")
+        top.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, frameon=False, borderaxespad=0.2)
+        bottom.bar(x, residual, width=0.8, color=colour, alpha=0.8)
+        for level in (-2, 0, 2):
+            bottom.axhline(level, color="grey", linewidth=0.6, linestyle="-" if level == 0 else "--")
+        bottom.set_ylabel(r"$(O-E)/\sqrt{E}$")
+        bottom.set_xlabel(xlabel)
+        if labels is not None:
+            bottom.set_xticks(x, labels)
+    return figure
+
+
+def _calibration(cal: dict | None, mpl: Any) -> str:
+    if cal is None:
+        return ""
+    out = [
+        '<h2 id="calibration">Calibration of the statistical tests</h2>',
+        f"<p>{cal['failed_runs']} of {cal['runs']} reference runs false-failed; 95% upper bound on the "
+        f"whole-run false-failure rate {_num(cal['run_rate_upper95'], '.3g')} against the family-wise "
+        f"budget {_num(cal['budget'], 'g')}.</p>",
+    ]
+    if mpl is not None and cal["per_test"]:
+        out.append(f'<figure class="wide">{_img(_false_failure_figure(mpl, cal), "false failures")}'
+                   "<figcaption>False failures per statistical test on the reference (observed rate and its "
+                   "95% upper bound) and the KS distance of its p-values from U(0, 1).</figcaption></figure>")
+    rows = "".join(
+        f"<tr><td><code>{_e(_short(n))}</code></td><td class='num'>{r['runs']}</td>"
+        f"<td class='num'>{r['false_failures']}</td><td class='num'>{_num(r['rate_upper95'], '.3g')}</td>"
+        f"<td class='num'>{_num(r['pvalue_ks'], '.3f')}</td></tr>" for n, r in cal["per_test"].items()
+    )
+    out.append("<table><tr><th>test</th><th>runs</th><th>false failures</th><th>95% upper bound</th>"
+               f"<th>KS distance of p-values</th></tr>{rows}</table>")
+    if mpl is not None and cal["power"]:
+        out.append(f'<figure class="wide">{_img(_power_figure(mpl, cal), "power on mutants")}'
+                   "<figcaption>Observed power on each mutant: the best statistical test of its section "
+                   "(fraction of seeds failed, and its 95% lower bound).</figcaption></figure>")
+    return "".join(out)
+
+
+def _false_failure_figure(mpl: Any, cal: dict) -> Any:
+    names = [_short(n) for n in cal["per_test"]]
+    rows = list(cal["per_test"].values())
+    y = np.arange(len(rows))
+    with mpl.rc_context({"font.size": 8}):
+        figure = _new_figure(mpl, 11, 1.0 + 0.2 * len(rows))
+        left, right = figure.subplots(1, 2, sharey=True, width_ratios=(2, 1))
+        left.barh(y, [r["rate_upper95"] for r in rows], color="#c9d6ee", label="95% upper bound")
+        left.plot([r["false_failures"] / max(r["runs"], 1) for r in rows], y, "o", color="#1d4fa0",
+                  label="observed rate")
+        left.axvline(cal["budget"], color="#c62828", linestyle="--", label=f"family-wise budget {cal['budget']:g}")
+        left.set_yticks(y, names)
+        left.invert_yaxis()
+        left.set_xlabel("false-failure rate")
+        left.legend(loc="lower right", frameon=False)
+        right.barh(y, [r["pvalue_ks"] or 0.0 for r in rows], color="#8fb98f")
+        right.set_xlabel("KS distance of p-values from U(0, 1) (0 = none / < 5 p-values)")
+    return figure
+
+
+def _power_figure(mpl: Any, cal: dict) -> Any:
+    best = {m: max(t.values(), key=lambda r: r["killed"] / max(r["seeds"], 1)) for m, t in cal["power"].items() if t}
+    y = np.arange(len(best))
+    with mpl.rc_context({"font.size": 8}):
+        figure = _new_figure(mpl, 8, 1.0 + 0.22 * max(len(best), 1))
+        ax = figure.subplots()
+        ax.barh(y, [r["killed"] / max(r["seeds"], 1) for r in best.values()], color="#c9e3c9", label="observed power")
+        ax.plot([r["power_lower95"] for r in best.values()], y, "o", color="#2e8540", label="95% lower bound")
+        ax.set_yticks(y, list(best))
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("fraction of seeds on which the test failed")
+        ax.legend(loc="lower right", frameon=False)
+    return figure
+
+
+def _kill_matrix(mutants: list[dict] | None) -> str:
+    if mutants is None:
+        return ""
+    killed = sum(m["killed"] for m in mutants)
+    head = "".join(f"<th>{s}</th>" for s in ("mutant", *report.SECTIONS, "fault", "mirrors", "killed by", "evidence"))
+    rows = []
+    for m in mutants:
+        cells = "".join(
+            (f'<td class="{"killed" if m["killed"] else "survived"}">'
+             f'{"&#10003; " + str(len(m["killers"])) if m["killed"] else "&#10007;"}</td>')
+            if s == m["section"] else "<td></td>" for s in report.SECTIONS
+        )
+        first = m["killers"][0] if m["killers"] else {"test": m.get("error") or "-", "evidence": ""}
+        more = f" (+{len(m['killers']) - 1} more)" if len(m["killers"]) > 1 else ""
+        rows.append(f"<tr><td><code>{_e(m['id'])}</code></td>{cells}<td>{_e(m['fault'])}</td>"
+                    f"<td>{_e(m.get('mirrors') or '-')}</td><td><code>{_e(_short(first['test']))}</code>{more}</td>"
+                    f"<td class='small'>{_e(first['evidence'])}</td></tr>")
+    return (f'<h2 id="mutants">Mutant kill matrix</h2><p>{killed} of {len(mutants)} mutants killed; a cell '
+            f"marks the mutant's SPEC section and counts the tests that failed against it.</p>"
+            f'<div class="scroll"><table><tr>{head}</tr>{"".join(rows)}</table></div>')
+
+
+def _unavailable(tests: list[dict], mpl: Any, mutants: list | None, cal: dict | None) -> str:
+    """Plots the data cannot support, each with the reason (nothing is invented)."""
+    notes = []
+    if mpl is None:
+        notes.append(("every plot", f"matplotlib is not installed: <code>{PLOTS_HINT}</code>"))
+    s7 = [t for t in tests if t["section"] == "S7"]
+    s7_bins = [s for t in s7 for s in t.get("stats", []) if _has_bins(s)]
+    if not s7_bins:
+        why = (f"{len(s7)} S7 tests ran, but none records per-bin confidence against observed acceptance (they "
+               "check confidences against a float64 oracle and STS by its ECE, with no statistical record)"
+               if s7 else "no S7 test ran in this run")
+        notes.append(("reliability diagram (S7)", why))
+    if not any(t["section"] == "S8" and any(_has_bins(s) for s in t.get("stats", [])) for t in tests):
+        notes.append(("scheduler (S8)", "no S8 statistical record with observed / expected bins in this run"))
+    if not any(_has_bins(s) and _is_acceptance_length(t, s) for _, t, s in _stat_records(tests)):
+        notes.append(("acceptance-length laws (S5/S6/S9)", "no acceptance-length record with bins in this run"))
+    for _, test, stat in _stat_records(tests):
+        if not _has_bins(stat):
+            notes.append((f"<code>{_e(stat['name'])}</code>",
+                          f"{_e(stat.get('statistic_name', 'this test'))}: one statistic, no frequency vector "
+                          "(see the statistical table)"))
+    if cal is None:
+        notes.append(("calibration", "no calibration.json here (<code>dspark-conformance calibrate --report "
+                      "DIR</code>)"))
+    if mutants is None:
+        notes.append(("mutant kill matrix", "no mutants.json here (<code>dspark-conformance mutants --report "
+                      "DIR</code>)"))
+    items = "".join(f"<li><b>{what}</b>: {why}</li>" for what, why in notes)
+    return f'<h2 id="unavailable">Plots not drawn</h2><ul>{items or "<li>none</li>"}</ul>'
