@@ -38,6 +38,7 @@ __all__ = [
     "FoldedDraft",
     "FoldedSession",
     "FoldGate",
+    "FoldRouting",
     "ChainVerifier",
     "GreedyVerifier",
     "SimulatedAcceptance",
@@ -307,6 +308,19 @@ class FoldGate(Protocol):
     ) -> bool: ...
 
 
+@runtime_checkable
+class FoldRouting(Protocol):
+    """SPEC S4.5: the path of a batch around the folded draft.
+
+    ``route(all_greedy, folded_sampling_on) -> (folded_draft, eager_accept)``: whether a
+    batch (all rows greedy or not) may use the folded proposal given the gate's decision
+    (:class:`FoldGate`), and whether its verification then takes the eager accept path
+    (the in-graph accept is greedy-only).
+    """
+
+    def route(self, all_greedy: bool, folded_sampling_on: bool) -> tuple[bool, bool]: ...
+
+
 # --------------------------------------------------------------------------- S5
 @runtime_checkable
 class ChainVerifier(Protocol):
@@ -460,6 +474,7 @@ CAPABILITIES: tuple[type, ...] = (
     MarkovBlock,
     FoldedDraft,
     FoldGate,
+    FoldRouting,
     ChainVerifier,
     GreedyVerifier,
     SimulatedAcceptance,

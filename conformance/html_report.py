@@ -49,6 +49,7 @@ _MAX_LEN = re.compile(r"max(\d+)|gamma(\d+)")  # max_len = gamma + 1 (SPEC S6)
 _NOT_PASSED = ("failed", "error", "xpassed", "inconclusive")
 _MANY_BINS = 24  # above this, bins lose their tick labels
 _REQUIRED_KEYS = ("impl", "device", "base_seed", "wall_s", "tests")
+_SECTION_HEADING = re.compile(r'<h2 id="([^"]+)">([^<]+)</h2>')  # the page's sections, for the nav bar
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1360px;
@@ -71,8 +72,11 @@ code.replay{display:block;background:#f5f7fa;padding:3px 6px;margin:2px 0 8px;wo
 figure{margin:0;border:1px solid #e1e5ec;border-radius:4px;padding:6px;background:#fff}
 figure.fail{border:2px solid #c62828}figure img{width:100%;height:auto}figure.wide img{width:auto;max-width:100%}
 figcaption{font-size:12px;color:#3c4454}.note{background:#fff8e1;border-left:4px solid #d98c00;padding:6px 10px}
-.small{font-size:12px;color:#5a6475}.scroll{overflow-x:auto}td.null{font-size:11px;color:#3c4454;max-width:300px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
-td.num,td.name{white-space:nowrap}
+.small{font-size:12px;color:#5a6475}.scroll{overflow-x:auto}td.num,td.name{white-space:nowrap}
+table.stats{table-layout:fixed;width:100%}
+table.stats td{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}table.stats th{overflow-wrap:anywhere}
+table.stats td.wrap{white-space:normal;overflow-wrap:anywhere}
+td.text{min-width:180px}td.killer{min-width:200px}td.killer,td.small{overflow-wrap:anywhere}
 """
 
 
@@ -89,8 +93,10 @@ def write_html(payload: dict[str, Any], report_dir: Path | str) -> Path:
         report_dir: an existing directory (the ``--report`` directory of the run).
 
     Raises:
-        TypeError: ``payload`` not a dict, ``payload['tests']`` not a list, ``report_dir``
-            not a path. ValueError: a required key missing, or ``report_dir`` not a directory.
+        TypeError: ``payload`` not a dict, ``payload['tests']`` not a list, ``base_seed`` not
+            an int, ``wall_s`` not a number, ``report_dir`` not a path.
+        ValueError: a required key missing, ``wall_s`` negative or NaN, ``report_dir`` not
+            an existing directory.
 
     Example:
         >>> write_html(json.loads(Path("r/results.json").read_text()), Path("r"))  # doctest: +SKIP
@@ -106,11 +112,15 @@ def write_html(payload: dict[str, Any], report_dir: Path | str) -> Path:
 def render_html(payload: dict[str, Any], *, mutants: list[dict] | None = None,
                 calibration: dict[str, Any] | None = None) -> str:
     """The page as a string (see :func:`write_html`; ``mutants`` / ``calibration`` are the
-    decoded ``mutants.json`` / ``calibration.json``, or None when absent)."""
+    decoded ``mutants.json`` / ``calibration.json``, or None when absent).
+
+    Raises:
+        TypeError / ValueError: as :func:`write_html` for ``payload``.
+    """
+    _check_payload(payload)
     mpl = _matplotlib()
     rows = report.summarize(payload["tests"])
-    body = [
-        _header(payload, report.overall(rows)),
+    body = "".join([
         _matrix(rows),
         _not_passed(payload["tests"]),
         _stat_table(payload["tests"]),
@@ -118,18 +128,19 @@ def render_html(payload: dict[str, Any], *, mutants: list[dict] | None = None,
         _calibration(calibration, mpl),
         _kill_matrix(mutants),
         _unavailable(payload["tests"], mpl, mutants, calibration),
-    ]
+    ])
+    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in _SECTION_HEADING.findall(body))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>DSpark conformance: {_e(payload['impl'])}</title><style>{_CSS}</style></head>"
-        f"<body>{''.join(body)}</body></html>\n"
+        f"<body>{_header(payload, report.overall(rows))}<nav>{nav}</nav>{body}</body></html>\n"
     )
 
 
 # --------------------------------------------------------------------------- validation
 
 
-def _check_write_html(payload: object, report_dir: object) -> Path:
+def _check_payload(payload: object) -> None:
     if not isinstance(payload, dict):
         raise TypeError(f"payload: expected the results.json dict, got {type(payload).__name__}")
     missing = [key for key in _REQUIRED_KEYS if key not in payload]
@@ -139,6 +150,10 @@ def _check_write_html(payload: object, report_dir: object) -> Path:
         raise TypeError(f"payload['tests']: expected a list of test records, got {type(payload['tests']).__name__}")
     check_int("payload['base_seed']", payload["base_seed"])
     check_float("payload['wall_s']", payload["wall_s"], minimum=0.0)
+
+
+def _check_write_html(payload: object, report_dir: object) -> Path:
+    _check_payload(payload)
     if not isinstance(report_dir, (str, os.PathLike)):
         raise TypeError(f"report_dir: expected a path, got {type(report_dir).__name__}")
     report_dir = Path(report_dir)
@@ -221,13 +236,9 @@ def _header(payload: dict, verdict: str) -> str:
         ("capabilities", _e(capabilities)),
     ]
     items = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta)
-    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
-        ("matrix", "matrix"), ("not-passed", "not passed"), ("stats", "statistics"), ("plots", "plots"),
-        ("calibration", "calibration"), ("mutants", "kill matrix"), ("unavailable", "plots not drawn")))
     return (
         f"<h1>DSpark conformance: <code>{_e(payload['impl'])}</code> on {_e(payload['device'])} "
-        f'<span class="badge big {verdict}">{verdict}</span></h1>'
-        f'<dl class="meta">{items}</dl><nav>{nav}</nav>'
+        f'<span class="badge big {verdict}">{verdict}</span></h1><dl class="meta">{items}</dl>'
     )
 
 
@@ -251,11 +262,10 @@ def _not_passed(tests: list[dict]) -> str:
     if not bad and not quiet:
         out.append("<p>Every test passed.</p>")
     for t in bad:
-        lines = [line for line in t["reason"].strip().splitlines() if line.strip()]
-        summary = lines[-1][:300] if lines else ""
         out.append(
             f'<h3><span class="badge {t["outcome"]}">{t["outcome"]}</span> <code>{_e(t["nodeid"])}</code></h3>'
-            f"<div>{_e(summary)}</div><details><summary>full reason</summary><pre>{_e(t['reason'])}</pre></details>"
+            f"<div>{_e(_summary(t['reason']))}</div>"
+            f"<details><summary>full reason</summary><pre>{_e(t['reason'])}</pre></details>"
             f'<div class="small">replay:</div><code class="replay">{_e(t["replay"])}</code>'
         )
     if quiet:
@@ -268,9 +278,22 @@ def _not_passed(tests: list[dict]) -> str:
     return "".join(out)
 
 
+def _summary(reason: str) -> str:
+    """pytest's ``E`` lines (the assertion message), else the last line of the reason."""
+    lines = [line for line in reason.strip().splitlines() if line.strip()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return " ".join(errors)[:400] if errors else (lines[-1][:400] if lines else "")
+
+
+def _named_value(value: object, spec: str, name: str) -> str:
+    """A cell with the number first, so a narrow column cuts the name, never the value."""
+    return f'<td title="{_e(name)}">{_num(value, spec)} <span class="small">{_e(name)}</span></td>'
+
+
 def _stat_table(tests: list[dict]) -> str:
-    head = ("assertion", "verdict", "p-value", "alpha", "n", "statistic", "effect", "upper bound", "min effect",
-            "power", "null hypothesis")
+    # column -> width in % (a fixed layout keeps the table within the page; long cells end in an ellipsis)
+    head = {"assertion": 22, "verdict": 6, "p-value": 6, "alpha": 4.5, "n": 5.5, "statistic": 12, "effect": 14,
+            "upper bound": 5.5, "min effect": 4.5, "power": 5, "null hypothesis": 15}
     rows = []
     for index, test, s in _stat_records(tests):
         name = _e(s["name"])
@@ -278,29 +301,33 @@ def _stat_table(tests: list[dict]) -> str:
             name = f'<a href="#stat-{index}">{name}</a>'
         verdict = "passed" if s.get("passed") else "failed"
         rows.append(
-            f'<tr><td class="name" title="{_e(test["nodeid"])}">{name}</td><td><span class="badge {verdict}">{verdict}</span></td>'
+            f'<tr><td class="wrap" title="{_e(test["nodeid"])}">{name}</td>'
+            f'<td><span class="badge {verdict}">{verdict}</span></td>'
             f'<td class="num">{_num(s.get("p_value"), ".3g")}</td><td class="num">{_num(s.get("alpha"), ".2g")}</td>'
             f'<td class="num">{_e(s.get("n", ""))}</td>'
-            f'<td class="num">{_e(s.get("statistic_name", ""))} {_num(s.get("statistic"), ".4g")}</td>'
-            f'<td class="num">{_e(s.get("effect_name", ""))} {_num(s.get("effect"), ".3g")}</td>'
+            f'{_named_value(s.get("statistic"), ".4g", s.get("statistic_name", ""))}'
+            f'{_named_value(s.get("effect"), ".3g", s.get("effect_name", ""))}'
             f'<td class="num">{_num(s.get("effect_ci_upper"), ".3g")}</td>'
             f'<td class="num">{_num(s.get("min_effect"), ".3g")}</td>'
             f'<td class="num">{_num(s.get("power_at_min_effect"), ".4f")}</td>'
-            f'<td class="null" title="{_e(s.get("null", ""))}">{_e(s.get("null", ""))}</td></tr>'
+            f'<td class="small" title="{_e(s.get("null", ""))}">{_e(s.get("null", ""))}</td></tr>'
         )
     if not rows:
         return '<h2 id="stats">Statistical assertions</h2><p>No statistical assertion ran.</p>'
+    cols = "".join(f'<col style="width:{w}%">' for w in head.values())
     head_html = "".join(f"<th>{h}</th>" for h in head)
     return (f'<h2 id="stats">Statistical assertions</h2><p class="small">A rule passes iff p &gt; alpha; the upper '
-            "bound holds with probability at least 1 - alpha; power is at the min effect. Linked names have a plot."
-            f'</p><div class="scroll"><table><tr>{head_html}</tr>{"".join(rows)}</table></div>')
+            "bound holds with probability at least 1 - alpha; power is at the min effect. Linked names have a plot; "
+            "hover a cell for its full text.</p>"
+            f'<table class="stats"><colgroup>{cols}</colgroup><tr>{head_html}</tr>{"".join(rows)}</table>')
 
 
 def _plots(tests: list[dict], mpl: Any) -> str:
     out = ['<h2 id="plots">Plots</h2>']
     if mpl is None:
-        return out[0] + f'<p class="note">Plots need matplotlib: <code>{PLOTS_HINT}</code>. The tables above ' \
-                        "hold every number.</p>"
+        out.append(f'<p class="note">Plots need matplotlib: <code>{PLOTS_HINT}</code>. The tables above hold '
+                   "every number.</p>")
+        return "".join(out)
     groups: dict[tuple[bool, str], list[str]] = {}
     for index, test, stat in _stat_records(tests):
         if _has_bins(stat):
@@ -316,7 +343,7 @@ def _plots(tests: list[dict], mpl: Any) -> str:
         for section in sections:
             figures = groups[(acceptance, section)]
             out.append(f'<h3 class="small">{_e(section)} {_e(report.SECTION_TITLES.get(section, ""))}: '
-                       f'{len(figures)} records</h3><div class="grid">{"".join(figures)}</div>')
+                       f'{len(figures)} plotted</h3><div class="grid">{"".join(figures)}</div>')
     if len(out) == 1:
         out.append("<p>No statistical record with observed / expected bins in this run.</p>")
     return "".join(out)
@@ -389,18 +416,21 @@ def _calibration(cal: dict | None, mpl: Any) -> str:
     if mpl is not None and cal["per_test"]:
         out.append(f'<figure class="wide">{_img(_false_failure_figure(mpl, cal), "false failures")}'
                    "<figcaption>False failures per statistical test on the reference (observed rate and its "
-                   "95% upper bound) and the KS distance of its p-values from U(0, 1).</figcaption></figure>")
+                   "95% upper bound) and the KS distance of its p-values from U(0, 1) (no bar: fewer than 5 "
+                   "p-values).</figcaption></figure>")
     rows = "".join(
         f"<tr><td><code>{_e(_short(n))}</code></td><td class='num'>{r['runs']}</td>"
         f"<td class='num'>{r['false_failures']}</td><td class='num'>{_num(r['rate_upper95'], '.3g')}</td>"
         f"<td class='num'>{_num(r['pvalue_ks'], '.3f')}</td></tr>" for n, r in cal["per_test"].items()
     )
-    out.append("<table><tr><th>test</th><th>runs</th><th>false failures</th><th>95% upper bound</th>"
-               f"<th>KS distance of p-values</th></tr>{rows}</table>")
+    out.append(f"<details{'' if mpl is not None else ' open'}><summary>false failures per test (table)</summary>"
+               "<table><tr><th>test</th><th>runs</th><th>false failures</th><th>95% upper bound</th>"
+               f"<th>KS distance of p-values</th></tr>{rows}</table></details>")
     if mpl is not None and cal["power"]:
         out.append(f'<figure class="wide">{_img(_power_figure(mpl, cal), "power on mutants")}'
                    "<figcaption>Observed power on each mutant: the best statistical test of its section "
-                   "(fraction of seeds failed, and its 95% lower bound).</figcaption></figure>")
+                   "(fraction of seeds failed, and its 95% lower bound); mutants whose section has no statistical test "
+                   "are left out.</figcaption></figure>")
     return "".join(out)
 
 
@@ -418,9 +448,9 @@ def _false_failure_figure(mpl: Any, cal: dict) -> Any:
         left.set_yticks(y, names)
         left.invert_yaxis()
         left.set_xlabel("false-failure rate")
-        left.legend(loc="lower right", frameon=False)
+        left.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False)
         right.barh(y, [r["pvalue_ks"] or 0.0 for r in rows], color="#8fb98f")
-        right.set_xlabel("KS distance of p-values from U(0, 1) (0 = none / < 5 p-values)")
+        right.set_xlabel("KS distance of p-values from U(0, 1)")
     return figure
 
 
@@ -436,7 +466,7 @@ def _power_figure(mpl: Any, cal: dict) -> Any:
         ax.invert_yaxis()
         ax.set_xlim(0, 1)
         ax.set_xlabel("fraction of seeds on which the test failed")
-        ax.legend(loc="lower right", frameon=False)
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, frameon=False)
     return figure
 
 
@@ -447,19 +477,23 @@ def _kill_matrix(mutants: list[dict] | None) -> str:
     head = "".join(f"<th>{s}</th>" for s in ("mutant", *report.SECTIONS, "fault", "mirrors", "killed by", "evidence"))
     rows = []
     for m in mutants:
-        cells = "".join(
-            (f'<td class="{"killed" if m["killed"] else "survived"}">'
-             f'{"&#10003; " + str(len(m["killers"])) if m["killed"] else "&#10007;"}</td>')
-            if s == m["section"] else "<td></td>" for s in report.SECTIONS
-        )
+        cells = "".join(_kill_cell(m) if s == m["section"] else "<td></td>" for s in report.SECTIONS)
         first = m["killers"][0] if m["killers"] else {"test": m.get("error") or "-", "evidence": ""}
         more = f" (+{len(m['killers']) - 1} more)" if len(m["killers"]) > 1 else ""
-        rows.append(f"<tr><td><code>{_e(m['id'])}</code></td>{cells}<td>{_e(m['fault'])}</td>"
-                    f"<td>{_e(m.get('mirrors') or '-')}</td><td><code>{_e(_short(first['test']))}</code>{more}</td>"
+        rows.append(f"<tr><td><code>{_e(m['id'])}</code></td>{cells}<td class='text'>{_e(m['fault'])}</td>"
+                    f"<td class='text'>{_e(m.get('mirrors') or '-')}</td>"
+                    f"<td class='killer'><code>{_e(_short(first['test']))}</code>{more}</td>"
                     f"<td class='small'>{_e(first['evidence'])}</td></tr>")
     return (f'<h2 id="mutants">Mutant kill matrix</h2><p>{killed} of {len(mutants)} mutants killed; a cell '
             f"marks the mutant's SPEC section and counts the tests that failed against it.</p>"
             f'<div class="scroll"><table><tr>{head}</tr>{"".join(rows)}</table></div>')
+
+
+def _kill_cell(mutant: dict) -> str:
+    """The cell in the mutant's section column: a tick and the number of killing tests, or a cross."""
+    if mutant["killed"]:
+        return f'<td class="killed">&#10003; {len(mutant["killers"])}</td>'
+    return '<td class="survived">&#10007;</td>'
 
 
 def _unavailable(tests: list[dict], mpl: Any, mutants: list | None, cal: dict | None) -> str:

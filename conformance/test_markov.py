@@ -53,7 +53,8 @@ def input_generator(case_seed: int) -> torch.Generator:
 
 def load_random_head(iut, head_type, *, vocab, rank, hidden_size, seed, device, scale=0.5):
     """A random head in the reference layout, loaded into the IUT: ``(handle, state_dict)``."""
-    state = markov_head_state(head_type, vocab, rank, hidden_size, torch.Generator().manual_seed(seed), scale=scale)
+    weights = torch.Generator().manual_seed(seed)
+    state = markov_head_state(head_type, vocab, rank, hidden_size, weights, scale=scale)
     state = {name: tensor.to(device) for name, tensor in state.items()}
     return iut.load_head(head_type, state, vocab, rank, hidden_size, device), state
 
@@ -111,12 +112,14 @@ def oracle_block_logits(head_type, state, base, prev, hidden):
     layout: ``W1.weight [V, r]``, ``W2.weight [V, r]``, ``Wg.weight [r, d + r]``,
     ``Wz.weight [3r, 2r + d]`` (+ biases).
 
-    The bound is a running forward-error bound of float32 arithmetic (``u = 2^-24``): an
-    n-term dot product errs by ``n u |w|.|x|`` (Higham, Thm 3.5) plus ``|w|.dx`` from its
-    inputs' errors ``dx``; sigmoid (1/4-Lipschitz) and tanh (1-Lipschitz) pass input errors
-    on, plus ``NONLINEAR_ULPS u`` of their own; products and sums add ``u`` of their
-    result. Magnitudes are taken at the float64 values and the total is doubled (second
-    order terms). Inputs (weights, base logits, hidden states) are taken exactly.
+    The bound is a first-order running error bound of float32 arithmetic (``u = 2^-24``):
+    an n-term dot product errs by ``n u |w|.|x|`` (Higham, Thm 3.5) plus ``|w|.dx`` from
+    its inputs' errors ``dx``; sigmoid and tanh pass input errors on times their derivative
+    (``s(1 - s)``, ``1 - t^2``) plus ``NONLINEAR_ULPS u`` of their own; products and sums
+    add ``u`` of their result. Derivatives and magnitudes are taken at the float64 values
+    and the total is doubled (second-order terms). Inputs (weights, base logits, hidden
+    states) are exact. The rnn state's error is carried through the recurrence, so the
+    bound grows with the block; keep rnn weights near ``1/sqrt(fan-in)`` for long blocks.
 
     Args:
         base: ``[B, gamma, V]``; prev: ``[B, gamma]`` ids ``[x0, x_0 ..]``; hidden:
@@ -244,12 +247,12 @@ def test_S2_teacher_forcing_matches_float64_oracle(case, require, case_seed, dsp
 # case -> (head type, base dtype)
 TEACHER_CASES = {
     case("S2/teacher-forcing/vanilla-mixed", "sample_block = apply_block_logits of its tokens, "
-         "greedy rows take the argmax", ["S2.vanilla", "S2.sample-block", "S2.teacher-forcing",
-                                          "S3.greedy"]): ("vanilla", torch.float32),
+         "greedy rows take the argmax", ["S2.vanilla", "S2.sample-block", "S2.teacher-forcing"]):
+        ("vanilla", torch.float32),
     case("S2/teacher-forcing/gated-mixed", "as vanilla-mixed, gated head",
-         ["S2.gated", "S2.sample-block", "S2.teacher-forcing", "S3.greedy"]): ("gated", torch.float32),
+         ["S2.gated", "S2.sample-block", "S2.teacher-forcing"]): ("gated", torch.float32),
     case("S2/teacher-forcing/rnn-mixed", "as vanilla-mixed, rnn head (state carried)",
-         ["S2.rnn", "S2.sample-block", "S2.teacher-forcing", "S3.greedy"]): ("rnn", torch.float32),
+         ["S2.rnn", "S2.sample-block", "S2.teacher-forcing"]): ("rnn", torch.float32),
     case("S2/teacher-forcing/rnn-bf16-base", "bf16 base logits: the two paths still agree bit for bit",
          ["S2.rnn", "S2.sample-block", "S2.teacher-forcing"]): ("rnn", torch.bfloat16),
 }
@@ -273,7 +276,7 @@ def test_S2_sample_block_equals_teacher_forcing(case, require, case_seed, case_g
     tokens, corrected = iut.sample_block(head, base, first_prev, hidden, temps, top_k, case_generator)
 
     check_block_shapes(case, tokens, corrected, batch, gamma, vocab)
-    forced = iut.apply_block_logits(head, base, prev_tokens(first_prev, tokens), hidden)
+    forced = iut.apply_block_logits(head, base, prev_tokens(first_prev, tokens), hidden).detach()
     assert forced.dtype == corrected.dtype and torch.equal(forced, corrected), (
         f"{case.id}: apply_block_logits of the drawn tokens differs from sample_block's corrected "
         f"logits (max |diff| {float((forced.double() - corrected.double()).abs().max()):.3g}); the "
@@ -287,7 +290,7 @@ def test_S2_sample_block_equals_teacher_forcing(case, require, case_seed, case_g
 LAW_CASES = {
     case(f"S2/block-law/{head_type}-T0.8",
          f"joint law of (x_0, x_1) from sample_block equals the exact Markov chain ({head_type})",
-         ["S2.sample-block", f"S2.{head_type}", "S3.law", "S3.fresh-noise"], statistical=1): head_type
+         ["S2.sample-block", f"S2.{head_type}"], statistical=1): head_type
     for head_type in HEAD_TYPES
 }
 LAW_VOCAB, LAW_RANK, LAW_HIDDEN, LAW_TEMPERATURE = 8, 4, 4, 0.8
@@ -300,8 +303,9 @@ def law_setup(iut, head_type, case_seed, device):
     """One row's inputs for the law cases and the exact law of its ``(x_0, x_1)``."""
     head, state = load_random_head(iut, head_type, vocab=LAW_VOCAB, rank=LAW_RANK, hidden_size=LAW_HIDDEN,
                                    seed=sub_seed(case_seed, "head"), device=device, scale=LAW_HEAD_SCALE)
-    base, anchor, hidden = random_block_inputs(head_type, batch=1, gamma=2, vocab=LAW_VOCAB, hidden_size=LAW_HIDDEN,
-                                               generator=input_generator(case_seed), device=device)
+    base, anchor, hidden = random_block_inputs(head_type, batch=1, gamma=2, vocab=LAW_VOCAB,
+                                               hidden_size=LAW_HIDDEN, generator=input_generator(case_seed),
+                                               device=device)
     law = joint_law(head_type, state, base, int(anchor), hidden, LAW_TEMPERATURE)
     return head, base, anchor, hidden, law
 

@@ -52,6 +52,7 @@ GREEDY = 0.0  # temperature < 1e-5: greedy decoding (the loop's rule)
 NEAR_PERFECT_NOISE = 1.0
 ADVERSARIAL_P = (0.5, 0.3, 0.2)
 ADVERSARIAL_Q = (0.2, 0.3, 0.5)
+CONFIDENCE_MEDIAN = 0.75
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -122,8 +123,25 @@ def _models(spec: LoopSpec, case_seed: int) -> tuple[TinyTargetLM, torch.nn.Modu
     if spec.draft == "near-perfect":
         return target, OracleDraft(target, gamma=spec.gamma, logit_noise=NEAR_PERFECT_NOISE, generator=weights)
     head = spec.draft.removeprefix("dspark-")
-    return target, TinyDSparkDraft(target, gamma=spec.gamma, markov_head_type=head, markov_rank=MARKOV_RANK,
-                                   generator=weights, with_confidence=spec.scheduled)
+    draft = TinyDSparkDraft(target, gamma=spec.gamma, markov_head_type=head, markov_rank=MARKOV_RANK,
+                            generator=weights, with_confidence=spec.scheduled)
+    if spec.scheduled:
+        _center_confidences(target, draft, weights)
+    return target, draft
+
+
+@torch.no_grad()
+def _center_confidences(target: TinyTargetLM, draft: TinyDSparkDraft, generator: torch.Generator) -> None:
+    """Shift the confidence head's bias so that the median confidence over random blocks is
+    ``CONFIDENCE_MEDIAN``: whatever the seed, the scheduler then trims some rows and keeps
+    drafts in others (a random head alone may sit near 0 or 1 everywhere)."""
+    rows = 512
+    contexts = torch.randint(0, target.vocab_size, (rows, 4), generator=generator)
+    anchor = torch.randint(0, target.vocab_size, (rows,), generator=generator)
+    tokens = torch.randint(0, target.vocab_size, (rows, draft.gamma), generator=generator)
+    hidden = draft.block(target(contexts).hidden[:, -1], anchor).hidden
+    raw = torch.logit(draft.confidences(hidden, anchor, tokens).double(), eps=1e-12)
+    draft.confidence_head.proj.bias -= float(raw.median()) - math.log(CONFIDENCE_MEDIAN / (1 - CONFIDENCE_MEDIAN))
 
 
 def _on_device(target, draft, device: torch.device):

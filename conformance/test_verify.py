@@ -18,8 +18,9 @@ Covers, through :class:`~conformance.contract.ChainVerifier` and
 
 Not expressible through a ChainVerifier: whether the DRAFT tokens are sampled from ``q``
 (not ``argmax q``, e.g. ``p = [.5, .3, .2]``, ``q = [.2, .3, .5]``) is a property of the
-draft side (S2/S3 samplers, S9 loop); a verifier receives its drafts. The IUT-drafted case
-(MarkovBlock -> ChainVerifier) checks the two together; a draft-side mutant belongs there.
+draft side (S2/S3 samplers, S9 loop); a verifier receives its drafts. The IUT-drafted cases
+(MarkovBlock -> ChainVerifier, ``S5/lossless/iut-*``) check the two together; a draft-side
+mutant (argmax drafting) fails them but belongs to S2/S3/S9.
 
 To add a case: add an entry ``case(...): params`` to the dict of its family.
 """
@@ -585,7 +586,10 @@ class _TinyModels:
         self.head_state = None
         if spec.draft == "iut-markov":
             self.base = 1.5 * torch.randn(spec.num_drafts, v, generator=gen)
-            self.head_state = markov_head_state("vanilla", v, MARKOV_RANK, HIDDEN_SIZE, gen, scale=0.8)
+            scale = 0.8
+            if spec.fixed is not None:  # q is the base law itself: a zero head
+                self.base, scale = self.draft[0].expand(spec.num_drafts, v).contiguous(), 0.0
+            self.head_state = markov_head_state("vanilla", v, MARKOV_RANK, HIDDEN_SIZE, gen, scale=scale)
             w1, w2 = self.head_state["W1.weight"].double(), self.head_state["W2.weight"].double()
             self.bias = w1 @ w2.T  # bias[prev] = W2(W1[prev]), SPEC S2 vanilla
         self._memo: dict = {}
@@ -684,6 +688,12 @@ LAW_CASES = {
     case("S5/lossless/iut-markov-V3-l2-T0.8", "drafted by the IUT's MarkovBlock, verified with its corrected logits",
          ["S5.lossless", "S5.accept-rule", "S5.residual"], statistical=1):
         LawSpec(3, 2, 0.8, draft="iut-markov"),
+    # Drafting argmax q (always token 2) instead of sampling q would commit 2 with probability
+    # .4 and otherwise the correction 0: first-token law [.6, 0, .4] instead of p.
+    case("S5/lossless/iut-draft-known-shape-l1", "p = [.5, .3, .2], q = [.2, .3, .5] drafted by the IUT's "
+         "MarkovBlock (a draft-side property: drafts sampled from q, not argmax q)",
+         ["S5.lossless"], statistical=1):
+        LawSpec(3, 1, 1.0, draft="iut-markov", fixed=((0.5, 0.3, 0.2), (0.2, 0.3, 0.5))),
 }
 
 

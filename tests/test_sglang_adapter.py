@@ -18,15 +18,15 @@ import torch
 from conformance import contract as c
 from conformance.adapters.sglang import loader, make_adapter, make_blockwise_adapter
 from conformance.loading import AdapterLoadError, load_adapter
-from dspark_ref import markov, verify
+from dspark_ref import confidence, markov, verify
 
 FOLDED_CAPABILITIES = {
     c.StepSampler, c.NoiseStepSampler, c.MarkovBlock, c.FoldedDraft, c.FoldGate,
-    c.ChainVerifier, c.GreedyVerifier, c.SimulatedAcceptance,
+    c.ChainVerifier, c.GreedyVerifier, c.SimulatedAcceptance, c.Confidence,
 }
 PHILOX_CAPABILITIES = {
     c.StepSampler, c.MarkovBlock, c.FoldedDraft, c.ChainVerifier, c.GreedyVerifier,
-    c.SimulatedAcceptance,
+    c.SimulatedAcceptance, c.Confidence,
 }
 V, RANK, HIDDEN = 40, 6, 5
 
@@ -208,12 +208,27 @@ def test_chain_verifier_refuses_explicit_uniforms(adapter):
         )
 
 
+def test_confidence_head_matches_reference(adapter):
+    gen = torch.Generator().manual_seed(6)
+    ref = confidence.ConfidenceHead(HIDDEN, markov_rank=RANK, generator=gen)
+    hidden, features = torch.randn(2, 3, HIDDEN, generator=gen), torch.randn(2, 3, RANK, generator=gen)
+    temperatures = torch.tensor([0.5, 1.0, 2.0])
+    got = adapter.get(c.Confidence).confidences(ref.state_dict(), hidden, features, temperatures, checkpoint_gamma=5)
+    torch.testing.assert_close(got, ref(hidden, features, temperatures))
+    survival = adapter.get(c.Confidence).prefix_survival(got.unsqueeze(0))
+    torch.testing.assert_close(survival, torch.cumprod(got, dim=-1).unsqueeze(0))
+
+
 def test_simulated_acceptance_is_seeded_and_in_range(adapter):
     sim = adapter.get(c.SimulatedAcceptance)
     draws = [sim.sample_acc_len(4.7, "match-expected", 6, torch.Generator().manual_seed(s)) for s in range(40)]
     again = [sim.sample_acc_len(4.7, "match-expected", 6, torch.Generator().manual_seed(s)) for s in range(40)]
     assert draws == again and set(draws) == {4, 5}
-    steps = [sim.executor(4.7, "match-expected", 5, seed=9).step(torch.zeros(3, 5, dtype=torch.int64)) for _ in range(2)]
+    drafts = torch.arange(15).view(3, 5)
+    executors = [sim.executor(4.7, "match-expected", 5, seed=9) for _ in range(2)]
+    steps = [executor.step(drafts) for executor in executors]
     assert torch.equal(steps[0], steps[1]) and steps[0].shape == (3,)
+    kept = torch.arange(5)[None, :] < steps[0][:, None] - 1
+    assert torch.equal(executors[0].correct_drafts, torch.where(kept, drafts, -1))
     with pytest.raises(ValueError, match="simulate_acc_method"):
         sim.sample_acc_len(4.7, "mean", 6, torch.Generator())

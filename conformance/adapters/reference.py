@@ -153,6 +153,15 @@ class FoldGate:
         )
 
 
+class FoldRouting:
+    """SPEC S4.5 through :func:`dspark_ref.folded.eligible_for_folded` and
+    :func:`dspark_ref.folded.use_eager_accept`."""
+
+    def route(self, all_greedy, folded_sampling_on):
+        folded_draft = folded.eligible_for_folded(all_greedy, folded_sampling_on)
+        return folded_draft, folded.use_eager_accept(folded_draft, all_greedy)
+
+
 class ChainVerifier:
     """SPEC S5 through :func:`dspark_ref.verify.chain_verify`."""
 
@@ -242,6 +251,7 @@ def capabilities() -> dict[type, Any]:
         c.MarkovBlock: MarkovBlock(),
         c.FoldedDraft: FoldedDraft(),
         c.FoldGate: FoldGate(),
+        c.FoldRouting: FoldRouting(),
         c.ChainVerifier: ChainVerifier(),
         c.GreedyVerifier: GreedyVerifier(),
         c.SimulatedAcceptance: SimulatedAcceptance(),

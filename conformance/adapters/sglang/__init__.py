@@ -6,13 +6,15 @@ API generation maps the capabilities:
 
 * 0.5.17-0.5.21 (folded-sampling generation): :mod:`.v0517`;
 * 0.5.22+ (Philox-keyed draft): :mod:`.v0522`;
-* both: verification (:mod:`.verify`) and simulated acceptance (:mod:`.simulated`).
+* both: verification (:mod:`.verify`), simulated acceptance (:mod:`.simulated`) and the
+  confidence head with STS (:mod:`.confidence`).
 
-Not offered (skipped by the suite, naming the capability): ``Confidence`` (SGLang has a
-confidence head but no STS fitting), ``PrefixScheduler`` (SGLang's verify-budget planner
-is a different algorithm: an argmax over all prefix budgets, no early stop, fed with
-confidences two steps old), ``SpeculativeLoop`` (needs the whole worker and a model
-runner), ``NoiseStepSampler`` in 0.5.22+ and ``FoldGate`` in 0.5.22+ (see :mod:`.v0522`).
+Not offered (skipped by the suite, naming the capability): ``PrefixScheduler`` (SGLang's
+verify-budget planner is the production variant, not Algorithm 1: an argmax of the
+throughput over all budgets, no early stop, fed with confidences two steps old),
+``SpeculativeLoop`` (needs the whole worker and a model runner), ``TruncatedStepSampler``
+(the DSpark draft samples the full softmax), ``NoiseStepSampler`` and ``FoldGate`` in
+0.5.22+ (see :mod:`.v0522`).
 
 Conventions: greedy iff ``top_k <= 1`` in every version (SGLang's draft staging;
 0.5.22+'s kernel then argmaxes the rows staged at temperature 0), lowest-index ties.
@@ -30,7 +32,7 @@ from typing import Any
 from conformance import contract as c
 from conformance.loading import AdapterLoadError
 
-from . import simulated, v0517, v0522, verify
+from . import confidence, simulated, v0517, v0522, verify
 from .loader import SGLangModules, load_sglang
 
 __all__ = ["make_adapter", "make_blockwise_adapter", "capabilities"]
@@ -59,6 +61,7 @@ def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[typ
     offered[c.ChainVerifier] = verify.ChainVerifier(modules, draft_params, blockwise=blockwise)
     offered[c.GreedyVerifier] = verify.GreedyVerifier(modules)
     offered[c.SimulatedAcceptance] = simulated.SimulatedAcceptance(modules)
+    offered[c.Confidence] = confidence.Confidence(modules)
     return offered
 
 

@@ -77,6 +77,8 @@ DSPARK_MODULES: dict[str, dict[str, str]] = {
         "spec_utils": f"{_SPEC}.spec_utils",
         "tp_sync": f"{_SPEC}.spec_tp_sync",
         "environ": "sglang.srt.environ",
+        "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival
+        "sts_fit": "sglang.benchmark.dspark_sts_fit",  # fit_sts_temperatures
     },
     "philox": {
         "step": f"{_DSPARK_OPS}.markov_sample",  # MarkovSampleStep
@@ -89,6 +91,8 @@ DSPARK_MODULES: dict[str, dict[str, str]] = {
         "spec_utils": f"{_SPEC}.spec_utils",
         "tp_sync": f"{_SPEC}.spec_tp_sync",
         "environ": "sglang.srt.environ",
+        "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival
+        "sts_fit": "sglang.benchmark.dspark_sts_fit",  # fit_sts_temperatures
     },
 }
 
