@@ -29,8 +29,6 @@ To add a case: add ``case(...): parameters`` to the dict of its family below.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -52,6 +50,7 @@ from conformance.test_markov import (
     pair_counts,
     prev_tokens,
     random_block_inputs,
+    repeat_rows,
     row_params,
     sub_seed,
 )
@@ -236,12 +235,11 @@ def test_S4_folded_block_law_matches_markov_chain(case, require, case_seed, dspa
     head_type = FOLDED_LAW_CASES[case]
     head, base, anchor, hidden, law = law_setup(markov, head_type, case_seed, dspark_device)
     n = stats.sample_size_for_tv(law)
-    expand = lambda t: None if t is None else t.expand(n, *t.shape[1:]).contiguous()  # noqa: E731
     top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
     session = open_session(folded, head, case_seed, dspark_device, max_bs=n, gamma=base.shape[1], vocab=LAW_VOCAB)
 
-    ones = torch.ones(n, device=dspark_device)
-    first_proposal(session, expand(base), expand(anchor), expand(hidden), ones, top_k)
+    rows = [repeat_rows(t, n) for t in (base, anchor, hidden)]
+    first_proposal(session, *rows, torch.ones(n, device=dspark_device), top_k)
     session.stage(n, torch.full((n,), LAW_TEMPERATURE, device=dspark_device), top_k)
     tokens, _ = replay(session)
 
@@ -265,12 +263,11 @@ def test_S4_successive_replays_draw_independent_noise(case, require, case_seed, 
     first_token = law.view(LAW_VOCAB, LAW_VOCAB).sum(dim=1)
     product = (first_token[:, None] * first_token[None, :]).flatten()
     n = stats.sample_size_for_tv(product)
-    expand = lambda t: None if t is None else t.expand(n, *t.shape[1:]).contiguous()  # noqa: E731
     temps = torch.full((n,), LAW_TEMPERATURE, device=dspark_device)
     top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
     session = open_session(folded, head, case_seed, dspark_device, max_bs=n, gamma=base.shape[1], vocab=LAW_VOCAB)
 
-    first, _ = first_proposal(session, expand(base), expand(anchor), expand(hidden), temps, top_k)
+    first, _ = first_proposal(session, *[repeat_rows(t, n) for t in (base, anchor, hidden)], temps, top_k)
     second, _ = replay(session)
 
     require_graph(case, session, dspark_device)
@@ -300,7 +297,7 @@ def flat_setup(markov, head_type, case_seed, device, bs, gamma):
 def test_S4_restaged_parameters_are_seen_by_the_next_replay(case, require, case_seed, dspark_device):
     markov, folded = require(MarkovBlock), require(FoldedDraft)
     head_type = RESTAGE_CASES[case]
-    bs, gamma = 4, 3
+    bs, gamma = 6, 4
     head, state, base, first_prev, hidden = flat_setup(markov, head_type, case_seed, dspark_device, bs, gamma)
     session = open_session(folded, head, case_seed, dspark_device, max_bs=bs, gamma=gamma, vocab=FLAT_VOCAB)
     everyone, odd = list(range(bs)), list(range(1, bs, 2))
@@ -353,7 +350,7 @@ def test_S4_stage_applies_greedy_rule_and_temperature_clamp(
 ):
     markov, folded = require(MarkovBlock), require(FoldedDraft)
     head_type = STAGE_RULE_CASES[case]
-    bs, gamma = len(STAGE_ROWS), 3
+    bs, gamma = len(STAGE_ROWS), 4
     head, state, base, first_prev, hidden = flat_setup(markov, head_type, case_seed, dspark_device, bs, gamma)
     spike_gen = torch.Generator().manual_seed(sub_seed(case_seed, "spikes"))
     spikes = torch.randint(1, FLAT_VOCAB, (gamma,), generator=spike_gen)
@@ -561,7 +558,7 @@ def test_S4_gpu_production_shapes(case, require, case_seed, case_generator, dspa
 
 
 REPLAY_CASES = {
-    case(f"S4/gpu-replay/sequence-{name}", f"{name}: one captured graph, 5 replays with restaging and new inputs",
+    case(f"S4/gpu-replay/sequence-{name}", f"{name}: one captured graph, 4 replays with restaging and new inputs",
          ["S4.fresh-noise-replay", "S4.stage", "S4.static-buffers", "S10.folded-staging", "S4.one-pass"]): dtype
     for name, dtype in DTYPES.items()
 }

@@ -67,6 +67,11 @@ def random_block_inputs(head_type, *, batch, gamma, vocab, hidden_size, generato
     return base.to(device), first_prev.to(device), None if hidden is None else hidden.to(device)
 
 
+def repeat_rows(tensor: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    """``n`` copies of a one-row tensor ``[1, ...]`` as ``[n, ...]`` (None stays None)."""
+    return None if tensor is None else tensor.expand(n, *tensor.shape[1:]).contiguous()
+
+
 def prev_tokens(first_prev: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Teacher-forcing inputs ``[x0, x_0 .. x_{gamma-2}]`` of a drawn block ``tokens[B, gamma]``."""
     return torch.cat([first_prev[:, None], tokens[:, :-1]], dim=1)
@@ -322,11 +327,11 @@ def test_S2_block_law_matches_markov_chain(case, require, case_seed, case_genera
     head_type = LAW_CASES[case]
     head, base, anchor, hidden, law = law_setup(iut, head_type, case_seed, dspark_device)
     n = stats.sample_size_for_tv(law)
-    expand = lambda t: None if t is None else t.expand(n, *t.shape[1:]).contiguous()  # noqa: E731
     temps = torch.full((n,), LAW_TEMPERATURE, device=dspark_device)
     top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
+    rows = [repeat_rows(t, n) for t in (base, anchor, hidden)]
 
-    tokens, _ = iut.sample_block(head, expand(base), expand(anchor), expand(hidden), temps, top_k, case_generator)
+    tokens, _ = iut.sample_block(head, *rows, temps, top_k, case_generator)
 
     stat_check(stats.goodness_of_fit(pair_counts(tokens, LAW_VOCAB), law, name=case.id))
 
