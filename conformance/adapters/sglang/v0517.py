@@ -8,14 +8,18 @@ What maps to what:
   ``top_k <= 1``). Noise: ``Exp(1)`` drawn from the suite's generator (SGLang draws the
   same law in-graph with ``exponential_()``), or the given noise.
 * ``MarkovBlock`` (S2): heads from ``build_markov_head``; ``sample_block`` is SGLang's
-  eager proposal ``dspark_draft.sample_draft_block`` (its RNG seeded from the generator);
-  ``apply_block_logits`` is the head's own ``apply_block_logits``.
+  eager proposal ``dspark_draft.sample_draft_block`` (its RNG seeded from the generator;
+  with the default ``SGLANG_DSPARK_FAST_SAMPLING`` it samples by ``SampleStepTokens``);
+  ``apply_block_logits`` is the head's own ``apply_block_logits``, which SGLang never
+  calls: it adds the bias of the whole block in one batched GEMM, so it can round
+  differently from ``sample_block``'s per-step bias.
 * ``FoldedDraft`` (S4): ``DsparkDraftSampler(folded_sampling=True)``; tokens from ``out``,
   corrected logits from ``corrected_out``.
 * ``FoldGate`` (S4.7): ``_resolve_folded_sampling`` under ``SGLANG_DSPARK_FOLDED_SAMPLING``;
   buffer bytes measured on a sampler built on the ``meta`` device (what SGLang allocates).
 
-Verification and simulated acceptance live in ``verify.py`` / ``simulated.py``.
+Verification, simulated acceptance and the confidence head live in ``verify.py``,
+``simulated.py`` and ``confidence.py``.
 """
 
 from __future__ import annotations
