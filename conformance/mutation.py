@@ -38,7 +38,8 @@ def _evidence(record: dict) -> str:
         s = failed[0]
         return f"p={s['p_value']:.3g} < alpha={s['alpha']:.2g}, {s['effect_name']}={s['effect']:.4g}"
     lines = [line for line in record["reason"].strip().splitlines() if line.strip()]
-    return " ".join(lines[-1].split())[:240] if lines else ""
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return " ".join((errors or lines[-1:] or [""])[0].split())[:240]
 
 
 def kill_one(mutant_id: str, *, device: str = "cpu", seed: int | None = None) -> KillRecord:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -45,7 +45,6 @@ from dspark_ref.verify import chain_verify, greedy_verify
 __all__ = ["TargetModel", "DraftModel", "SpecResult", "speculative_generate", "autoregressive_generate"]
 
 
-@runtime_checkable
 class TargetModel(Protocol):
     """A causal LM: ``target(ids[B, n])`` returns ``.logits[B, n, V]`` (position ``t``
     predicts token ``t + 1``) and ``.hidden[B, n, d]``; e.g. ``tiny_models.TinyTargetLM``."""
@@ -55,7 +54,6 @@ class TargetModel(Protocol):
     def __call__(self, context_ids: Tensor): ...
 
 
-@runtime_checkable
 class DraftModel(Protocol):
     """A DSpark drafter, e.g. ``tiny_models.TinyDSparkDraft``.
 
@@ -251,9 +249,15 @@ def autoregressive_generate(
     return seq[:, prompt.shape[1]:]
 
 
+def _has_members(obj: object, names: tuple[str, ...]) -> bool:
+    # Not isinstance(obj, Protocol): since Python 3.12 that looks attributes up statically
+    # and misses nn.Module submodules (``draft.markov_head`` lives in ``_modules``).
+    return all(hasattr(obj, name) for name in names)
+
+
 def _check_common(target, prompt, max_new_tokens, temperature, greedy, generator) -> Tensor:
     """Validate the arguments shared with the baseline; returns the prompt as ``[B, n]`` int64."""
-    if not isinstance(target, TargetModel):
+    if not _has_members(target, ("vocab_size", "__call__")):
         raise TypeError(
             f"target: expected a TargetModel (callable with vocab_size), got {type(target).__name__}"
         )
@@ -280,7 +284,7 @@ def _check_generate(target, draft, prompt, max_new_tokens, temperature, greedy, 
                     generator) -> tuple[Tensor, int]:
     """Validate ``speculative_generate``; returns the ``[B, n]`` int64 prompt and ``gamma``."""
     prompt = _check_common(target, prompt, max_new_tokens, temperature, greedy, generator)
-    if not isinstance(draft, DraftModel):
+    if not _has_members(draft, ("gamma", "markov_head", "confidence_head", "block")):
         raise TypeError(
             f"draft: expected a DraftModel (gamma, markov_head, block), got {type(draft).__name__}"
         )
