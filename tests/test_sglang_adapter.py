@@ -150,7 +150,8 @@ def test_markov_block_greedy_matches_reference(adapter):
     base = torch.randn(2, 5, V, generator=gen)
     hidden = torch.randn(2, 5, HIDDEN, generator=gen)
     anchor = torch.tensor([3, 7])
-    tokens, corrected = block.sample_block(head, base, anchor, hidden, torch.ones(2), torch.ones(2, dtype=torch.int64), gen)
+    greedy = torch.ones(2, dtype=torch.int64)
+    tokens, corrected = block.sample_block(head, base, anchor, hidden, torch.ones(2), greedy, gen)
     expected = markov.sample_block(ref, base, anchor, hidden, lambda logits, k: logits.argmax(-1))
     assert torch.equal(tokens, expected.tokens)
     torch.testing.assert_close(corrected, expected.corrected_logits)
@@ -183,7 +184,8 @@ def test_fold_gate_matches_spec_example(adapter, sglang):
     need = 132_382_720 + 330_956_800  # SPEC S4.7: V=129,280, max_bs=256, gamma=5, bf16
     assert gate.buffer_bytes(256, 5, 129_280, torch.bfloat16) == need
     roomy = need + (1 << 30)
-    assert [gate.folds_sampling(m, 256, 5, 129_280, torch.bfloat16, roomy) for m in ("off", "auto", "force")] == [False, True, True]
+    modes = [gate.folds_sampling(m, 256, 5, 129_280, torch.bfloat16, roomy) for m in ("off", "auto", "force")]
+    assert modes == [False, True, True]
     assert gate.folds_sampling("auto", 256, 5, 129_280, torch.bfloat16, roomy - 1) is False
 
 
@@ -204,7 +206,8 @@ def test_chain_verifier_refuses_explicit_uniforms(adapter):
     with pytest.raises(NotImplementedError, match="explicit uniforms"):
         adapter.get(c.ChainVerifier).verify(
             torch.zeros(1, 2, dtype=torch.int64), torch.zeros(1, 3, V), torch.zeros(1, 2, V),
-            torch.ones(1), torch.ones(1, dtype=torch.int64), accept_uniforms=torch.zeros(1, 2, dtype=torch.float64),
+            torch.ones(1), torch.ones(1, dtype=torch.int64),
+            accept_uniforms=torch.zeros(1, 2, dtype=torch.float64),
         )
 
 
@@ -213,7 +216,9 @@ def test_confidence_head_matches_reference(adapter):
     ref = confidence.ConfidenceHead(HIDDEN, markov_rank=RANK, generator=gen)
     hidden, features = torch.randn(2, 3, HIDDEN, generator=gen), torch.randn(2, 3, RANK, generator=gen)
     temperatures = torch.tensor([0.5, 1.0, 2.0])
-    got = adapter.get(c.Confidence).confidences(ref.state_dict(), hidden, features, temperatures, checkpoint_gamma=5)
+    got = adapter.get(c.Confidence).confidences(
+        ref.state_dict(), hidden, features, temperatures, checkpoint_gamma=5
+    )
     torch.testing.assert_close(got, ref(hidden, features, temperatures))
     survival = adapter.get(c.Confidence).prefix_survival(got.unsqueeze(0))
     torch.testing.assert_close(survival, torch.cumprod(got, dim=-1).unsqueeze(0))

@@ -92,7 +92,10 @@ class SimulatedAcceptance:
     def __init__(self, modules: SGLangModules) -> None:
         self._modules = modules
         spec_utils = modules["spec_utils"]
-        self._sample = getattr(spec_utils, "sample_simulated_acc_len", None) or spec_utils._sample_simulated_acc_len
+        # Older releases kept the sampler private under a leading underscore.
+        self._sample = (
+            getattr(spec_utils, "sample_simulated_acc_len", None) or spec_utils._sample_simulated_acc_len
+        )
 
     def sample_acc_len(self, value, method, max_len, generator):
         with seeded_global_rng(seed_from(generator), "cpu"):
