@@ -30,6 +30,7 @@ import torch
 
 __all__ = [
     "Conventions",
+    "ExpectedFailure",
     "Adapter",
     "StepSampler",
     "NoiseStepSampler",
@@ -81,13 +82,14 @@ class ExpectedFailure:
     """One ledger entry: a test id the adapter is known to fail, with its reason.
 
     ``test`` matches a test's node name (``test_S3_...[param]``) or its function name.
-    The suite turns it into a strict xfail: an unexpected pass is reported, and an entry
-    that matches no collected test is an error.
+    The suite turns it into a strict xfail on the listed ``devices``: an unexpected pass is
+    reported, and an entry that matches no collected test is an error.
     """
 
     test: str
     section: str
     reason: str
+    devices: tuple[str, ...] = ("cpu", "cuda")
 
 
 @dataclasses.dataclass(frozen=True)

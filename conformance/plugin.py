@@ -94,7 +94,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if "gpu" in item.keywords:
                 item.add_marker(skip_gpu)
     adapter = config.stash[_ADAPTER_KEY]
-    for entry in adapter.expected_failures:
+    device = config.getoption("--dspark-device")
+    for entry in (e for e in adapter.expected_failures if device in e.devices):
         matched = [
             item for item in items
             if item.name == entry.test or getattr(item, "originalname", None) == entry.test

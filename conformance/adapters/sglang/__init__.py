@@ -32,7 +32,7 @@ from typing import Any
 from conformance import contract as c
 from conformance.loading import AdapterLoadError
 
-from . import confidence, simulated, v0517, v0522, verify
+from . import confidence, ledger, simulated, v0517, v0522, verify
 from .loader import SGLangModules, load_sglang
 
 __all__ = ["make_adapter", "make_blockwise_adapter", "capabilities"]
@@ -76,6 +76,7 @@ def make_adapter() -> c.Adapter:
         name=f"sglang=={modules.version}",
         conventions=c.Conventions(greedy_rule=GREEDY_RULE),
         capabilities=capabilities(modules),
+        expected_failures=ledger.expected_failures(modules.generation),
         description=f"SGLang {modules.version} DSpark ({modules.generation} API), loaded without its server",
     )
 
