@@ -15,7 +15,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import cli
+from . import cli, report
 
 
 @dataclasses.dataclass
@@ -37,9 +37,7 @@ def _evidence(record: dict) -> str:
     if failed:
         s = failed[0]
         return f"p={s['p_value']:.3g} < alpha={s['alpha']:.2g}, {s['effect_name']}={s['effect']:.4g}"
-    lines = [line for line in record["reason"].strip().splitlines() if line.strip()]
-    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
-    return " ".join((errors or lines[-1:] or [""])[0].split())[:240]
+    return report.short_reason(record, 240)
 
 
 def kill_one(mutant_id: str, *, device: str = "cpu", seed: int | None = None) -> KillRecord:

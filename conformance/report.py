@@ -22,6 +22,13 @@ SECTION_TITLES = {
 }
 
 
+def short_reason(record: dict[str, Any], limit: int = 300) -> str:
+    """One line for a record's reason: pytest's first ``E`` line, else the last line."""
+    lines = [line for line in record.get("reason", "").strip().splitlines() if line.strip()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return " ".join((errors or lines[-1:] or [""])[0].split())[:limit]
+
+
 @dataclasses.dataclass
 class SectionRow:
     """Outcome counts, wall time and the smallest p-value of one SPEC section."""
@@ -94,8 +101,7 @@ def format_matrix(payload: dict[str, Any]) -> str:
     lines.append(f"overall: {overall(rows)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
-            first = (record["reason"].strip().splitlines() or [""])[-1][:200]
-            lines.append(f"  {record['outcome'].upper()}: {record['nodeid']}: {first}")
+            lines.append(f"  {record['outcome'].upper()}: {record['nodeid']}: {short_reason(record, 200)}")
             lines.append(f"    replay: {record['replay']}")
     return "\n".join(lines)
 
@@ -138,7 +144,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
     ]
     for record in payload["tests"]:
         if record["outcome"] != "passed":
-            reason = " ".join(record["reason"].split())[:400]
+            reason = short_reason(record, 400)
             out.append(f"- **{record['outcome']}** `{record['nodeid']}`: {reason}")
             if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
                 out.append(f"  - replay: `{record['replay']}`")
