@@ -268,6 +268,35 @@ def test_S3_greedy_ties(case, require, dspark_device, case_seed, case_generator)
     _assert_tokens(got, _lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
 
 
+NEAR_TIE_CASES = [
+    case(f"S3/greedy/near-tie-hot-{cap.__name__}", f"{cap.__name__}: greedy rows at a large temperature "
+         "(T up to 1e3 where the declared rule allows it) take argmax L, not argmax softmax(L/T): "
+         "maxima 2^-20 apart must not collapse to the lowest index", ("S3.greedy", "S3.greedy-rule"))
+    for cap in (StepSampler, NoiseStepSampler)
+]
+
+
+@pytest.mark.parametrize("case", NEAR_TIE_CASES, ids=case_id)
+def test_S3_greedy_near_tie_at_high_temperature(case, require, dspark_adapter, dspark_device, case_seed,
+                                               case_generator):
+    gen, vocab, rows = _inputs_generator(case_seed), 64, 48
+    logits = torch.randn(rows, vocab, generator=gen)
+    top = torch.randint(1, vocab, (rows,), generator=gen)
+    logits[torch.arange(rows), top - 1] = 4.0
+    logits[torch.arange(rows), top] = 4.0 + 2.0**-20  # distinct in float32, one ulp-scale apart at T = 1e3
+    if dspark_adapter.conventions.greedy_rule == "top_k":
+        temps = torch.tensor([10.0, 100.0, 1000.0]).repeat(rows // 3)
+    else:
+        temps = torch.zeros(rows)
+    top_k = torch.ones(rows, dtype=torch.int64)
+    args = (logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device))
+    if case is NEAR_TIE_CASES[0]:
+        got = require(StepSampler).sample(*args, vocab, case_generator)
+    else:
+        got = require(NoiseStepSampler).sample_with_noise(*args, _exp_noise(logits.shape, gen).to(dspark_device))
+    _assert_tokens(got, top, torch.ones(rows, dtype=torch.bool), case.id)
+
+
 # --------------------------------------------------------------------------- greedy rule
 MIXED_STEP = case(
     "S3/greedy-rule/mixed-batch",
