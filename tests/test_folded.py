@@ -502,3 +502,60 @@ def test_s4_6_gpu_production_shapes_bf16(gamma, vocab):
     assert block_is_consistent(fs, 8, base, first_prev, None)
     greedy = sample_block(head, base, first_prev, None, lambda logits, k: logits.argmax(-1))
     assert torch.equal(result.tokens[0::2], greedy.tokens[0::2])
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("lm_dtype", [torch.float32, torch.bfloat16])
+def test_s4_gpu_every_batch_size_restaged_between_replays(lm_dtype):
+    """Graphs for bs = 1..max_bs; per bs: greedy replay == eager greedy, then a restaged
+    sampling replay whose corrected_out is the teacher forcing of its own tokens (S4.2, S4.4)."""
+    max_bs, gamma, vocab = 6, 4, 1024
+    fs = rnn_sampler(max_bs=max_bs, gamma=gamma, vocab=vocab, lm_dtype=lm_dtype, device="cuda",
+                     generator=seeded(3, "cuda"))
+    gen = seeded(11)
+    base = (3 * torch.randn(max_bs, gamma, vocab, generator=gen)).to("cuda", lm_dtype)
+    anchor = torch.randint(vocab, (max_bs,), generator=gen).cuda()
+    hidden = torch.randn(max_bs, gamma, 5, generator=gen).to("cuda", lm_dtype)
+    fs.load_inputs(base, anchor, hidden)
+    for bs in range(1, max_bs + 1):
+        fs.stage_sampling_params(bs)
+        fs.capture(bs)
+    for bs in range(1, max_bs + 1):
+        fs.stage_sampling_params(bs)
+        greedy = fs.replay(bs).tokens.clone()
+        eager = sample_block(fs.head, base[:bs], anchor[:bs], hidden[:bs], lambda logits, k: logits.argmax(-1))
+        assert torch.equal(greedy, eager.tokens), f"bs={bs}: greedy replay differs from eager greedy"
+        fs.stage_sampling_params(bs, temperatures=[1.5] * bs, top_k=[NO_TOP_K] * bs)
+        out = fs.replay(bs)
+        prev = torch.cat([anchor[:bs, None], out.tokens[:, :-1]], dim=1)
+        forced = apply_block_logits(fs.head, base[:bs], prev, hidden[:bs]).to(lm_dtype)
+        assert torch.equal(out.corrected_logits, forced), f"bs={bs}: corrected_out is not the tokens' teacher forcing"
+        assert not torch.equal(out.tokens, greedy), f"bs={bs}: restaged sampling rows replayed the greedy block"
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_s4_gpu_no_memory_growth_over_1000_replays():
+    fs = rnn_sampler(max_bs=4, device="cuda", generator=seeded(5, "cuda"))
+    fs.stage_sampling_params(4, temperatures=[1.0] * 4, top_k=[NO_TOP_K] * 4)
+    fs.capture(4)
+    fs.replay(4)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(1000):
+        fs.replay(4)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("lm_dtype", [torch.float32, torch.bfloat16])
+def test_s4_gpu_static_buffers_match_the_byte_formula(lm_dtype):
+    """exp_noise + corrected_out hold exactly folded_buffer_bytes (SPEC S4.7) on the GPU."""
+    max_bs, gamma, vocab = 8, 5, 129_280
+    fs = FoldedDraftSampler(VanillaMarkovHead(vocab, 4).cuda(), max_bs=max_bs, gamma=gamma, vocab_size=vocab,
+                            lm_dtype=lm_dtype, device="cuda")
+    held = fs.exp_noise.nbytes + fs.corrected_out.nbytes
+    assert held == folded_buffer_bytes(max_bs, gamma, vocab, lm_dtype)

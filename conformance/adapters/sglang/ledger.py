@@ -45,8 +45,7 @@ _FOLDED_GENERATION = (
     _entry("test_S4_stage_applies_greedy_rule_and_temperature_clamp[S4/stage/greedy-rule-and-clamp]", "S4", _TEACHER),
     _entry("test_S3_zero_probability[S3/vocab-crop/neg-inf-zero-noise]", "S3", _ZERO_NOISE, ("cpu",)),
     *(
-        _entry(f"test_S3_greedy_near_tie_at_high_temperature[S3/greedy/near-tie-hot-{cap}]", "S3", _HOT_GREEDY,
-               ("cpu",))
+        _entry(f"test_S3_greedy_near_tie_at_high_temperature[S3/greedy/near-tie-hot-{cap}]", "S3", _HOT_GREEDY)
         for cap in ("StepSampler", "NoiseStepSampler")
     ),
 )
