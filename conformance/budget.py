@@ -33,6 +33,8 @@ __all__ = [
     "PER_ASSERTION_ALPHA",
     "DEFAULT_MIN_TV",
     "TARGET_POWER",
+    "SAMPLE_SCALE",
+    "set_sample_scale",
     "StatLedger",
     "RUN_LEDGER",
 ]
@@ -42,6 +44,23 @@ MAX_STATISTICAL_ASSERTIONS = 200
 PER_ASSERTION_ALPHA = FAMILY_WISE_ALPHA / MAX_STATISTICAL_ASSERTIONS
 DEFAULT_MIN_TV = 0.01
 TARGET_POWER = 0.999
+
+#: Run-wide factor on every computed sample size, set by ``--dspark-budget`` (default 1):
+#: below 1 a run is faster and has less power, above 1 more. Alpha never changes, so the
+#: false-failure budget holds at any factor; each StatResult reports the power achieved.
+SAMPLE_SCALE = 1.0
+
+
+def set_sample_scale(factor: float) -> None:
+    """Set :data:`SAMPLE_SCALE` for this process.
+
+    Raises:
+        ValueError: ``factor`` not a finite number > 0.
+    """
+    global SAMPLE_SCALE
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+        raise ValueError(f"--dspark-budget: expected a finite factor > 0, got {factor!r}")
+    SAMPLE_SCALE = float(factor)
 
 
 class StatLedger:

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--report", type=Path, default=None, help="directory for results.json, report.md, junit.xml")
     run.add_argument("--seed", type=int, default=None, help="base seed (default: the suite's)")
     run.add_argument("--workers", type=_workers, default="auto", help="xdist workers: 'auto' or N (0 = no xdist)")
+    run.add_argument("--budget", type=float, default=None,
+                     help="factor on statistical sample sizes (<1 faster, less power; alpha unchanged)")
     run.add_argument("-k", dest="keyword", default=None, help="pytest -k expression to select tests")
     run.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest after '--'")
     mut = sub.add_parser("mutants", help="kill matrix: each mutant against the tests of its section")
@@ -111,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     json_path = report_dir / "results.json"
     cmd = pytest_command(
         impl=args.impl, device=args.device, json_path=json_path, junit_path=report_dir / "junit.xml",
-        seed=args.seed, workers=args.workers, keyword=args.keyword, extra=args.pytest_args,
+        seed=args.seed, workers=args.workers, keyword=args.keyword,
+        extra=([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + list(args.pytest_args),
     )
     returncode, payload = run_suite(cmd, json_path)
     if payload is None or not payload["tests"]:

@@ -9,6 +9,7 @@ in-repo runs). Options:
 * ``--dspark-report-json PATH`` write one record per test (outcome, section, stats, time);
 * ``--dspark-strict-ledger``   an expected-failure entry that matches no test is an error
   (the main job sets it; a partial run only warns);
+* ``--dspark-budget FACTOR``   scale statistical sample sizes (runtime vs power; alpha fixed);
 * ``--dspark-hypothesis-profile ci|dev|thorough``.
 
 Fixtures: ``dspark_adapter``, ``require`` (capability or skip), ``dspark_device``,
@@ -28,6 +29,7 @@ from typing import Any, Callable
 import pytest
 import torch
 
+from . import budget
 from .contract import Adapter, Inconclusive
 from .loading import AdapterLoadError, load_adapter
 
@@ -59,6 +61,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dspark-report-json", default=None, help="write per-test records as JSON here")
     group.addoption("--dspark-strict-ledger", action="store_true", help="unmatched expected-failure entries are errors")
     group.addoption(
+        "--dspark-budget", type=float, default=1.0,
+        help="factor on every statistical sample size: <1 faster with less power, >1 more power "
+        "(alpha unchanged; the report states the power achieved)",
+    )
+    group.addoption(
         "--dspark-hypothesis-profile", default="ci", choices=("ci", "dev", "thorough"),
         help="hypothesis settings profile",
     )
@@ -73,6 +80,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     if settings is not None:
         settings.load_profile(config.getoption("--dspark-hypothesis-profile"))
+    try:
+        budget.set_sample_scale(config.getoption("--dspark-budget"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
     try:
         config.stash[_ADAPTER_KEY] = load_adapter(config.getoption("--dspark-impl"))
     except AdapterLoadError as exc:
@@ -183,6 +194,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         "capabilities": sorted(cap.__name__ for cap in adapter.capabilities),
         "device": session.config.getoption("--dspark-device"),
         "base_seed": session.config.getoption("--dspark-seed"),
+        "budget": session.config.getoption("--dspark-budget"),
         "wall_s": round(time.time() - session.config._dspark_started, 2),  # type: ignore[attr-defined]
         "tests": session.config.stash[_RECORDS_KEY],
     }

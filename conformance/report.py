@@ -98,6 +98,11 @@ def format_matrix(payload: dict[str, Any]) -> str:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths)))
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
+    powers = [s["power_at_min_effect"] for t in payload["tests"] for s in t.get("stats", [])
+              if s.get("power_at_min_effect") == s.get("power_at_min_effect")]  # drop NaN
+    if powers:
+        lines.append(f"statistical power at the declared minimum effects (budget x{payload.get('budget', 1.0):g}): "
+                     f"min {min(powers):.4f} over {len(powers)} assertions")
     lines.append(f"overall: {overall(rows)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):

@@ -41,6 +41,7 @@ import torch
 
 from dspark_ref._checks import check_choice, check_float, check_int
 
+from . import budget
 from .budget import DEFAULT_MIN_TV, PER_ASSERTION_ALPHA, RUN_LEDGER, TARGET_POWER, StatLedger
 
 __all__ = [
@@ -124,6 +125,11 @@ class StatResult:
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain Python values (JSON-serialisable)."""
         return dataclasses.asdict(self)
+
+
+def _scaled(n: int) -> int:
+    """``n`` times the run's ``--dspark-budget`` factor (``budget.SAMPLE_SCALE``), at least 1."""
+    return max(1, math.ceil(n * budget.SAMPLE_SCALE))
 
 
 def _finish(ledger: StatLedger | None, **fields: Any) -> StatResult:
@@ -335,7 +341,7 @@ def sample_size_for_tv(
         795
     """
     k = _check_sample_size_for_tv(probs_or_k, min_tv, alpha, power)
-    return _least_n(lambda n: power_chisquare(n, k, min_tv, alpha), power)
+    return _scaled(_least_n(lambda n: power_chisquare(n, k, min_tv, alpha), power))
 
 
 def _check_sample_size_for_tv(probs_or_k, min_tv, alpha, power) -> int:
@@ -579,7 +585,7 @@ def sample_size_for_proportion(
     n = max(math.ceil(((z_a * s0 + z_b * math.sqrt(p1 * (1 - p1))) / min_effect) ** 2) for p1 in sides)
     while power_proportion(n, p0, min_effect, alpha, alternative=alternative) < power:  # rounding
         n += 1
-    return n
+    return _scaled(n)
 
 
 def binomial(
@@ -747,7 +753,7 @@ def sample_size_for_mean(
     n = math.ceil(root_n**2)
     while power_mean(n, low=low, high=high, min_effect=min_effect, alpha=alpha) < power:  # rounding
         n += 1
-    return n
+    return _scaled(n)
 
 
 def bounded_mean(

@@ -66,3 +66,16 @@ def test_unknown_impl_is_a_clear_error():
         load_adapter("no_such_module:make")
     with pytest.raises(ValueError, match="unknown id"):
         load_adapter("mutant:no-such-mutant")
+
+
+def test_budget_trades_power_for_runtime_and_the_report_says_so(tmp_path):
+    code, out = _run(tmp_path, "-k", "test_S6_", "--budget", "0.1")
+    assert code == cli.EXIT_PASS, out
+    line = next(l for l in out.splitlines() if l.startswith("statistical power"))
+    assert "budget x0.1" in line and float(line.split("min ")[1].split()[0]) < 0.999
+    assert json.loads((tmp_path / "results.json").read_text())["budget"] == 0.1
+
+
+def test_budget_must_be_positive(tmp_path):
+    code, out = _run(tmp_path, "-k", "test_S6_", "--budget", "0")
+    assert code == cli.EXIT_INFRA and "--dspark-budget" in out
