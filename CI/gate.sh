@@ -7,7 +7,8 @@
 #   0  PASS          every applicable test passed
 #   1  FAIL          a test failed (a divergence: see the report's replay commands)
 #   2  INCONCLUSIVE  nothing failed, but a path under test never executed
-#   3  INFRA         usage error, adapter failed to load, nothing collected, missing tools
+#   3  INFRA         usage error, adapter failed to load, nothing collected, suite not importable
+# PYTHON selects the interpreter (default python3).
 # Statistical tests are never retried: their false-failure rate is budgeted (1e-3 per run).
 set -uo pipefail
 
@@ -23,12 +24,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-if ! command -v dspark-conformance >/dev/null 2>&1; then
-  echo "gate.sh: dspark-conformance is not installed (pip install -e .)" >&2
+# The interpreter that holds torch and this package (a console script on PATH may belong to
+# another Python, and a crash there would exit 1 like a FAIL).
+py=${PYTHON:-python3}
+if ! "$py" -c "import conformance.cli" 2>/dev/null; then
+  echo "gate.sh: $py cannot import the suite (install it: $py -m pip install -e .)" >&2
   exit 3
 fi
 # shellcheck disable=SC2086
-dspark-conformance run --impl "$impl" --device "$device" --report "$report" $seed
+"$py" -m conformance.cli run --impl "$impl" --device "$device" --report "$report" $seed
 code=$?
 case $code in
   0) echo "gate: PASS ($impl on $device)" ;;
