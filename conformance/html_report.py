@@ -322,12 +322,29 @@ def _stat_table(tests: list[dict]) -> str:
             f'<table class="stats"><colgroup>{cols}</colgroup><tr>{head_html}</tr>{"".join(rows)}</table>')
 
 
+def _reliability_plot(mpl: Any, diagram: dict) -> str:
+    """Observed acceptance frequency against mean predicted probability, per bin (SPEC S7)."""
+    figure = _new_figure(mpl, 3.6, 3.4)
+    ax = figure.add_subplot()
+    ax.plot([0, 1], [0, 1], color="0.6", linestyle="--", linewidth=1, label="perfect calibration")
+    sizes = [20 + 200 * c / max(diagram["count"]) for c in diagram["count"]]
+    ax.scatter(diagram["predicted"], diagram["observed"], s=sizes, color="#3b6fd4", label="bins (area ~ count)")
+    ax.plot(diagram["predicted"], diagram["observed"], color="#3b6fd4", linewidth=1)
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean predicted survival", ylabel="observed acceptance")
+    ax.legend(loc="upper left", fontsize=7)
+    return f'<figure>{_img(figure, diagram["name"])}<figcaption>{_e(diagram["name"])}</figcaption></figure>'
+
+
 def _plots(tests: list[dict], mpl: Any) -> str:
     out = ['<h2 id="plots">Plots</h2>']
     if mpl is None:
         out.append(f'<p class="note">Plots need matplotlib: <code>{PLOTS_HINT}</code>. The tables above hold '
                    "every number.</p>")
         return "".join(out)
+    diagrams = [d for t in tests for d in t.get("reliability", [])]
+    if diagrams:
+        out.append("<h3>Reliability diagrams (S7 confidence calibration)</h3>")
+        out.append('<div class="grid">' + "".join(_reliability_plot(mpl, d) for d in diagrams) + "</div>")
     groups: dict[tuple[bool, str], list[str]] = {}
     for index, test, stat in _stat_records(tests):
         if _has_bins(stat):
@@ -502,8 +519,7 @@ def _unavailable(tests: list[dict], mpl: Any, mutants: list | None, cal: dict | 
     if mpl is None:
         notes.append(("every plot", f"matplotlib is not installed: <code>{PLOTS_HINT}</code>"))
     s7 = [t for t in tests if t["section"] == "S7"]
-    s7_bins = [s for t in s7 for s in t.get("stats", []) if _has_bins(s)]
-    if not s7_bins:
+    if not any(t.get("reliability") for t in s7):
         why = (f"{len(s7)} S7 tests ran, but none records per-bin confidence against observed acceptance (they "
                "check confidences against a float64 oracle and STS by its ECE, with no statistical record)"
                if s7 else "no S7 test ran in this run")

@@ -14,7 +14,8 @@ in-repo runs). Options:
 
 Fixtures: ``dspark_adapter``, ``require`` (capability or skip), ``dspark_device``,
 ``case_seed`` and ``case_generator`` (seeded from the test id), ``stat_check`` (asserts a
-:class:`~conformance.stats.StatResult` and records it for the report).
+:class:`~conformance.stats.StatResult` and records it for the report), ``record_reliability``
+(keeps reliability-diagram bins for the report).
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         "duration_s": round(report.duration, 4),
         "reason": reason,
         "stats": [json.loads(v) for k, v in report.user_properties if k == "dspark_stat"],
+        "reliability": [json.loads(v) for k, v in report.user_properties if k == "dspark_reliability"],
         "replay": replay_command(config, report.nodeid),
     })
 
@@ -257,3 +259,23 @@ def stat_check(request: pytest.FixtureRequest) -> Callable[[Any], Any]:
         return result
 
     return _check
+
+
+@pytest.fixture
+def record_reliability(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """``record_reliability(name, prob[N], label[N], bins=10)``: keep a reliability diagram's
+    bins (mean predicted probability, observed frequency, count) for the report (SPEC S7)."""
+
+    def _record(name: str, prob: torch.Tensor, label: torch.Tensor, bins: int = 10) -> None:
+        prob, label = prob.double().flatten().cpu(), label.double().flatten().cpu()
+        index = torch.clamp((prob * bins).floor().long(), max=bins - 1)
+        count = torch.zeros(bins, dtype=torch.float64).index_add_(0, index, torch.ones_like(prob))
+        mean = torch.zeros(bins, dtype=torch.float64).index_add_(0, index, prob) / count.clamp(min=1)
+        hits = torch.zeros(bins, dtype=torch.float64).index_add_(0, index, label) / count.clamp(min=1)
+        keep = count > 0
+        request.node.user_properties.append(("dspark_reliability", json.dumps({
+            "name": name, "predicted": mean[keep].tolist(), "observed": hits[keep].tolist(),
+            "count": count[keep].long().tolist(),
+        })))
+
+    return _record

@@ -191,7 +191,7 @@ STS_ORDER_CASES = {
 
 
 @pytest.mark.parametrize("case", STS_ORDER_CASES, ids=case_id)
-def test_S7_sts_preserves_order_and_lowers_ece(case, require, case_generator, dspark_device):
+def test_S7_sts_preserves_order_and_lowers_ece(case, require, case_generator, dspark_device, record_reliability):
     iut = require(Confidence)
     gamma = STS_ORDER_CASES[case]
     raw, accepted = _overconfident_blocks(8192, gamma, case_generator)
@@ -224,6 +224,8 @@ def test_S7_sts_preserves_order_and_lowers_ece(case, require, case_generator, ds
     uncalibrated = iut.confidences(head, hidden, None, None, checkpoint_gamma=gamma)
     before = iut.prefix_survival(uncalibrated)
     after = iut.prefix_survival(calibrated)
+    record_reliability(f"{case.id}: prefix survival a_{gamma} before STS", before[:, -1], accepted[:, -1])
+    record_reliability(f"{case.id}: prefix survival a_{gamma} after STS", after[:, -1], accepted[:, -1])
     for k in range(gamma):
         ece_before, ece_after = _ece(before[:, k], accepted[:, k]), _ece(after[:, k], accepted[:, k])
         assert ece_after < ece_before, (

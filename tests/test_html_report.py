@@ -206,3 +206,15 @@ def test_bad_report_dir_names_the_argument(tmp_path):
         html_report.write_html(_payload(), tmp_path / "missing")
     with pytest.raises(TypeError, match="report_dir"):
         html_report.write_html(_payload(), 3)
+
+
+def test_reliability_diagrams_are_drawn_from_s7_records(tmp_path):
+    payload = _payload()
+    s7 = {"nodeid": "conformance/test_confidence.py::test_S7_sts[x]", "section": "S7", "outcome": "passed",
+          "duration_s": 0.1, "reason": "", "stats": [], "replay": "r",
+          "reliability": [{"name": "S7/sts/x: a_1 after STS", "predicted": [0.1, 0.5, 0.9],
+                           "observed": [0.12, 0.48, 0.91], "count": [10, 20, 30]}]}
+    payload["tests"].append(s7)
+    page = html_report.render_html(payload)
+    assert "Reliability diagrams" in page and 'alt="S7/sts/x: a_1 after STS"' in page
+    assert "reliability diagram (S7)" not in page.split('id="unavailable"')[1]
