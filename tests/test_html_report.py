@@ -209,6 +209,7 @@ def test_bad_report_dir_names_the_argument(tmp_path):
 
 
 def test_reliability_diagrams_are_drawn_from_s7_records(tmp_path):
+    pytest.importorskip("matplotlib")
     payload = _payload()
     s7 = {"nodeid": "conformance/test_confidence.py::test_S7_sts[x]", "section": "S7", "outcome": "passed",
           "duration_s": 0.1, "reason": "", "stats": [], "replay": "r",
