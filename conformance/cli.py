@@ -55,22 +55,32 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     mut.add_argument("--report", type=Path, default=Path("reports/mutants"))
     mut.add_argument("--jobs", type=int, default=None, help="mutants run in parallel (default: CPU count)")
-    cal = sub.add_parser("calibrate", help="false-failure rate on the reference and power on mutants")
-    cal.add_argument("--seeds", type=int, default=200, help="reference runs (distinct base seeds)")
-    cal.add_argument("--power-seeds", type=int, default=20, help="runs per mutant")
+    cal = sub.add_parser("calibrate",
+                         help="false failures on the reference, power at the declared effect and on mutants")
+    cal.add_argument("--seeds", type=int, default=200, help="reference runs (base seeds FIRST..FIRST+SEEDS-1)")
+    cal.add_argument("--first-seed", type=int, default=1, help="first reference base seed (to split a calibration)")
+    cal.add_argument("--power-seeds", type=int, default=20, help="runs of each mutant's statistical killers")
+    cal.add_argument("--replicates", type=int, default=2000,
+                     help="simulated data sets per assertion for the power at the declared effect (0: skip)")
+    cal.add_argument("--replay-results", type=Path, default=None,
+                     help="results.json whose assertions to replay (default: a fresh default-seed run)")
     cal.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    cal.add_argument("--report", type=Path, default=Path("reports/calibration"))
-    cal.add_argument("--jobs", type=int, default=None)
+    cal.add_argument("--report", type=Path, default=Path("reports/calibration"),
+                     help="directory; runs append to its runs.jsonl and the report aggregates the whole file")
+    cal.add_argument("--jobs", type=int, default=None, help="pytest runs in parallel (default: CPU count)")
     return parser
 
 
 def pytest_command(
     *, impl: str, device: str, json_path: Path, junit_path: Path | None = None, seed: int | None = None,
     workers: str = "auto", keyword: str | None = None, extra: list[str] | None = None,
+    nodeids: list[str] | None = None,
 ) -> list[str]:
-    """The pytest command line behind every subcommand (the suite directory, one adapter)."""
+    """The pytest command line behind every subcommand: one adapter, the whole suite or the
+    given node ids (as results.json names them, relative to the repository root)."""
+    targets = [str(SUITE_DIR.parent / n) for n in nodeids] if nodeids else [str(SUITE_DIR)]
     cmd = [
-        sys.executable, "-m", "pytest", str(SUITE_DIR), "-q", "-rN", "-p", "no:cacheprovider",
+        sys.executable, "-m", "pytest", *targets, "-q", "-rN", "-p", "no:cacheprovider",
         f"--dspark-impl={impl}", f"--dspark-device={device}", f"--dspark-report-json={json_path}",
         "--dspark-strict-ledger",
     ]
@@ -128,6 +138,25 @@ def run(args: argparse.Namespace) -> int:
     return exit_code(returncode, payload)
 
 
+def calibrate(args: argparse.Namespace) -> int:
+    from . import calibration, calibration_report
+
+    cal = calibration.calibrate(
+        args.report, seeds=list(range(args.first_seed, args.first_seed + args.seeds)),
+        power_seeds=list(range(1, args.power_seeds + 1)), replicates=args.replicates,
+        device=args.device, jobs=args.jobs,
+        replay_payload=json.loads(args.replay_results.read_text()) if args.replay_results else None,
+    )
+    previous = args.report / "calibration.json"
+    commands = json.loads(previous.read_text()).get("commands", []) if previous.exists() else []
+    if args.seeds or args.power_seeds or args.replicates:
+        commands.append(" ".join(["dspark-conformance", *sys.argv[1:]]))
+    calibration_report.write_reports(cal, args.report, commands)
+    print(calibration.summary(cal))
+    print(f"report: {args.report}/calibration.md, calibration.json")
+    return EXIT_PASS if calibration.acceptable(cal) else EXIT_FAIL
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
@@ -141,17 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {args.report}/mutants.md, mutants.json")
         return EXIT_PASS if all(r.killed for r in records) else EXIT_FAIL
     if args.command == "calibrate":
-        from . import calibration
-
-        cal = calibration.calibrate(
-            list(range(1, args.seeds + 1)), list(range(1, args.power_seeds + 1)),
-            device=args.device, jobs=args.jobs,
-        )
-        calibration.write_reports(cal, args.report, " ".join(["dspark-conformance", *sys.argv[1:]]))
-        print(f"{cal.failed_runs}/{cal.runs} reference runs false-failed "
-              f"(95% upper bound {cal.run_rate_upper95:.3g}, budget {cal.budget:g})")
-        print(f"report: {args.report}/calibration.md, calibration.json")
-        return EXIT_PASS if cal.within_budget() else EXIT_FAIL
+        return calibrate(args)
     raise AssertionError(f"unhandled command {args.command!r}")
 
 

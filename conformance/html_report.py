@@ -430,11 +430,15 @@ def _calibration(cal: dict | None, mpl: Any) -> str:
         f"whole-run false-failure rate {_num(cal['run_rate_upper95'], '.3g')} against the family-wise "
         f"budget {_num(cal['budget'], 'g')}.</p>",
     ]
+    if cal.get("declared_power"):
+        worst = min(r["power_lower95"] for r in cal["declared_power"].values())
+        out.append(f"<p>Power at the declared effect, replayed: {len(cal['declared_power'])} assertions, "
+                   f"smallest 95% lower bound {_num(worst, '.4f')}.</p>")
     if mpl is not None and cal["per_test"]:
         out.append(f'<figure class="wide">{_img(_false_failure_figure(mpl, cal), "false failures")}'
                    "<figcaption>False failures per statistical test on the reference (observed rate and its "
-                   "95% upper bound) and the KS distance of its p-values from U(0, 1) (no bar: fewer than 5 "
-                   "p-values).</figcaption></figure>")
+                   "95% upper bound) and the one-sided KS distance D+ of its p-values below U(0, 1) "
+                   "(no bar: fewer than 5 p-values).</figcaption></figure>")
     rows = "".join(
         f"<tr><td><code>{_e(_short(n))}</code></td><td class='num'>{r['runs']}</td>"
         f"<td class='num'>{r['false_failures']}</td><td class='num'>{_num(r['rate_upper95'], '.3g')}</td>"
@@ -442,12 +446,12 @@ def _calibration(cal: dict | None, mpl: Any) -> str:
     )
     out.append(f"<details{'' if mpl is not None else ' open'}><summary>false failures per test (table)</summary>"
                "<table><tr><th>test</th><th>runs</th><th>false failures</th><th>95% upper bound</th>"
-               f"<th>KS distance of p-values</th></tr>{rows}</table></details>")
-    if mpl is not None and cal["power"]:
+               f"<th>KS D+ of p-values</th></tr>{rows}</table></details>")
+    if mpl is not None and cal.get("power_any_killer"):
         out.append(f'<figure class="wide">{_img(_power_figure(mpl, cal), "power on mutants")}'
-                   "<figcaption>Observed power on each mutant: the best statistical test of its section "
-                   "(fraction of seeds failed, and its 95% lower bound); mutants whose section has no statistical test "
-                   "are left out.</figcaption></figure>")
+                   "<figcaption>Observed power on each mutant with statistical killers (the statistical tests "
+                   "that fail it at the default seed): fraction of power seeds on which at least one failed it, "
+                   "and its 95% lower bound; mutants caught only by exact tests are left out.</figcaption></figure>")
     return "".join(out)
 
 
@@ -467,12 +471,12 @@ def _false_failure_figure(mpl: Any, cal: dict) -> Any:
         left.set_xlabel("false-failure rate")
         left.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False)
         right.barh(y, [r["pvalue_ks"] or 0.0 for r in rows], color="#8fb98f")
-        right.set_xlabel("KS distance of p-values from U(0, 1)")
+        right.set_xlabel("one-sided KS distance D+ of p-values below U(0, 1)")
     return figure
 
 
 def _power_figure(mpl: Any, cal: dict) -> Any:
-    best = {m: max(t.values(), key=lambda r: r["killed"] / max(r["seeds"], 1)) for m, t in cal["power"].items() if t}
+    best = cal["power_any_killer"]
     y = np.arange(len(best))
     with mpl.rc_context({"font.size": 8}):
         figure = _new_figure(mpl, 8, 1.0 + 0.22 * max(len(best), 1))

@@ -30,6 +30,7 @@ class KillRecord:
     killers: list[dict]
     counts: dict[str, int]
     error: str = ""
+    suite_bugs: list[dict] = dataclasses.field(default_factory=list)
 
 
 def _evidence(record: dict) -> str:
@@ -58,11 +59,15 @@ def kill_one(mutant_id: str, *, device: str = "cpu", seed: int | None = None) ->
     counts: dict[str, int] = {}
     for record in payload["tests"]:
         counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
-    killers = [
-        {"test": r["nodeid"], "evidence": _evidence(r)}
-        for r in payload["tests"] if r["outcome"] == "failed" and r["section"] == m.section
-    ]
-    return KillRecord(m.id, m.section, m.fault, m.mirrors, bool(killers), killers, counts)
+    failed = [r for r in payload["tests"] if r["outcome"] == "failed" and r["section"] == m.section]
+    killers = [{"test": r["nodeid"], "evidence": _evidence(r)} for r in failed if not _suite_bug(r)]
+    suite_bugs = [{"test": r["nodeid"], "evidence": _evidence(r)} for r in failed if _suite_bug(r)]
+    return KillRecord(m.id, m.section, m.fault, m.mirrors, bool(killers), killers, counts, suite_bugs=suite_bugs)
+
+
+def _suite_bug(record: dict) -> bool:
+    """A failure caused by the suite's own code (see ``plugin._failure``): not a kill."""
+    return bool((record.get("failure") or {}).get("suite_bug"))
 
 
 def kill_matrix(ids: list[str] | None = None, *, device: str = "cpu", seed: int | None = None,
@@ -95,6 +100,10 @@ def write_reports(records: list[KillRecord], report_dir: Path) -> None:
             f"| `{r.id}` | {r.section} | {r.fault} | {r.mirrors or '-'} | {'yes' if r.killed else '**NO**'} | "
             f"`{first['test'].split('::')[-1]}`{more} | {first['evidence'].replace('|', '/')} |"
         )
+    bugs = [(r.id, b) for r in records for b in r.suite_bugs]
+    if bugs:
+        lines += ["", "Failures caused by the suite's own code (not counted as kills; fix the test):", ""]
+        lines += [f"- `{i}`: `{b['test'].split('::')[-1]}`: {b['evidence']}" for i, b in bugs]
     (report_dir / "mutants.md").write_text("\n".join(lines) + "\n")
 
 

@@ -38,6 +38,8 @@ _ADAPTER_KEY = pytest.StashKey[Adapter]()
 _RECORDS_KEY = pytest.StashKey[list]()
 _SECTION_RE = re.compile(r"test_(S\d+)")
 DEFAULT_BASE_SEED = 20260
+_SUITE_DIR = Path(__file__).resolve().parent
+SUITE_BUG_TYPES = (NameError, ImportError, SyntaxError)  # with UnboundLocalError, ModuleNotFoundError
 
 try:
     from hypothesis import HealthCheck, settings
@@ -129,6 +131,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1], f"INCONCLUSIVE: {call.excinfo.value}")
         report.user_properties.append(("dspark_outcome", "inconclusive"))
+    elif call.excinfo is not None and report.failed:
+        report.user_properties.append(("dspark_failure", json.dumps(_failure(call.excinfo))))
+
+
+def _failure(excinfo: pytest.ExceptionInfo) -> dict[str, Any]:
+    """The exception's type, and whether it is a bug of the suite itself: a programming
+    error (undefined name, failed import) raised in the suite's own code, which no output
+    of an implementation can cause. The kill matrix does not count those as kills."""
+    innermost = Path(str(excinfo.traceback[-1].path)) if excinfo.traceback else None
+    in_suite = innermost is not None and _SUITE_DIR in innermost.parents
+    return {"type": excinfo.typename, "suite_bug": in_suite and excinfo.errisinstance(SUITE_BUG_TYPES)}
 
 
 def _outcome(report: pytest.TestReport) -> str:
@@ -163,6 +176,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         "stats": [json.loads(v) for k, v in report.user_properties if k == "dspark_stat"],
         "reliability": [json.loads(v) for k, v in report.user_properties if k == "dspark_reliability"],
         "replay": replay_command(config, report.nodeid),
+        "failure": next((json.loads(v) for k, v in report.user_properties if k == "dspark_failure"), None),
     })
 
 

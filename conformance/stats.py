@@ -82,6 +82,8 @@ class StatResult:
     ``power_at_min_effect`` (probability of detecting it at this ``n``; NaN when the test
     is vacuous) and ``passed`` (``p_value > alpha``). ``observed`` / ``expected``: the
     pooled bin counts a frequency test compared (None for other tests), kept for plots.
+    ``design``: the rule and the parameters that, with ``n``, ``alpha``, ``min_effect`` and
+    ``expected``, re-run the same assertion on simulated data (``conformance.power_replay``).
     """
 
     name: str
@@ -99,6 +101,7 @@ class StatResult:
     passed: bool
     observed: tuple[float, ...] | None = None
     expected: tuple[float, ...] | None = None
+    design: dict[str, Any] | None = None
 
     def message(self) -> str:
         """One line naming the case, the verdict, p-value, effect and its bound."""
@@ -434,6 +437,7 @@ def goodness_of_fit(
         power_at_min_effect=power_chisquare(n, bins, min_tv, alpha) if bins >= 2 else math.nan,
         observed=observed,
         expected=expected,
+        design={"rule": "goodness_of_fit", "lambda_": lambda_, "min_expected": float(min_expected)},
     )
 
 
@@ -639,6 +643,7 @@ def binomial(
         effect_ci_upper=upper,
         min_effect=min_effect,
         power_at_min_effect=power_proportion(n, p0, min_effect, alpha, alternative=alternative),
+        design={"rule": "binomial", "p0": float(p0), "alternative": alternative},
     )
 
 

@@ -144,6 +144,8 @@ def test_kill_matrix_and_calibration_are_read_from_the_report_dir(tmp_path):
                      "a::test_S6_law[y]": {"runs": 20, "false_failures": 0, "rate_upper95": 0.168, "pvalue_ks": None}},
         "power": {"simulated-rounded-once": {"a::test_S6_x": {"seeds": 5, "killed": 5, "power_lower95": 0.478}},
                   "sampling-ties-highest-index": {}},
+        "power_any_killer": {"simulated-rounded-once": {"seeds": 5, "killed": 5, "power_lower95": 0.478}},
+        "declared_power": {"S6/x": {"power_lower95": 0.9972}, "S6/y": {"power_lower95": 0.9955}},
     }
     (tmp_path / "mutants.json").write_text(json.dumps(mutants))
     (tmp_path / "calibration.json").write_text(json.dumps(calibration))
@@ -156,6 +158,7 @@ def test_kill_matrix_and_calibration_are_read_from_the_report_dir(tmp_path):
     assert "test_S6_x</code> (+1 more)" in kill
     cal = page[page.index('id="calibration"'):page.index('id="mutants"')]
     assert "1 of 20 reference runs false-failed" in cal and "0.249" in cal
+    assert "2 assertions, smallest 95% lower bound 0.9955" in cal
     assert cal.count("<img") == 2  # false failures per test, power per mutant
     assert page.count("<img") == len(PLOTTED) + 2
     assert "no mutants.json" not in page and "no calibration.json" not in page

@@ -7,7 +7,8 @@ Each case runs the conformance tests of the mutant's SPEC section in a subproces
 
 import pytest
 
-from conformance.mutation import kill_one
+from conformance.mutation import _suite_bug, kill_one
+from conformance.plugin import _SUITE_DIR, _failure
 from fixtures.mutants import load_all
 
 MUTANTS = load_all()
@@ -28,3 +29,28 @@ def test_mutant_is_killed_by_its_section(mutant_id):
     assert record.killed, (
         f"mutant {mutant_id} ({record.fault}) survived the {record.section} tests: {record.counts}"
     )
+
+
+def _failure_raised_in(filename: str, source: str) -> dict:
+    try:
+        exec(compile(source, filename, "exec"), {})
+    except Exception as exc:  # noqa: BLE001 - any exception is the input here
+        return _failure(pytest.ExceptionInfo.from_exception(exc))
+    raise AssertionError("source did not raise")
+
+
+def test_programming_errors_in_the_suite_are_suite_bugs_not_kills():
+    in_suite = str(_SUITE_DIR / "test_made_up.py")
+    assert _failure_raised_in(in_suite, "undefined_name") == {"type": "NameError", "suite_bug": True}
+    assert _failure_raised_in(in_suite, "import no_such_module_here")["suite_bug"]
+    # an assertion, or a suite-side error an implementation's output can cause, is a kill
+    assert _failure_raised_in(in_suite, "assert 1 == 2") == {"type": "AssertionError", "suite_bug": False}
+    assert not _failure_raised_in(in_suite, "[0][3]")["suite_bug"]
+    # a NameError inside the implementation (the mutant crashed) is a kill too
+    assert not _failure_raised_in(str(_SUITE_DIR.parent / "fixtures" / "x.py"), "undefined_name")["suite_bug"]
+
+
+def test_kill_records_leave_suite_bugs_out():
+    bug = {"nodeid": "c/t.py::test_S3_a", "failure": {"type": "NameError", "suite_bug": True}}
+    real = {"nodeid": "c/t.py::test_S3_b", "failure": {"type": "AssertionError", "suite_bug": False}}
+    assert _suite_bug(bug) and not _suite_bug(real) and not _suite_bug({"nodeid": "x", "failure": None})

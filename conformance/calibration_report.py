@@ -1,0 +1,139 @@
+"""``calibration.json`` and ``calibration.md`` from :func:`conformance.calibration.aggregate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .calibration import KS_DEFECT_LEVEL, TARGET_REPLAYED_POWER
+
+
+def _short(nodeid: str) -> str:
+    return nodeid.split("::")[-1]
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _whole_run(cal: dict[str, Any]) -> list[str]:
+    runs, seeds = cal["runs"], cal["seeds"]
+    lines = [
+        "## Whole-run false failures (reference, statistical tests)",
+        "",
+        f"{cal['failed_runs']} of {runs} runs failed (base seeds {seeds[0]}..{seeds[-1]}); 95% upper bound on "
+        f"the whole-run false-failure rate {cal['run_rate_upper95']:.3g}. The declared budget is "
+        f"{cal['budget']:g} (per-assertion alpha {cal['per_assertion_alpha']:g} = budget / 200 assertions); "
+        f"a bound that low from clean runs alone needs about {int(3 / cal['budget'])} of them. The tables below "
+        "test the premise of the budget instead, that every assertion's p-value is valid (no smaller than "
+        "U(0, 1)), at levels a few hundred runs can resolve.",
+        "",
+        "Family-wise levels: a run fails at level L when any of its p-values is <= L / 200 (the suite's rule at "
+        f"L = {cal['budget']:g}). 'predicted' is the rate if every p-value were U(0, 1) and independent: "
+        "Bonferroni over the 200 budgeted assertions makes it below L.",
+        "",
+        "| level L | alpha per assertion | failed runs | observed rate | 95% CI | predicted |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in cal["family_wise"]:
+        lines.append(f"| {row['level']:g} | {row['alpha']:.3g} | {row['failed_runs']} / {row['runs']} | "
+                     f"{row['rate']:.4f} | [{row['rate_low95']:.4f}, {row['rate_high95']:.4f}] | "
+                     f"{row['predicted_rate']:.4f} |")
+    pooled = cal["pooled_p_values"]
+    lines += ["", f"All {pooled['count']} p-values pooled (fraction at or below a threshold; U(0, 1) gives the "
+              "threshold itself, discrete tests a little less):", "",
+              "| threshold | count | fraction | 95% CI | p-value of an excess (binomial, one-sided) |",
+              "| --- | --- | --- | --- | --- |"]
+    for row in pooled["below"]:
+        lines.append(f"| {row['threshold']:g} | {row['count']} | {row['rate']:.4f} | "
+                     f"[{row['low95']:.4f}, {row['high95']:.4f}] | {row['excess_p_value']:.3g} |")
+    return lines
+
+
+def _per_test(cal: dict[str, Any]) -> list[str]:
+    lines = [
+        "## False failures per statistical test (reference)",
+        "",
+        "KS: one-sided Kolmogorov-Smirnov test that the test's p-values are stochastically smaller than "
+        "U(0, 1) (the direction of a false-failure excess); its p-value is per test. Smallest KS p-value "
+        f"times the number of tests (Bonferroni): {_fmt(cal['ks_min_p_bonferroni'], '.3g')} (a defect below "
+        f"{KS_DEFECT_LEVEL:g}).",
+        "",
+        "| test | runs | false failures | 95% upper bound | smallest p | KS D+ | KS p |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for nodeid, row in cal["per_test"].items():
+        lines.append(f"| `{_short(nodeid)}` | {row['runs']} | {row['false_failures']} | {row['rate_upper95']:.3g} | "
+                     f"{_fmt(row['min_p_value'], '.3g')} | {_fmt(row['pvalue_ks'], '.3f')} | "
+                     f"{_fmt(row['pvalue_ks_p'], '.3g')} |")
+    return lines
+
+
+def _declared_power(cal: dict[str, Any]) -> list[str]:
+    rows = cal["declared_power"]
+    if not rows:
+        return ["## Power at the declared effect", "", "Not measured in these runs (`--replicates 0`)."]
+    worst = min(r["power_lower95"] for r in rows.values())
+    below = [n for n, r in rows.items() if r["power_lower95"] < TARGET_REPLAYED_POWER]
+    lines = [
+        "## Power at the declared effect (replayed designs)",
+        "",
+        f"{len(rows)} assertions replayed on simulated data from the least favourable alternative at exactly "
+        "their declared minimum effect (conformance/power_replay.py): same rule, n, alpha and null bins as the "
+        f"default-seed reference run. Smallest 95% lower bound on power: {worst:.4f}; "
+        f"{len(rows) - len(below)} of {len(rows)} at or above {TARGET_REPLAYED_POWER}"
+        + (f"; below: {', '.join(below)}." if below else "."),
+        "",
+        "| assertion | rule | n | min effect | analytic power | rejected / replicates | 95% lower bound | "
+        "noncentrality / 4nd^2 | device |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in rows.items():
+        lines.append(f"| `{name}` | {r['rule']} | {r['n']} | {r['min_effect']:g} | {r['analytic_power']:.4f} | "
+                     f"{r['rejected']} / {r['replicates']} | {r['power_lower95']:.4f} | "
+                     f"{_fmt(r['noncentrality_ratio'], '.3f')} | {r['device']} |")
+    return lines
+
+
+def _mutant_power(cal: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Power on mutants (statistical killers)",
+        "",
+        "A mutant's statistical killers are the statistical tests of its section that fail it at the default "
+        "seed; each is rerun on the power seeds. 'any' is the fraction of seeds on which at least one killer "
+        "failed it; 'effect / min' is the median observed effect over the declared minimum effect (how far "
+        "above the declared effect the mutant sits). Mutants without a statistical killer are caught by exact "
+        "tests (docs/mutants/mutants.md).",
+        "",
+        "| mutant | any killer: killed / seeds (95% lower) | test | killed / seeds | 95% lower bound | effect / min |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    exact_only = []
+    for mutant, tests in cal["power"].items():
+        if not tests:
+            exact_only.append(mutant)
+            continue
+        anyk = cal["power_any_killer"].get(mutant)
+        any_cell = "-" if anyk is None else f"{anyk['killed']} / {anyk['seeds']} ({anyk['power_lower95']:.3f})"
+        for i, (nodeid, r) in enumerate(tests.items()):
+            lines.append(f"| {'`' + mutant + '`' if i == 0 else ''} | {any_cell if i == 0 else ''} | "
+                         f"`{_short(nodeid)}` | {r['killed']} / {r['seeds']} | {_fmt(r['power_lower95'], '.3f')} | "
+                         f"{_fmt(r['median_effect_over_min'], '.1f')} |")
+    if exact_only:
+        lines += ["", "No statistical killer (caught by exact tests): " + ", ".join(f"`{m}`" for m in exact_only) + "."]
+    return lines
+
+
+def write_reports(cal: dict[str, Any], report_dir: Path, commands: list[str]) -> None:
+    """Write ``calibration.json`` and ``calibration.md`` into ``report_dir``."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "calibration.json").write_text(json.dumps({**cal, "commands": commands}, indent=1))
+    lines = ["# Calibration of the statistical tests", "", "Produced by:", ""]
+    lines += [f"    {c}" for c in commands] + [""]
+    if cal["runs"]:
+        lines += _whole_run(cal) + [""]
+    lines += _declared_power(cal) + [""] + _mutant_power(cal) + [""]
+    if cal["runs"]:
+        lines += _per_test(cal)
+    (report_dir / "calibration.md").write_text("\n".join(lines) + "\n")

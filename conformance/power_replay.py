@@ -1,0 +1,150 @@
+"""Power of a recorded statistical assertion at its declared minimum effect, by simulation.
+
+Every :class:`~conformance.stats.StatResult` records its design: the rule, ``n``, ``alpha``,
+``min_effect`` and, for frequency tests, the (pooled) null bins. :func:`replay_power` draws
+``replicates`` data sets of the same size from the *least favourable* alternative at exactly
+the declared minimum effect, runs the same rule (``stats.goodness_of_fit`` or
+``stats.binomial``: the code the suite asserts with) on each, and counts rejections. The
+analytic power in the record is an approximation (noncentral chi-square, normal binomial);
+the replay measures it.
+
+Least favourable alternatives:
+
+* goodness of fit at TV distance ``d``: the noncentrality ``n * sum((p1 - p0)^2 / p0)`` of
+  every alternative at TV ``d`` is at least ``4 n d^2``, with equality when ``|p1 - p0|`` is
+  proportional to ``p0`` on two halves of mass 1/2 each (Cauchy-Schwarz). The bins are split
+  into halves as even as they allow (largest bin first, onto the lighter half); the mass
+  ``d`` moves from one half to the other in proportion to ``p0``. The split's imbalance is
+  reported: an uneven split (one bin above 1/2) makes the alternative easier to detect.
+* binomial: ``p0 + min_effect`` and ``p0 - min_effect`` (the sides the alternative names);
+  the power reported is the smaller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import numpy as np
+from scipy import stats as sps
+
+from . import stats
+from .budget import StatLedger
+
+REPLAYED_RULES = ("goodness_of_fit", "binomial")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayedPower:
+    """Measured power of one assertion at its declared minimum effect.
+
+    ``rejected`` of ``replicates`` simulated data sets failed the assertion (for a
+    two-sided binomial: the worse side). ``power_lower95`` is the two-sided Clopper-Pearson
+    95% lower bound; ``analytic_power`` is the record's ``power_at_min_effect``;
+    ``noncentrality_ratio`` is the alternative's chi-square noncentrality over the least
+    possible ``4 n d^2`` (1.0 for a perfect split; None for a binomial).
+    """
+
+    name: str
+    rule: str
+    n: int
+    alpha: float
+    min_effect: float
+    analytic_power: float
+    replicates: int
+    rejected: int
+    power_lower95: float
+    noncentrality_ratio: float | None
+
+
+def least_favourable_alternative(probs: np.ndarray, min_tv: float) -> tuple[np.ndarray, float]:
+    """The alternative at TV distance ``min_tv`` from ``probs`` hardest for a chi-square test.
+
+    Args:
+        probs: null probabilities ``[k]``, float64, all > 0, summing to 1.
+        min_tv: the TV distance of the alternative, in (0, 1).
+
+    Returns:
+        ``(p1 [k] float64, ratio)``: the alternative, and its noncentrality over ``4 n min_tv^2``.
+
+    Raises:
+        ValueError: ``probs`` not positive or not summing to 1, fewer than 2 bins, or a
+            half of the split lighter than ``min_tv`` (no alternative at that distance moves
+            mass in proportion to ``probs``).
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    if probs.ndim != 1 or probs.size < 2 or (probs <= 0).any() or abs(probs.sum() - 1.0) > 1e-9:
+        raise ValueError(f"probs: expected >= 2 positive probabilities summing to 1, got {probs!r}")
+    if not 0.0 < min_tv < 1.0:
+        raise ValueError(f"min_tv: expected a value in (0, 1), got {min_tv!r}")
+    upper = np.zeros(probs.size, dtype=bool)
+    mass_upper = mass_lower = 0.0
+    for i in np.argsort(-probs, kind="stable"):
+        if mass_upper <= mass_lower:
+            upper[i], mass_upper = True, mass_upper + probs[i]
+        else:
+            mass_lower += probs[i]
+    if min(mass_upper, mass_lower) < min_tv:
+        raise ValueError(f"min_tv: the bins split into halves of mass {mass_upper:.4g} / {mass_lower:.4g}; "
+                         f"one is lighter than min_tv = {min_tv}")
+    alternative = np.where(upper, probs * (1 + min_tv / mass_upper), probs * (1 - min_tv / mass_lower))
+    ratio = 1.0 / (4.0 * mass_upper * mass_lower)
+    return alternative, ratio
+
+
+def _replay_goodness_of_fit(result: Mapping[str, Any], rng: np.random.Generator, replicates: int,
+                            ledger: StatLedger) -> tuple[int, float]:
+    expected = np.asarray(result["expected"], dtype=np.float64)
+    probs = expected / expected.sum()
+    alternative, ratio = least_favourable_alternative(probs, result["min_effect"])
+    design = result["design"]
+    rejected = sum(
+        not stats.goodness_of_fit(counts, probs, name=result["name"], alpha=result["alpha"],
+                                  min_tv=result["min_effect"], min_expected=design["min_expected"],
+                                  lambda_=design["lambda_"], ledger=ledger).passed
+        for counts in rng.multinomial(result["n"], alternative, size=replicates)
+    )
+    return rejected, ratio
+
+
+def _replay_binomial(result: Mapping[str, Any], rng: np.random.Generator, replicates: int,
+                     ledger: StatLedger) -> tuple[int, None]:
+    design = result["design"]
+    sides = stats._proportion_sides(design["p0"], result["min_effect"], design["alternative"])
+    rejected = min(
+        sum(not stats.binomial(int(k), result["n"], design["p0"], name=result["name"], alpha=result["alpha"],
+                               min_effect=result["min_effect"], alternative=design["alternative"],
+                               ledger=ledger).passed
+            for k in rng.binomial(result["n"], p1, size=replicates))
+        for p1 in sides
+    )
+    return rejected, None
+
+
+def replay_power(result: Mapping[str, Any], *, replicates: int, seed: int) -> ReplayedPower:
+    """Measure the power of a recorded assertion at its declared minimum effect.
+
+    Args:
+        result: a ``StatResult.to_dict()`` (as in results.json) whose ``design['rule']`` is
+            one of :data:`REPLAYED_RULES`.
+        replicates: simulated data sets (>= 1); 2000 bound the power below by 0.998 when all reject.
+        seed: base seed; the stream is ``derive_seed(seed, name)`` so each assertion replays alike.
+
+    Raises:
+        ValueError: ``replicates`` < 1, a record without a design, or a rule not replayed.
+    """
+    if not isinstance(replicates, int) or replicates < 1:
+        raise ValueError(f"replicates: expected an int >= 1, got {replicates!r}")
+    design = result.get("design")
+    if not design or design.get("rule") not in REPLAYED_RULES:
+        raise ValueError(f"result: expected a design with rule in {REPLAYED_RULES}, got {design!r} "
+                         f"for {result.get('name')!r}")
+    rng = np.random.default_rng(stats.derive_seed(seed, result["name"]))
+    replay = _replay_goodness_of_fit if design["rule"] == "goodness_of_fit" else _replay_binomial
+    rejected, ratio = replay(result, rng, replicates, StatLedger())
+    low = sps.binomtest(rejected, replicates).proportion_ci(0.95, method="exact").low
+    return ReplayedPower(
+        name=result["name"], rule=design["rule"], n=result["n"], alpha=result["alpha"],
+        min_effect=result["min_effect"], analytic_power=result["power_at_min_effect"],
+        replicates=replicates, rejected=rejected, power_lower95=low, noncentrality_ratio=ratio,
+    )
