@@ -37,6 +37,12 @@ def _workers(value: str) -> str:
     return value
 
 
+def _count(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value!r}")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dspark-conformance", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -57,10 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--jobs", type=int, default=None, help="mutants run in parallel (default: CPU count)")
     cal = sub.add_parser("calibrate",
                          help="false failures on the reference, power at the declared effect and on mutants")
-    cal.add_argument("--seeds", type=int, default=200, help="reference runs (base seeds FIRST..FIRST+SEEDS-1)")
-    cal.add_argument("--first-seed", type=int, default=1, help="first reference base seed (to split a calibration)")
-    cal.add_argument("--power-seeds", type=int, default=20, help="runs of each mutant's statistical killers")
-    cal.add_argument("--replicates", type=int, default=2000,
+    cal.add_argument("--seeds", type=_count, default=200, help="reference runs (base seeds FIRST..FIRST+SEEDS-1)")
+    cal.add_argument("--first-seed", type=_count, default=1, help="first reference base seed (to split a calibration)")
+    cal.add_argument("--power-seeds", type=_count, default=20, help="runs of each mutant's statistical killers")
+    cal.add_argument("--replicates", type=_count, default=2000,
                      help="simulated data sets per assertion for the power at the declared effect (0: skip)")
     cal.add_argument("--replay-results", type=Path, default=None,
                      help="results.json whose assertions to replay (default: a fresh default-seed run)")

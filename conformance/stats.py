@@ -11,14 +11,9 @@ Rules (scipy.stats underneath):
 * :func:`goodness_of_fit` -- counts of sampled tokens against expected probabilities
   (Pearson chi-square or G-test, sparse bins pooled, zero-probability hits fail exactly);
   sample size from :func:`sample_size_for_tv`.
-* :func:`two_sample` -- two implementations' counts against each other (chi-square
-  contingency).
 * :func:`binomial` -- an event count against a probability (exact binomial test); sample
   size from :func:`sample_size_for_proportion`.
-* :func:`bounded_mean` -- the mean of bounded iid samples (Hoeffding or empirical
-  Bernstein); sample size from :func:`sample_size_for_mean`.
-* :func:`holm`, :func:`bonferroni_alpha` -- multiple-testing helpers.
-* :func:`derive_seed`, :func:`generator_for` -- seeds from (base seed, case id).
+* :func:`derive_seed` -- seeds from (base seed, case id).
 
 Conventions: a rule passes iff ``p_value > alpha``. ``effect_ci_upper`` is an upper
 confidence bound on the true effect that holds with probability >= ``1 - alpha``.
@@ -47,27 +42,17 @@ from .budget import DEFAULT_MIN_TV, PER_ASSERTION_ALPHA, RUN_LEDGER, TARGET_POWE
 __all__ = [
     "StatResult",
     "goodness_of_fit",
-    "two_sample",
     "power_chisquare",
     "sample_size_for_tv",
     "binomial",
     "power_proportion",
     "sample_size_for_proportion",
-    "bounded_mean",
-    "hoeffding_radius",
-    "empirical_bernstein_radius",
-    "power_mean",
-    "sample_size_for_mean",
-    "holm",
-    "bonferroni_alpha",
     "derive_seed",
-    "generator_for",
 ]
 
 PROB_SUM_TOLERANCE = 1e-6
 CHI_SQUARE_STATISTICS = {"pearson": "chi-square (Pearson)", "log-likelihood": "G (log-likelihood ratio)"}
 ALTERNATIVES = ("two-sided", "greater", "less")
-MEAN_METHODS = ("hoeffding", "bernstein")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,17 +216,6 @@ def _check_goodness_of_fit(counts, probs, name, alpha, min_tv, min_expected, lam
     return counts, _check_probs("probs", probs, counts.size, "counts")
 
 
-def _check_two_sample(counts_a, counts_b, name, alpha, min_tv, min_expected):
-    _check_name(name)
-    _check_open_unit("alpha", alpha)
-    _check_open_unit("min_tv", min_tv, closed_right=True)
-    check_float("min_expected", min_expected, minimum=0.0)
-    a, b = _check_counts("counts_a", counts_a), _check_counts("counts_b", counts_b)
-    if a.size != b.size:
-        raise ValueError(f"counts_b: expected {a.size} bins (as counts_a), got {b.size}")
-    return a, b
-
-
 # --------------------------------------------------------------------------- chi-square
 
 
@@ -332,8 +306,7 @@ def sample_size_for_tv(
     ``probs_or_k``: the number of bins ``k``, or the expected probabilities ``[k]`` (then
     only bins with nonzero probability count: zero-probability hits fail exactly). Power
     refers to TV measured on the bins tested; bins pooled by :func:`goodness_of_fit` are
-    compared only through their total. For :func:`two_sample` with equal groups, give each
-    group twice this ``n`` (its effective size is ``n_a n_b / (n_a + n_b)``).
+    compared only through their total.
 
     Raises:
         TypeError / ValueError: fewer than 2 (nonzero-probability) bins, bad probabilities,
@@ -438,72 +411,6 @@ def goodness_of_fit(
         observed=observed,
         expected=expected,
         design={"rule": "goodness_of_fit", "lambda_": lambda_, "min_expected": float(min_expected)},
-    )
-
-
-def two_sample(
-    counts_a: Sequence[int] | np.ndarray | torch.Tensor,
-    counts_b: Sequence[int] | np.ndarray | torch.Tensor,
-    *,
-    name: str,
-    alpha: float = PER_ASSERTION_ALPHA,
-    min_tv: float = DEFAULT_MIN_TV,
-    min_expected: float = 5.0,
-    ledger: StatLedger | None = None,
-) -> StatResult:
-    """Test that ``counts_a [k]`` and ``counts_b [k]`` come from one distribution.
-
-    For comparing two samplers (e.g. folded vs eager draft sampling, SPEC S4) without
-    knowing the probabilities. Bins empty in both samples are dropped; bins whose smaller
-    expected count ``total * min(n_a, n_b) / (n_a + n_b)`` is below ``min_expected`` are
-    pooled as in :func:`goodness_of_fit` (here pooling sees the column totals, which are
-    ancillary under H0). Statistic: chi-square test of homogeneity on the ``2 x bins``
-    table (``scipy.stats.chi2_contingency``, no continuity correction). Effect: TV between
-    the two observed frequency vectors on the pooled bins; upper bound adds half the
-    Weissman L1 radii of both samples at ``delta = alpha / 2`` each (approximate, as the
-    pooling is chosen from the data). Power: :func:`power_chisquare` at the effective size
-    ``n_a n_b / (n_a + n_b)``. ``n`` in the result is ``n_a + n_b``.
-
-    Raises:
-        TypeError / ValueError: as :func:`goodness_of_fit`, naming ``counts_a`` /
-            ``counts_b``; ``counts_b`` of another length.
-
-    Example:
-        >>> from conformance.budget import StatLedger
-        >>> r = two_sample([30, 70], [60, 140], name="demo/coin/ab", ledger=StatLedger())
-        >>> r.passed, r.statistic
-        (True, 0.0)
-    """
-    a, b = _check_two_sample(counts_a, counts_b, name, alpha, min_tv, min_expected)
-    n_a, n_b = int(a.sum()), int(b.sum())
-    seen = (a + b) > 0
-    table = np.stack([a[seen], b[seen]]).astype(np.float64)
-    table = _pool_columns(table, table.sum(axis=0) * min(n_a, n_b) / (n_a + n_b), min_expected)
-    bins = table.shape[1]
-    if bins < 2:
-        statistic, p_value = 0.0, 1.0
-    else:
-        res = scipy.stats.chi2_contingency(table, correction=False)
-        statistic, p_value = res.statistic, res.pvalue
-    tv = 0.5 * np.abs(table[0] / n_a - table[1] / n_b).sum()
-    radius = _l1_radius(bins, n_a, alpha / 2) + _l1_radius(bins, n_b, alpha / 2)
-    n_eff = n_a * n_b / (n_a + n_b)
-    return _finish(
-        ledger,
-        name=name,
-        null=f"counts_a and counts_b from one distribution; {bins} bins tested ({a.size} given)",
-        statistic_name="chi-square (homogeneity)",
-        statistic=statistic,
-        p_value=p_value,
-        alpha=alpha,
-        n=n_a + n_b,
-        effect_name="TV(a, b)",
-        effect=tv,
-        effect_ci_upper=min(1.0, tv + 0.5 * radius),
-        min_effect=min_tv,
-        power_at_min_effect=power_chisquare(n_eff, bins, min_tv, alpha) if bins >= 2 else math.nan,
-        observed=table[0],
-        expected=table[1] * n_a / n_b,
     )
 
 
@@ -654,239 +561,6 @@ def _check_binomial(k, n, p0, name, alpha, min_effect, alternative) -> None:
     _check_proportion_design(p0, min_effect, alpha, alternative)
 
 
-# --------------------------------------------------------------------------- bounded mean
-
-
-def hoeffding_radius(n: int, *, low: float, high: float, alpha: float) -> float:
-    """Two-sided Hoeffding radius: ``P(|mean_hat - mean| >= r) <= alpha`` for ``n`` iid
-    samples in ``[low, high]``, ``r = (high - low) * sqrt(log(2 / alpha) / (2 n))``.
-
-    Raises:
-        TypeError / ValueError: ``n`` < 1, ``low >= high``, ``alpha`` not in (0, 1).
-
-    Example:
-        >>> round(hoeffding_radius(100, low=0.0, high=1.0, alpha=0.05), 6)
-        0.13581
-    """
-    check_int("n", n, minimum=1)
-    _check_interval(low, high)
-    _check_open_unit("alpha", alpha)
-    return (high - low) * math.sqrt(math.log(2.0 / alpha) / (2.0 * n))
-
-
-def empirical_bernstein_radius(n: int, variance: float, *, low: float, high: float, alpha: float) -> float:
-    """Two-sided empirical Bernstein radius (Maurer & Pontil 2009, Theorem 4, each side at
-    ``alpha / 2``): ``sqrt(2 V log(4/alpha) / n) + 7 (high - low) log(4/alpha) / (3 (n - 1))``
-    with ``V`` the unbiased sample variance. Tighter than Hoeffding for low-variance data.
-
-    Raises:
-        TypeError / ValueError: ``n`` < 2, ``variance`` < 0, ``low >= high``, ``alpha``
-            not in (0, 1).
-
-    Example:
-        >>> round(empirical_bernstein_radius(1000, 0.0, low=0.0, high=1.0, alpha=0.05), 6)
-        0.010235
-    """
-    check_int("n", n, minimum=2)
-    check_float("variance", variance, minimum=0.0)
-    _check_interval(low, high)
-    _check_open_unit("alpha", alpha)
-    log_term = math.log(4.0 / alpha)
-    return math.sqrt(2.0 * variance * log_term / n) + 7.0 * (high - low) * log_term / (3.0 * (n - 1))
-
-
-def _check_interval(low, high) -> None:
-    check_float("low", low)
-    if check_float("high", high) <= low:
-        raise ValueError(f"high: expected a number > low = {low}, got {high}")
-
-
-def _power_given_radius(n: int, width: float, min_effect: float, radius: float) -> float:
-    """Hoeffding lower bound on P(|mean_hat - mean0| >= radius) when |mean - mean0| >= min_effect."""
-    gap = min_effect - radius
-    return 1.0 - math.exp(-2.0 * n * gap**2 / width**2) if gap > 0 else 0.0
-
-
-def power_mean(n: int, *, low: float, high: float, min_effect: float, alpha: float) -> float:
-    """Guaranteed power of the Hoeffding mean test from ``n`` samples in ``[low, high]``
-    when ``|mean - mean0| >= min_effect``: ``1 - exp(-2 n (min_effect - r)^2 / (high - low)^2)``
-    with ``r`` = :func:`hoeffding_radius` (0 when ``min_effect <= r``).
-
-    Raises:
-        TypeError / ValueError: as :func:`hoeffding_radius`; ``min_effect`` not in
-            (0, high - low].
-
-    Example:
-        >>> round(power_mean(1035, low=0.0, high=1.0, min_effect=0.1, alpha=0.05), 4)
-        0.999
-    """
-    radius = hoeffding_radius(n, low=low, high=high, alpha=alpha)
-    _check_min_mean_effect(min_effect, low, high)
-    return _power_given_radius(n, high - low, min_effect, radius)
-
-
-def _check_min_mean_effect(min_effect, low, high) -> None:
-    if check_float("min_effect", min_effect) <= 0 or min_effect > high - low:
-        raise ValueError(f"min_effect: expected a number in (0, high - low = {high - low}], got {min_effect}")
-
-
-def sample_size_for_mean(
-    low: float,
-    high: float,
-    min_effect: float,
-    alpha: float = PER_ASSERTION_ALPHA,
-    power: float = TARGET_POWER,
-) -> int:
-    """Smallest ``n`` at which the Hoeffding mean test has guaranteed power >= ``power``:
-    Hoeffding on both sides, ``radius(alpha, two-sided) + radius(1 - power, one-sided) <=
-    min_effect``, i.e. ``n = (high - low)^2 (sqrt(log(2/alpha)/2) + sqrt(log(1/(1-power))/2))^2
-    / min_effect^2``.
-
-    Raises:
-        TypeError / ValueError: ``low >= high``, ``min_effect`` not in (0, high - low],
-            ``alpha`` / ``power`` not in (0, 1).
-
-    Example:
-        >>> sample_size_for_mean(0.0, 1.0, 0.1, 0.05, 0.999)
-        1035
-    """
-    _check_interval(low, high)
-    _check_min_mean_effect(min_effect, low, high)
-    _check_open_unit("alpha", alpha)
-    _check_open_unit("power", power)
-    root_n = (high - low) * (math.sqrt(math.log(2 / alpha) / 2) + math.sqrt(-math.log1p(-power) / 2)) / min_effect
-    n = math.ceil(root_n**2)
-    while power_mean(n, low=low, high=high, min_effect=min_effect, alpha=alpha) < power:  # rounding
-        n += 1
-    return _scaled(n)
-
-
-def bounded_mean(
-    samples: Sequence[float] | np.ndarray | torch.Tensor,
-    mean0: float,
-    *,
-    low: float,
-    high: float,
-    name: str,
-    alpha: float = PER_ASSERTION_ALPHA,
-    min_effect: float,
-    method: str = "hoeffding",
-    ledger: StatLedger | None = None,
-) -> StatResult:
-    """Two-sided test that iid ``samples [n]`` in ``[low, high]`` have mean ``mean0``.
-
-    Passes iff ``|mean_hat - mean0| < r`` with ``r`` the :func:`hoeffding_radius` or the
-    :func:`empirical_bernstein_radius` at ``alpha``. p-value: the smallest alpha at which
-    the radius drops to the observed deviation ``t`` (Hoeffding: ``min(1, 2 exp(-2 n t^2 /
-    (high - low)^2))``). Effect: ``t``; upper bound ``t + r``. Power:
-    :func:`power_mean` (for "bernstein" evaluated at the observed radius, a plug-in value).
-    Distribution-free, hence conservative: use for acceptance lengths and rates whose
-    distribution is unknown.
-
-    Raises:
-        TypeError / ValueError: samples not 1-D finite reals in ``[low, high]`` (fewer than
-            2 for "bernstein"), ``mean0`` outside ``[low, high]``, bad ``low`` / ``high`` /
-            ``alpha`` / ``min_effect``, unknown ``method``; each names the argument.
-
-    Example:
-        >>> from conformance.budget import StatLedger
-        >>> r = bounded_mean([0.0, 1.0] * 50, 0.5, low=0.0, high=1.0, name="demo/coin/mean",
-        ...                  min_effect=0.3, ledger=StatLedger())
-        >>> r.passed, r.p_value
-        (True, 1.0)
-    """
-    x = _check_bounded_mean(samples, mean0, low, high, name, alpha, min_effect, method)
-    n, width = x.size, high - low
-    t = abs(float(x.mean()) - mean0)
-    if method == "hoeffding":
-        radius = hoeffding_radius(n, low=low, high=high, alpha=alpha)
-        p_value = min(1.0, 2.0 * math.exp(-2.0 * n * t**2 / width**2))
-    else:
-        variance = float(x.var(ddof=1))
-        radius = empirical_bernstein_radius(n, variance, low=low, high=high, alpha=alpha)
-        # radius(a) = A s + B s^2 with s = sqrt(log(4/a)): solve radius = t for s
-        a_coef, b_coef = math.sqrt(2.0 * variance / n), 7.0 * width / (3.0 * (n - 1))
-        s = (-a_coef + math.sqrt(a_coef**2 + 4.0 * b_coef * t)) / (2.0 * b_coef)
-        p_value = min(1.0, 4.0 * math.exp(-(s**2)))
-    return _finish(
-        ledger,
-        name=name,
-        null=f"mean = {mean0:.6g} for iid samples in [{low:g}, {high:g}]",
-        statistic_name=f"mean ({method} radius {radius:.4g})",
-        statistic=float(x.mean()),
-        p_value=p_value,
-        alpha=alpha,
-        n=n,
-        effect_name="abs(mean - mean0)",
-        effect=t,
-        effect_ci_upper=min(width, t + radius),
-        min_effect=min_effect,
-        power_at_min_effect=_power_given_radius(n, width, min_effect, radius),
-    )
-
-
-def _check_bounded_mean(samples, mean0, low, high, name, alpha, min_effect, method) -> np.ndarray:
-    _check_name(name)
-    _check_interval(low, high)
-    check_float("mean0", mean0, minimum=low, maximum=high)
-    _check_open_unit("alpha", alpha)
-    _check_min_mean_effect(min_effect, low, high)
-    check_choice("method", method, MEAN_METHODS)
-    x = _as_vector("samples", samples).astype(np.float64)
-    outside = (x < low) | (x > high)
-    if outside.any():
-        i = _first_index(outside)
-        raise ValueError(f"samples: expected values in [low, high] = [{low}, {high}], got {x[i]} at index {i}")
-    if method == "bernstein" and x.size < 2:
-        raise ValueError(f"samples: expected at least 2 samples for method='bernstein', got {x.size}")
-    return x
-
-
-# --------------------------------------------------------------------------- multiple testing
-
-
-def bonferroni_alpha(alpha: float, m: int) -> float:
-    """Per-comparison level ``alpha / m`` keeping the family-wise rate of ``m`` tests <= alpha.
-
-    Raises:
-        TypeError / ValueError: ``alpha`` not in (0, 1), ``m`` < 1.
-
-    Example:
-        >>> bonferroni_alpha(1e-3, 200)
-        5e-06
-    """
-    _check_open_unit("alpha", alpha)
-    return alpha / check_int("m", m, minimum=1)
-
-
-def holm(p_values: Sequence[float] | np.ndarray, alpha: float) -> list[bool]:
-    """Holm's step-down procedure: ``True`` where the hypothesis is rejected.
-
-    Sorted ascending, the i-th smallest p-value (0-based) is rejected while
-    ``p_(i) <= alpha / (m - i)``; the first that is not stops the procedure. Family-wise
-    rate <= ``alpha`` under any dependence, never fewer rejections than Bonferroni.
-
-    Raises:
-        TypeError / ValueError: p-values not in [0, 1] (the first is named), ``alpha`` not
-            in (0, 1).
-
-    Example:
-        >>> holm([0.01, 0.04, 0.03, 0.005], 0.05)
-        [True, False, False, True]
-    """
-    _check_open_unit("alpha", alpha)
-    p = np.asarray(p_values, dtype=np.float64) if len(p_values) else np.zeros(0)
-    if p.ndim != 1 or ((p < 0) | (p > 1) | np.isnan(p)).any():
-        raise ValueError(f"p_values: expected a 1-D sequence of numbers in [0, 1], got {p_values!r}")
-    m = p.size
-    rejected = [False] * m
-    for rank, i in enumerate(np.argsort(p, kind="stable")):
-        if p[i] > alpha / (m - rank):
-            break
-        rejected[int(i)] = True
-    return rejected
-
-
 # --------------------------------------------------------------------------- seeds
 
 
@@ -911,21 +585,3 @@ def derive_seed(base_seed: int, case_id: str) -> int:
         raise ValueError("case_id: expected a non-empty case id, got ''")
     digest = hashlib.blake2b(f"{base_seed}\0{case_id}".encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
-
-
-def generator_for(case_id: str, base_seed: int, device: str | torch.device = "cpu") -> torch.Generator:
-    """A ``torch.Generator`` on ``device`` seeded with ``derive_seed(base_seed, case_id)``.
-
-    Raises:
-        TypeError / ValueError: as :func:`derive_seed`; RuntimeError from torch for a
-            device without generator support.
-
-    Example:
-        >>> g = generator_for("S3/race/uniform", 0)
-        >>> torch.equal(torch.rand(3, generator=g), torch.rand(3, generator=generator_for("S3/race/uniform", 0)))
-        True
-    """
-    seed = derive_seed(base_seed, case_id)
-    generator = torch.Generator(device=torch.device(device))
-    generator.manual_seed(seed)
-    return generator
