@@ -158,14 +158,10 @@ class VanillaMarkovHead(MarkovHead):
         return self._project(self.W1(prev)), state
 
 
-class GatedMarkovHead(MarkovHead):
-    """Gated Markov head (SPEC S2): ``g = sigmoid(Wg [h_k ; W1[prev]] + bg)``,
-    ``bias = W2(g * W1[prev])``; ``Wg`` is a linear ``d + r -> r`` with bias.
-
-    Args: as ``VanillaMarkovHead`` plus ``hidden_size`` (``d >= 1``).
-    Raises:
-        TypeError / ValueError: naming the bad argument.
-    """
+class _HiddenConditionedHead(MarkovHead):
+    """The constructor shared by the heads that read the backbone hidden state ``h_k``
+    (gated, rnn): check the arguments, build ``W1``, ``W2`` and the head's own layers
+    (:meth:`_add_layers`, in that order, so seeded weights are reproducible), initialise."""
 
     needs_hidden = True
 
@@ -185,8 +181,24 @@ class GatedMarkovHead(MarkovHead):
             generator=generator, dtype=dtype, needs_hidden=True,
         )
         super().__init__(vocab_size, rank, hidden_size)
-        self.Wg = nn.utils.skip_init(nn.Linear, hidden_size + rank, rank)
+        self._add_layers(rank, hidden_size)
         self._finish_init(scale, generator, device, dtype)
+
+    def _add_layers(self, rank: int, hidden_size: int) -> None:
+        raise NotImplementedError
+
+
+class GatedMarkovHead(_HiddenConditionedHead):
+    """Gated Markov head (SPEC S2): ``g = sigmoid(Wg [h_k ; W1[prev]] + bg)``,
+    ``bias = W2(g * W1[prev])``; ``Wg`` is a linear ``d + r -> r`` with bias.
+
+    Args: as ``VanillaMarkovHead`` plus ``hidden_size`` (``d >= 1``).
+    Raises:
+        TypeError / ValueError: naming the bad argument.
+    """
+
+    def _add_layers(self, rank: int, hidden_size: int) -> None:
+        self.Wg = nn.utils.skip_init(nn.Linear, hidden_size + rank, rank)
 
     def step_bias(self, prev, hidden_k, state):
         self._check_step(prev, hidden_k)
@@ -195,7 +207,7 @@ class GatedMarkovHead(MarkovHead):
         return self._project(gate * embedded), state
 
 
-class RNNMarkovHead(MarkovHead):
+class RNNMarkovHead(_HiddenConditionedHead):
     """Recurrent Markov head (SPEC S2, paper eq. 6).
 
     ``z = [s_{k-1} ; W1[prev] ; h_k]``; one linear ``Wz: 2r + d -> 3r`` (with bias, as in
@@ -208,26 +220,8 @@ class RNNMarkovHead(MarkovHead):
         TypeError / ValueError: naming the bad argument.
     """
 
-    needs_hidden = True
-
-    def __init__(
-        self,
-        vocab_size: int,
-        rank: int,
-        hidden_size: int,
-        *,
-        scale: float = DEFAULT_INIT_SCALE,
-        generator: torch.Generator | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype = torch.float32,
-    ) -> None:
-        _check_head_args(
-            vocab_size=vocab_size, rank=rank, hidden_size=hidden_size, scale=scale,
-            generator=generator, dtype=dtype, needs_hidden=True,
-        )
-        super().__init__(vocab_size, rank, hidden_size)
+    def _add_layers(self, rank: int, hidden_size: int) -> None:
         self.Wz = nn.utils.skip_init(nn.Linear, 2 * rank + hidden_size, 3 * rank)
-        self._finish_init(scale, generator, device, dtype)
 
     def init_state(self, batch, device):
         return torch.zeros(batch, self.rank, dtype=self.W1.weight.dtype, device=device)
