@@ -1,4 +1,5 @@
-"""Independent oracles of chain verification (SPEC S5) for ``conformance/test_verify.py``.
+"""Independent oracles of chain verification (SPEC S5) for ``conformance/test_verify.py``
+and ``conformance/test_verify_lossless.py``.
 
 Written from the SPEC text alone, in plain float64 (numpy) and exact rational arithmetic
 (:mod:`fractions`); nothing here imports ``dspark_ref`` (STYLE habit 9).
