@@ -131,6 +131,8 @@ def write_reports(cal: dict[str, Any], report_dir: Path, commands: list[str]) ->
     (report_dir / "calibration.json").write_text(json.dumps({**cal, "commands": commands}, indent=1))
     lines = ["# Calibration of the statistical tests", "", "Produced by:", ""]
     lines += [f"    {c}" for c in commands] + [""]
+    lines += ["Each case seed is `derive_seed(base seed, pytest node id)`: a renamed or moved test gets new seeds, "
+              "so these records reproduce for the node ids they name (calibration.json).", ""]
     if cal["runs"]:
         lines += _whole_run(cal) + [""]
     lines += _declared_power(cal) + [""] + _mutant_power(cal) + [""]
