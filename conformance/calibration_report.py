@@ -1,4 +1,4 @@
-"""``calibration.json`` and ``calibration.md`` from :func:`conformance.calibration.aggregate`."""
+"""``calibration.json`` and ``calibration.md`` from :func:`conformance.calibration_numbers.aggregate`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .calibration import KS_DEFECT_LEVEL, TARGET_REPLAYED_POWER
+from .calibration_numbers import KS_DEFECT_LEVEL, TARGET_REPLAYED_POWER
 
 
 def _short(nodeid: str) -> str:
@@ -17,33 +17,45 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _seed_list(seeds: list[int]) -> str:
+    return ", ".join(map(str, seeds)) if seeds else "none"
+
+
 def _whole_run(cal: dict[str, Any]) -> list[str]:
     runs, seeds = cal["runs"], cal["seeds"]
     lines = [
         "## Whole-run false failures (reference, statistical tests)",
         "",
-        f"{cal['failed_runs']} of {runs} runs failed (base seeds {seeds[0]}..{seeds[-1]}); 95% upper bound on "
-        f"the whole-run false-failure rate {cal['run_rate_upper95']:.3g}. The declared budget is "
-        f"{cal['budget']:g} (per-assertion alpha {cal['per_assertion_alpha']:g} = budget / 200 assertions); "
-        f"a bound that low from clean runs alone needs about {int(3 / cal['budget'])} of them. The tables below "
-        "test the premise of the budget instead, that every assertion's p-value is valid (no smaller than "
-        "U(0, 1)), at levels a few hundred runs can resolve.",
+        "Intervals are two-sided 95% Clopper-Pearson: an upper end is a one-sided 97.5% upper bound.",
         "",
-        "Family-wise levels: a run fails at level L when any of its p-values is <= L / 200 (the suite's rule at "
-        f"L = {cal['budget']:g}). 'predicted' is the rate if every p-value were U(0, 1) and independent: "
-        "Bonferroni over the 200 budgeted assertions makes it below L.",
+        f"{cal['failed_runs']} of {runs} runs failed ({len(seeds)} base seeds from {seeds[0]} to {seeds[-1]}, "
+        f"{', '.join(cal['devices'])}; failed: {_seed_list(cal['failed_seeds'])}). Upper end of the whole-run "
+        f"false-failure rate: {cal['run_rate_upper95']:.3g}. Runs with an INCONCLUSIVE test (a path under test "
+        f"never ran; not a failure, but `run` would exit 2): {_seed_list(cal['inconclusive_seeds'])}. Runs with "
+        f"a failure of the suite's own code: {_seed_list(cal['suite_error_seeds'])}.",
         "",
-        "| level L | alpha per assertion | failed runs | observed rate | 95% CI | predicted |",
-        "| --- | --- | --- | --- | --- | --- |",
+        f"The declared budget is {cal['budget']:g}: per-assertion alpha {cal['per_assertion_alpha']:g} = budget / "
+        f"{cal['max_assertions']}, the most statistical assertions a run may declare (conformance/budget.py), so "
+        "a run with fewer assertions stays further below it. An upper end that low from clean runs alone needs "
+        f"{cal['clean_runs_for_budget']} of them. The tables below test the premise of the budget instead, that "
+        "every assertion's p-value is valid (no smaller than U(0, 1)), at levels a few hundred runs can resolve.",
+        "",
+        f"Family-wise levels: a run fails at level L when any of its p-values is <= L / {cal['max_assertions']} "
+        f"(the suite's rule at L = {cal['budget']:g}). 'predicted' is the rate if every p-value were U(0, 1) and "
+        "independent; the last column is the one-sided binomial p-value of the observed count against it.",
+        "",
+        "| level L | alpha per assertion | failed runs | observed rate | 95% interval | predicted | p of an excess |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in cal["family_wise"]:
         lines.append(f"| {row['level']:g} | {row['alpha']:.3g} | {row['failed_runs']} / {row['runs']} | "
                      f"{row['rate']:.4f} | [{row['rate_low95']:.4f}, {row['rate_high95']:.4f}] | "
-                     f"{row['predicted_rate']:.4f} |")
+                     f"{row['predicted_rate']:.4f} | {row['excess_p_value']:.3g} |")
     pooled = cal["pooled_p_values"]
-    lines += ["", f"All {pooled['count']} p-values pooled (fraction at or below a threshold; U(0, 1) gives the "
-              "threshold itself, discrete tests a little less):", "",
-              "| threshold | count | fraction | 95% CI | p-value of an excess (binomial, one-sided) |",
+    lines += ["", f"All {pooled['count']} p-values of the runs pooled (tests that passed or failed; an INCONCLUSIVE "
+              "test has none): the fraction at or below a threshold is the threshold itself for U(0, 1), a little "
+              "less for discrete tests.", "",
+              "| threshold | count | fraction | 95% interval | p of an excess (binomial, one-sided) |",
               "| --- | --- | --- | --- | --- |"]
     for row in pooled["below"]:
         lines.append(f"| {row['threshold']:g} | {row['count']} | {row['rate']:.4f} | "
@@ -60,13 +72,16 @@ def _per_test(cal: dict[str, Any]) -> list[str]:
         f"times the number of tests (Bonferroni): {_fmt(cal['ks_min_p_bonferroni'], '.3g')} (a defect below "
         f"{KS_DEFECT_LEVEL:g}).",
         "",
-        "| test | runs | false failures | 95% upper bound | smallest p | KS D+ | KS p |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| test | runs | false failures | upper end | inconclusive | smallest p | KS D+ | KS p |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for nodeid, row in cal["per_test"].items():
         lines.append(f"| `{_short(nodeid)}` | {row['runs']} | {row['false_failures']} | {row['rate_upper95']:.3g} | "
-                     f"{_fmt(row['min_p_value'], '.3g')} | {_fmt(row['pvalue_ks'], '.3f')} | "
+                     f"{row['inconclusive']} | {_fmt(row['min_p_value'], '.3g')} | {_fmt(row['pvalue_ks'], '.3f')} | "
                      f"{_fmt(row['pvalue_ks_p'], '.3g')} |")
+    if cal["never_ran"]:
+        lines += ["", "Skipped in every run (not counted): "
+                  + ", ".join(f"`{_short(n)}`" for n in cal["never_ran"]) + "."]
     return lines
 
 
@@ -81,11 +96,11 @@ def _declared_power(cal: dict[str, Any]) -> list[str]:
         "",
         f"{len(rows)} assertions replayed on simulated data from the least favourable alternative at exactly "
         "their declared minimum effect (conformance/power_replay.py): same rule, n, alpha and null bins as the "
-        f"default-seed reference run. Smallest 95% lower bound on power: {worst:.4f}; "
+        f"default-seed reference run. Smallest lower end of the power's 95% interval: {worst:.4f}; "
         f"{len(rows) - len(below)} of {len(rows)} at or above {TARGET_REPLAYED_POWER}"
         + (f"; below: {', '.join(below)}." if below else "."),
         "",
-        "| assertion | rule | n | min effect | analytic power | rejected / replicates | 95% lower bound | "
+        "| assertion | rule | n | min effect | analytic power | rejected / replicates | lower end | "
         "noncentrality / 4nd^2 | device |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -106,7 +121,7 @@ def _mutant_power(cal: dict[str, Any]) -> list[str]:
         "above the declared effect the mutant sits). Mutants without a statistical killer are caught by exact "
         "tests (docs/mutants/mutants.md).",
         "",
-        "| mutant | any killer: killed / seeds (95% lower) | test | killed / seeds | 95% lower bound | effect / min |",
+        "| mutant | any killer: killed / seeds (lower end) | test | killed / seeds | lower end | effect / min |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     exact_only = []

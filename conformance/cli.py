@@ -43,6 +43,12 @@ def _count(value: str) -> int:
     return int(value)
 
 
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dspark-conformance", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     cal.add_argument("--report", type=Path, default=Path("reports/calibration"),
                      help="directory; runs append to its runs.jsonl and the report aggregates the whole file")
-    cal.add_argument("--jobs", type=int, default=None, help="pytest runs in parallel (default: CPU count)")
+    cal.add_argument("--jobs", type=_positive, default=None, help="pytest runs in parallel (default: CPU count)")
     return parser
 
 
@@ -144,27 +150,62 @@ def run(args: argparse.Namespace) -> int:
     return exit_code(returncode, payload)
 
 
-def calibrate(args: argparse.Namespace) -> int:
-    from . import calibration, calibration_report
+def _replay_results(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict | None:
+    """The results.json named by ``--replay-results``, checked."""
+    path = args.replay_results
+    if path is None:
+        return None
+    if not args.replicates:
+        parser.error("--replay-results: has no effect with --replicates 0")
+    try:
+        payload = json.loads(path.read_text())
+    except OSError as exc:
+        parser.error(f"--replay-results: cannot read {path}: {exc.strerror}")
+    except json.JSONDecodeError as exc:
+        parser.error(f"--replay-results: {path} is not JSON ({exc})")
+    if not (isinstance(payload, dict) and "device" in payload and isinstance(payload.get("tests"), list)
+            and payload["tests"]):
+        parser.error(f"--replay-results: expected a results.json of dspark-conformance run (keys 'device' and "
+                     f"a non-empty 'tests'), got {path}")
+    return payload
 
-    cal = calibration.calibrate(
+
+def calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from . import calibration, calibration_numbers, calibration_report
+
+    least = calibration_numbers.min_replicates()
+    if 0 < args.replicates < least:
+        target = calibration_numbers.TARGET_REPLAYED_POWER
+        parser.error(f"--replicates: expected 0 or at least {least} (fewer cannot bound the power at {target} "
+                     f"even if every replicate rejects), got {args.replicates}")
+    if args.report.exists() and not args.report.is_dir():
+        parser.error(f"--report: expected a directory, got the file {args.report}")
+    log = calibration.calibrate(
         args.report, seeds=list(range(args.first_seed, args.first_seed + args.seeds)),
         power_seeds=list(range(1, args.power_seeds + 1)), replicates=args.replicates,
-        device=args.device, jobs=args.jobs,
-        replay_payload=json.loads(args.replay_results.read_text()) if args.replay_results else None,
+        device=args.device, jobs=args.jobs, replay_payload=_replay_results(args, parser),
     )
+    cal = calibration_numbers.aggregate(log.records())
     previous = args.report / "calibration.json"
     commands = json.loads(previous.read_text()).get("commands", []) if previous.exists() else []
-    if args.seeds or args.power_seeds or args.replicates:
+    if log.added:
         commands.append(" ".join(["dspark-conformance", *sys.argv[1:]]))
     calibration_report.write_reports(cal, args.report, commands)
-    print(calibration.summary(cal))
+    print(calibration_numbers.summary(cal))
     print(f"report: {args.report}/calibration.md, calibration.json")
-    return EXIT_PASS if calibration.acceptable(cal) else EXIT_FAIL
+    if log.crashed:
+        print(f"dspark-conformance: {len(log.crashed)} runs produced no test record and were not logged "
+              f"(rerun the command to retry them): {', '.join(log.crashed[:5])}", file=sys.stderr)
+        return EXIT_INFRA
+    if not calibration_numbers.measured_anything(cal):
+        print(f"dspark-conformance: nothing measured: {args.report}/runs.jsonl holds no run", file=sys.stderr)
+        return EXIT_INFRA
+    return EXIT_PASS if calibration_numbers.acceptable(cal) else EXIT_FAIL
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "run":
         return run(args)
     if args.command == "mutants":
@@ -176,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {args.report}/mutants.md, mutants.json")
         return EXIT_PASS if all(r.killed for r in records) else EXIT_FAIL
     if args.command == "calibrate":
-        return calibrate(args)
+        return calibrate(args, parser)
     raise AssertionError(f"unhandled command {args.command!r}")
 
 

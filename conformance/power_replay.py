@@ -13,9 +13,11 @@ Least favourable alternatives:
 * goodness of fit at TV distance ``d``: the noncentrality ``n * sum((p1 - p0)^2 / p0)`` of
   every alternative at TV ``d`` is at least ``4 n d^2``, with equality when ``|p1 - p0|`` is
   proportional to ``p0`` on two halves of mass 1/2 each (Cauchy-Schwarz). The bins are split
-  into halves as even as they allow (largest bin first, onto the lighter half); the mass
-  ``d`` moves from one half to the other in proportion to ``p0``. The split's imbalance is
-  reported: an uneven split (one bin above 1/2) makes the alternative easier to detect.
+  greedily (largest bin first, onto the lighter half), which is near even but not always the
+  most even split; the mass ``d`` moves from the heavier half into the lighter one in
+  proportion to ``p0``. The split's imbalance is reported as the noncentrality over
+  ``4 n d^2``: above 1, the alternative is that much easier to detect than the least
+  favourable one (one bin above 1/2 forces it).
 * binomial: ``p0 + min_effect`` and ``p0 - min_effect`` (the sides the alternative names);
   the power reported is the smaller.
 """
@@ -68,27 +70,28 @@ def least_favourable_alternative(probs: np.ndarray, min_tv: float) -> tuple[np.n
         ``(p1 [k] float64, ratio)``: the alternative, and its noncentrality over ``4 n min_tv^2``.
 
     Raises:
-        ValueError: ``probs`` not positive or not summing to 1, fewer than 2 bins, or a
-            half of the split lighter than ``min_tv`` (no alternative at that distance moves
-            mass in proportion to ``probs``).
+        ValueError: ``probs`` not positive or not summing to 1, fewer than 2 bins, or
+            ``min_tv`` above the mass of the heavier half.
     """
     probs = np.asarray(probs, dtype=np.float64)
     if probs.ndim != 1 or probs.size < 2 or (probs <= 0).any() or abs(probs.sum() - 1.0) > 1e-9:
         raise ValueError(f"probs: expected >= 2 positive probabilities summing to 1, got {probs!r}")
     if not 0.0 < min_tv < 1.0:
         raise ValueError(f"min_tv: expected a value in (0, 1), got {min_tv!r}")
-    upper = np.zeros(probs.size, dtype=bool)
-    mass_upper = mass_lower = 0.0
+    first = np.zeros(probs.size, dtype=bool)
+    mass_first = mass_second = 0.0
     for i in np.argsort(-probs, kind="stable"):
-        if mass_upper <= mass_lower:
-            upper[i], mass_upper = True, mass_upper + probs[i]
+        if mass_first <= mass_second:
+            first[i], mass_first = True, mass_first + probs[i]
         else:
-            mass_lower += probs[i]
-    if min(mass_upper, mass_lower) < min_tv:
-        raise ValueError(f"min_tv: the bins split into halves of mass {mass_upper:.4g} / {mass_lower:.4g}; "
-                         f"one is lighter than min_tv = {min_tv}")
-    alternative = np.where(upper, probs * (1 + min_tv / mass_upper), probs * (1 - min_tv / mass_lower))
-    ratio = 1.0 / (4.0 * mass_upper * mass_lower)
+            mass_second += probs[i]
+    # Mass moves into the lighter half, so the heavier one (>= 1/2) always has enough to give.
+    light = first if mass_first <= mass_second else ~first
+    mass_light, mass_heavy = sorted((mass_first, mass_second))
+    if min_tv > mass_heavy:
+        raise ValueError(f"min_tv: the heavier half of the bins holds {mass_heavy:.4g}, less than min_tv = {min_tv}")
+    alternative = np.where(light, probs * (1 + min_tv / mass_light), probs * (1 - min_tv / mass_heavy))
+    ratio = 1.0 / (4.0 * mass_light * mass_heavy)
     return alternative, ratio
 
 

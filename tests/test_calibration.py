@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from conformance import calibration, calibration_report, stats
+from conformance import calibration_numbers as numbers
 from conformance.budget import StatLedger
 from conformance.power_replay import least_favourable_alternative, replay_power
 
@@ -25,7 +26,7 @@ ALPHA = 1e-3
 # --------------------------------------------------------------------------- least favourable alternative
 
 
-@pytest.mark.parametrize("probs", [[0.25] * 4, [0.4, 0.3, 0.2, 0.1], [0.7, 0.2, 0.1], [0.5, 0.5]])
+@pytest.mark.parametrize("probs", [[0.25] * 4, [0.4, 0.3, 0.2, 0.1], [0.7, 0.2, 0.1], [0.5, 0.5], [0.995, 0.005]])
 def test_alternative_sits_at_the_declared_tv_and_moves_mass_in_proportion(probs):
     probs = np.array(probs)
     alternative, ratio = least_favourable_alternative(probs, 0.05)
@@ -44,7 +45,7 @@ def test_even_split_attains_the_cauchy_schwarz_bound_and_uneven_one_exceeds_it()
 
 @pytest.mark.parametrize("probs, min_tv, match", [
     ([1.0], 0.01, "probs"), ([0.5, 0.6], 0.01, "probs"), ([0.5, 0.5, 0.0], 0.01, "probs"),
-    ([0.5, 0.5], 0.0, "min_tv"), ([0.99, 0.01], 0.05, "min_tv"),
+    ([0.5, 0.5], 0.0, "min_tv"), ([0.5, 0.5], 0.6, "min_tv"),
 ])
 def test_alternative_rejects_bad_input(probs, min_tv, match):
     with pytest.raises(ValueError, match=match):
@@ -71,11 +72,11 @@ def test_replay_measures_the_designed_power():
     quarter = replay_power(_gof_record(n // 4), replicates=600, seed=3)
     assert full.analytic_power >= 0.999 and full.rejected >= 594 and full.power_lower95 > 0.98
     assert 0.3 < quarter.rejected / 600 < 0.9  # underpowered designs show as such
-    assert quarter.power_lower95 < calibration.TARGET_REPLAYED_POWER
+    assert quarter.power_lower95 < numbers.TARGET_REPLAYED_POWER
 
 
 @pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
-def test_replay_binomial_takes_the_worse_side(alternative):
+def test_replay_binomial_detects_its_sides(alternative):
     n = stats.sample_size_for_proportion(1 / 3, min_effect=0.05, alpha=ALPHA, power=0.999, alternative=alternative)
     full = replay_power(_binomial_record(n, alternative), replicates=300, seed=5)
     weak = replay_power(_binomial_record(n // 5, alternative), replicates=300, seed=5)
@@ -83,9 +84,18 @@ def test_replay_binomial_takes_the_worse_side(alternative):
     assert weak.rejected < 285
 
 
+def test_replay_binomial_two_sided_reports_the_weaker_side():
+    # p0 = 0.05 +- 0.04 at n = 500: p = 0.01 is found about 99% of the time, p = 0.09 about 75%.
+    record = stats.binomial(25, 500, 0.05, name="t/asym", alpha=ALPHA, min_effect=0.04, ledger=StatLedger()).to_dict()
+    replayed = replay_power(record, replicates=300, seed=5)
+    assert 0.6 < replayed.rejected / 300 < 0.9
+
+
 def test_replay_is_seeded_and_rejects_records_it_cannot_replay():
-    record = _gof_record(2000)
-    assert replay_power(record, replicates=50, seed=1) == replay_power(record, replicates=50, seed=1)
+    record = _gof_record(stats.sample_size_for_tv(4, min_tv=0.05, alpha=ALPHA, power=0.999) // 4)
+    first = replay_power(record, replicates=200, seed=1)
+    assert first == replay_power(record, replicates=200, seed=1)
+    assert first.rejected != replay_power(record, replicates=200, seed=2).rejected  # power ~0.6: seeds differ
     with pytest.raises(ValueError, match="replicates"):
         replay_power(record, replicates=0, seed=1)
     with pytest.raises(ValueError, match="design"):
@@ -99,22 +109,28 @@ def _test(outcome, *ps):
     return {"outcome": outcome, "stats": [[f"a{i}", p, 0.001, 0.01] for i, p in enumerate(ps)]}
 
 
-def _reference(seed, p_a, p_b, failed=False):
+def _reference(seed, p_a, p_b, failed=False, b_outcome="passed"):
     return {"kind": "reference", "impl": "reference", "seed": seed, "device": "cpu",
             "tests": {"c/t.py::test_S3_a": _test("failed" if failed else "passed", p_a),
-                      "c/t.py::test_S5_b": _test("passed", p_b)}}
+                      "c/t.py::test_S5_b": _test(b_outcome, *([p_b] if b_outcome == "passed" else [])),
+                      "c/t.py::test_S3_gpu": _test("skipped")}}
+
+
+def _power(seed, outcome, device="cpu"):
+    return {"kind": "mutant-power", "impl": "mutant:m1", "seed": seed, "device": device,
+            "tests": {"c/t.py::test_S3_a": {"outcome": outcome, "stats": [["a", 1e-9, 0.05, 0.01]]}}}
 
 
 def _records():
     refs = [_reference(s, (s + 0.5) / 40, 1 - (s + 0.5) / 40) for s in range(40)]
     refs[7] = _reference(7, 1e-7, 1 - 7.5 / 40, failed=True)
+    refs[12] = _reference(12, 12.5 / 40, None, b_outcome="inconclusive")
     mutant_default = {"kind": "mutant-default", "impl": "mutant:m1", "seed": None, "device": "cpu",
                       "tests": {"c/t.py::test_S3_a": _test("failed", 1e-9), "c/t.py::test_S3_c": _test("passed", 0.3)}}
     exact_only = {"kind": "mutant-default", "impl": "mutant:m2", "seed": None, "device": "cpu",
                   "tests": {"c/t.py::test_S3_a": _test("passed", 0.4)}}
-    power = [{"kind": "mutant-power", "impl": "mutant:m1", "seed": s, "device": "cpu",
-              "tests": {"c/t.py::test_S3_a": {"outcome": "failed" if s != 3 else "passed",
-                                              "stats": [["a", 1e-9, 0.05, 0.01]]}}} for s in range(1, 11)]
+    power = [_power(s, "failed" if s != 3 else "passed") for s in range(1, 11)]
+    power += [_power(11, "suite-error"), _power(12, "failed", device="cuda")]  # neither counts
     replay = {"kind": "replay", "impl": "reference", "seed": None, "device": "cpu", "replayed": [
         {"name": "S3/a", "rule": "goodness_of_fit", "n": 10, "alpha": 5e-6, "min_effect": 0.01,
          "analytic_power": 0.999, "replicates": 2000, "rejected": 1999, "power_lower95": 0.9972,
@@ -123,37 +139,63 @@ def _records():
 
 
 def test_aggregate_counts_false_failures_levels_and_power():
-    cal = calibration.aggregate(_records())
-    assert (cal["runs"], cal["failed_runs"], cal["seeds"]) == (40, 1, [0, 39])
+    cal = numbers.aggregate(_records())
+    assert (cal["runs"], cal["failed_runs"], cal["seeds"]) == (40, 1, list(range(40)))
+    assert (cal["failed_seeds"], cal["inconclusive_seeds"], cal["suite_error_seeds"]) == ([7], [12], [])
     assert cal["run_rate_upper95"] == pytest.approx(0.1316, abs=1e-3)  # Clopper-Pearson 1/40
     row = cal["per_test"]["c/t.py::test_S3_a"]
-    assert (row["runs"], row["false_failures"], row["min_p_value"]) == (40, 1, 1e-7)
-    assert cal["per_test"]["c/t.py::test_S5_b"]["pvalue_ks"] == pytest.approx(0.5 / 40)  # a grid of mid-points
-    # level 0.5 -> alpha 0.0025: only the run holding p = 1e-7 fails; predicted 1 - (1 - 0.0025)^2 per run
+    assert (row["runs"], row["false_failures"], row["min_p_value"], row["inconclusive"]) == (40, 1, 1e-7, 0)
+    b = cal["per_test"]["c/t.py::test_S5_b"]
+    assert (b["runs"], b["inconclusive"]) == (39, 1)
+    assert b["pvalue_ks"] == pytest.approx(27 / 1560 + 1 / 80)  # mid-point grid of 40, the 28th missing
+    assert cal["never_ran"] == ["c/t.py::test_S3_gpu"] and "c/t.py::test_S3_gpu" not in cal["per_test"]
+    # level 0.5 -> alpha 0.0025: only the run holding p = 1e-7 fails; predicted 1 - (1 - 0.0025)^2 per
+    # run with two p-values (seed 12 has one)
     level = next(r for r in cal["family_wise"] if r["level"] == 0.5)
     assert (level["failed_runs"], level["runs"]) == (1, 40)
-    assert level["predicted_rate"] == pytest.approx(1 - (1 - 0.0025) ** 2)
+    assert level["predicted_rate"] == pytest.approx((39 * (1 - 0.9975**2) + 0.0025) / 40)
     below = {r["threshold"]: r["count"] for r in cal["pooled_p_values"]["below"]}
+    assert cal["pooled_p_values"]["count"] == 79
     assert below == {0.1: 4 + 1 + 4, 0.01: 1, 0.001: 1}  # 0.0125, 0.0375, 0.0625, 0.0875 twice, and 1e-7
-    assert cal["power"]["m1"]["c/t.py::test_S3_a"]["killed"] == 9
-    assert cal["power"]["m1"]["c/t.py::test_S3_a"]["median_effect_over_min"] == pytest.approx(5.0)
+    assert cal["clean_runs_for_budget"] == 3688
+    killer = cal["power"]["m1"]["c/t.py::test_S3_a"]
+    assert (killer["seeds"], killer["killed"], killer["median_effect_over_min"]) == (10, 9, pytest.approx(5.0))
     assert cal["power"]["m2"] == {} and "c/t.py::test_S3_c" not in cal["power"]["m1"]
-    assert cal["power_any_killer"]["m1"] == {"seeds": 10, "killed": 9,
-                                             "power_lower95": pytest.approx(0.555, abs=1e-3)}
-    assert cal["declared_power_ok"]
-    assert calibration.acceptable(cal)
+    lower = pytest.approx(0.555, abs=1e-3)
+    assert cal["power_any_killer"] == {"m1": {"seeds": 10, "killed": 9, "power_lower95": lower}}
+    assert cal["declared_power_ok"] and numbers.acceptable(cal) and numbers.measured_anything(cal)
 
 
-def test_acceptable_flags_low_replayed_power_and_excess_failures():
+def test_acceptable_flags_low_replayed_power_excess_failures_skew_and_suite_errors():
     records = _records()
     records[0]["replayed"][0]["power_lower95"] = 0.95
-    assert not calibration.acceptable(calibration.aggregate(records))
+    assert not numbers.acceptable(numbers.aggregate(records))
     failing = [_reference(s, 1e-7, 0.5, failed=True) for s in range(20)]
-    assert not calibration.acceptable(calibration.aggregate(failing))
+    assert not numbers.acceptable(numbers.aggregate(failing))
     skewed = [_reference(s, (s + 0.5) / 80, 1 - (s + 0.5) / 40) for s in range(40)]  # p_a ~ U(0, 1/2)
-    cal = calibration.aggregate(skewed)
-    assert cal["failed_runs"] == 0 and cal["ks_min_p_bonferroni"] < calibration.KS_DEFECT_LEVEL
-    assert not calibration.acceptable(cal)
+    cal = numbers.aggregate(skewed)
+    assert cal["failed_runs"] == 0 and cal["ks_min_p_bonferroni"] < numbers.KS_DEFECT_LEVEL
+    assert not numbers.acceptable(cal)
+    broken = _records()
+    broken[5]["tests"]["c/t.py::test_S3_a"]["outcome"] = "suite-error"
+    assert not numbers.acceptable(numbers.aggregate(broken))
+
+
+def test_nothing_measured_and_all_skipped_runs_aggregate_without_error():
+    assert not numbers.measured_anything(numbers.aggregate([]))
+    skipped = [{"kind": "reference", "impl": "reference", "seed": s, "device": "cpu",
+                "tests": {"c/t.py::test_S3_gpu": _test("skipped")}} for s in range(3)]
+    cal = numbers.aggregate(skipped)
+    assert cal["per_test"] == {} and cal["pooled_p_values"] == {"count": 0, "below": []}
+
+
+def test_interval_helpers_match_clopper_pearson():
+    assert numbers.ci95(0, numbers.clean_runs_needed(1e-3))[1] <= 1e-3 < numbers.ci95(0, 3687)[1]
+    least = numbers.min_replicates()
+    assert numbers.ci95(least, least)[0] >= 0.99 > numbers.ci95(least - 1, least - 1)[0]
+
+
+# --------------------------------------------------------------------------- the run log and resuming
 
 
 def test_run_log_keeps_the_first_record_and_reads_the_archive(tmp_path):
@@ -161,16 +203,88 @@ def test_run_log_keeps_the_first_record_and_reads_the_archive(tmp_path):
     archived = "".join(json.dumps(r) + "\n" for r in records[:20])
     (tmp_path / "runs.jsonl.gz").write_bytes(gzip.compress(archived.encode()))
     log = calibration.RunLog(tmp_path / "runs.jsonl")
-    for r in records[10:]:  # overlaps the archive: 10 duplicates
-        log.append(r)
-    assert log.records() == records
+    for r in records[10:]:  # overlaps the archive on 10 keys, with different contents
+        log.append({**r, "tests": {}} if r["kind"] != "replay" else {**r, "replayed": []})
+    assert log.records() == records[:20] + [{**r, "tests": {}} for r in records[20:]]
+
+
+def test_run_log_skips_a_cut_last_line_and_names_a_bad_one(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    good = json.dumps(_reference(1, 0.5, 0.5))
+    path.write_text(good + "\n" + good[:40])
+    assert calibration.RunLog(path).records() == [_reference(1, 0.5, 0.5)]
+    path.write_text(good[:40] + "\n" + good + "\n")
+    with pytest.raises(ValueError, match=r"runs.jsonl:1: not a JSON record"):
+        calibration.RunLog(path).records()
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """Replace the pytest subprocess: record the calls, answer from ``outcomes``."""
+    calls, outcomes = [], {}
+
+    def run(impl, seed, device, selection=None, nodeids=None):
+        calls.append((impl, seed, device, tuple(nodeids or ())))
+        outcome = outcomes.get((impl, seed), "passed")
+        if outcome is None:
+            return None
+        stats_ = [{"name": "x", "p_value": 0.5, "effect": 0.0, "min_effect": 0.01, "power_at_min_effect": 0.999,
+                   "design": None}]
+        return {"device": device, "tests": [{"nodeid": "c/t.py::test_S3_a", "outcome": outcome, "stats": stats_}]}
+
+    monkeypatch.setattr(calibration, "_pytest_run", run)
+    return calls, outcomes
+
+
+def test_reference_runs_resume_and_crashes_are_retried(tmp_path, fake_runs):
+    calls, outcomes = fake_runs
+    outcomes[("reference", 2)] = None  # a crash
+    log = calibration.calibrate(tmp_path, seeds=[1, 2, 3], power_seeds=[], replicates=0, jobs=2)
+    assert (log.added, log.crashed) == (2, ["reference seed 2"])
+    assert sorted(r["seed"] for r in log.records()) == [1, 3]
+    del outcomes[("reference", 2)]
+    calls.clear()
+    log = calibration.calibrate(tmp_path, seeds=[1, 2, 3, 4], power_seeds=[], replicates=0, jobs=2)
+    assert sorted(c[1] for c in calls) == [2, 4] and log.added == 2 and not log.crashed
+
+
+def test_mutant_power_reruns_only_default_seed_killers_seed_major(tmp_path, fake_runs):
+    calls, outcomes = fake_runs
+    outcomes[("mutant:folded-stale-staging", None)] = "failed"
+    ids = ["folded-stale-staging", "sampling-ties-highest-index"]
+    calibration.calibrate(tmp_path, seeds=[], power_seeds=[1, 2], replicates=0, mutants=ids, jobs=1)
+    power = [c for c in calls if c[1] is not None]
+    assert power == [("mutant:folded-stale-staging", s, "cpu", ("c/t.py::test_S3_a",)) for s in (1, 2)]
+    calls.clear()
+    calibration.calibrate(tmp_path, seeds=[], power_seeds=[1, 2, 3], replicates=0, mutants=ids, jobs=1)
+    assert calls == [("mutant:folded-stale-staging", 3, "cpu", ("c/t.py::test_S3_a",))]
+
+
+def test_replay_runs_once_per_device(tmp_path, fake_runs, monkeypatch):
+    calls, _ = fake_runs
+    replayed = []
+
+    def replay(result, replicates, seed):
+        replayed.append(replicates)
+        return calibration.power_replay.ReplayedPower("x", "goodness_of_fit", 1, 5e-6, 0.01, 0.999,
+                                                      replicates, replicates, 0.99, 1.0)
+    monkeypatch.setattr(calibration.power_replay, "replay_power", replay)
+    calibration.calibrate(tmp_path, seeds=[], power_seeds=[], replicates=400)
+    log = calibration.calibrate(tmp_path, seeds=[], power_seeds=[], replicates=500)
+    assert replayed == [400] and log.added == 0 and len(calls) == 1
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "conformance.cli", "calibrate", *args],
+                          capture_output=True, text=True, cwd=ROOT)
 
 
 def test_cli_reaggregates_without_running_and_writes_both_reports(tmp_path):
     (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _records()))
-    proc = subprocess.run(
-        [sys.executable, "-m", "conformance.cli", "calibrate", "--seeds", "0", "--power-seeds", "0",
-         "--replicates", "0", "--report", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    proc = _cli("--seeds", "0", "--power-seeds", "0", "--replicates", "0", "--report", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1/40 reference runs false-failed" in proc.stdout
     cal = json.loads((tmp_path / "calibration.json").read_text())
@@ -180,9 +294,41 @@ def test_cli_reaggregates_without_running_and_writes_both_reports(tmp_path):
                     "False failures per statistical test"):
         assert heading in md
     assert "No statistical killer (caught by exact tests): `m2`" in md
+    assert "Runs with an INCONCLUSIVE test (a path under test never ran; not a failure, but `run` would exit 2): " \
+           "12." in md
+    assert "Skipped in every run (not counted): `test_S3_gpu`" in md
+
+
+def test_cli_exits_3_when_nothing_was_measured(tmp_path):
+    proc = _cli("--seeds", "0", "--power-seeds", "0", "--replicates", "0", "--report", str(tmp_path))
+    assert proc.returncode == 3 and "nothing measured" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--replicates", "5"], "--replicates: expected 0 or at least 368"),
+    (["--replicates", "400", "--replay-results", "/no/such/file.json"], "--replay-results: cannot read"),
+    (["--replicates", "0", "--replay-results", "x.json"], "--replay-results: has no effect with --replicates 0"),
+    (["--seeds", "-1"], "--seeds: expected a non-negative integer"),
+    (["--jobs", "0"], "--jobs: expected a positive integer"),
+])
+def test_cli_bad_arguments_are_named(tmp_path, args, message):
+    proc = _cli("--report", str(tmp_path), *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_cli_rejects_a_replay_file_that_is_not_a_results_json(tmp_path):
+    for text, message in (("{", "is not JSON"), ("[]", "expected a results.json"), ("{}", "expected a results.json")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        proc = _cli("--seeds", "0", "--power-seeds", "0", "--replay-results", str(bad), "--report", str(tmp_path / "r"))
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    report_file = tmp_path / "file"
+    report_file.write_text("")
+    proc = _cli("--seeds", "0", "--report", str(report_file))
+    assert proc.returncode == 2 and "--report: expected a directory" in proc.stderr
 
 
 def test_report_says_when_power_was_not_replayed(tmp_path):
     records = [r for r in _records() if r["kind"] != "replay"]
-    calibration_report.write_reports(calibration.aggregate(records), tmp_path, ["cmd"])
+    calibration_report.write_reports(numbers.aggregate(records), tmp_path, ["cmd"])
     assert "Not measured in these runs (`--replicates 0`)" in (tmp_path / "calibration.md").read_text()
