@@ -426,14 +426,14 @@ def _calibration(cal: dict | None, mpl: Any) -> str:
         return ""
     out = [
         '<h2 id="calibration">Calibration of the statistical tests</h2>',
-        f"<p>{cal['failed_runs']} of {cal['runs']} reference runs false-failed; 95% upper bound on the "
-        f"whole-run false-failure rate {_num(cal['run_rate_upper95'], '.3g')} against the family-wise "
-        f"budget {_num(cal['budget'], 'g')}.</p>",
+        f"<p>{cal['failed_runs']} of {cal['runs']} reference runs false-failed; upper end of the 95% "
+        f"Clopper-Pearson interval of the whole-run false-failure rate {_num(cal['run_rate_upper95'], '.3g')} "
+        f"against the family-wise budget {_num(cal['budget'], 'g')}.</p>",
     ]
     if cal.get("declared_power"):
         worst = min(r["power_lower95"] for r in cal["declared_power"].values())
         out.append(f"<p>Power at the declared effect, replayed: {len(cal['declared_power'])} assertions, "
-                   f"smallest 95% lower bound {_num(worst, '.4f')}.</p>")
+                   f"smallest lower end of the 95% interval {_num(worst, '.4f')}.</p>")
     if mpl is not None and cal["per_test"]:
         out.append(f'<figure class="wide">{_img(_false_failure_figure(mpl, cal), "false failures")}'
                    "<figcaption>False failures per statistical test on the reference (observed rate and its "

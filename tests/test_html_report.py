@@ -158,7 +158,7 @@ def test_kill_matrix_and_calibration_are_read_from_the_report_dir(tmp_path):
     assert "test_S6_x</code> (+1 more)" in kill
     cal = page[page.index('id="calibration"'):page.index('id="mutants"')]
     assert "1 of 20 reference runs false-failed" in cal and "0.249" in cal
-    assert "2 assertions, smallest 95% lower bound 0.9955" in cal
+    assert "2 assertions, smallest lower end of the 95% interval 0.9955" in cal
     assert cal.count("<img") == 2  # false failures per test, power per mutant
     assert page.count("<img") == len(PLOTTED) + 2
     assert "no mutants.json" not in page and "no calibration.json" not in page
