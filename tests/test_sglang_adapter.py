@@ -11,12 +11,14 @@ exactly. To add a case: one ``test_<topic>_*`` function using the ``sglang`` fix
 from __future__ import annotations
 
 import sys
+import types
 
 import pytest
 import torch
 
 from conformance import contract as c
-from conformance.adapters.sglang import loader, make_adapter, make_blockwise_adapter
+from conformance.adapters.sglang import ledger, loader, make_adapter, make_blockwise_adapter, v0517
+from conformance.adapters.sglang.engine_inputs import tp_sync_argument
 from conformance.loading import AdapterLoadError, load_adapter
 from dspark_ref import confidence, markov, verify
 
@@ -79,9 +81,66 @@ def test_loader_strict_stub_has_only_its_names():
         stub.softmax  # noqa: B018  (SGLang's `try: from flashinfer.sampling import softmax`)
 
 
+@pytest.mark.parametrize(
+    "version_text, has_tp_sync, has_blockwise",
+    [("0.5.17", False, False), ("0.5.18", False, False), ("0.5.19", True, False), ("0.5.21", True, False),
+     ("0.5.22", True, False), ("0.5.23", True, True)],
+)
+def test_loader_modules_for_version_leave_out_later_modules(version_text, has_tp_sync, has_blockwise):
+    names = loader.modules_for(version_text)
+    assert ("tp_sync" in names, "blockwise" in names) == (has_tp_sync, has_blockwise)
+    assert set(names) <= set(loader.DSPARK_MODULES[loader.generation_of(version_text)])
+
+
+def test_loader_missing_module_names_its_first_release():
+    modules = loader.SGLangModules("0.5.22", "philox", {})
+    assert "blockwise" not in modules
+    with pytest.raises(KeyError, match=r"sglang==0\.5\.22 has no DSpark module 'blockwise' \(first shipped in sglang 0\.5\.23\)"):
+        modules["blockwise"]
+    assert modules.release == (0, 5, 22)
+
+
+def test_tp_sync_argument_is_empty_before_spec_tp_sync():
+    assert tp_sync_argument(loader.SGLangModules("0.5.17", "folded", {})) == {}
+
+
+def test_fold_gate_answers_the_old_free_memory_probe():
+    module = types.SimpleNamespace(get_available_gpu_memory="stub")
+    with v0517._free_memory_probe(module, 3.5):
+        assert module.get_available_gpu_memory("cuda", 0) == 3.5
+    assert module.get_available_gpu_memory == "stub"
+
+
+@pytest.mark.parametrize("value, enabled", [(None, True), ("on", True), ("OFF", False), ("0", False)])
+def test_ledger_switch(monkeypatch, value, enabled):
+    if value is None:
+        monkeypatch.delenv(ledger.LEDGER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(ledger.LEDGER_ENV, value)
+    assert ledger.ledger_enabled() is enabled
+
+
+def test_ledger_switch_rejects_other_values(monkeypatch):
+    monkeypatch.setenv(ledger.LEDGER_ENV, "maybe")
+    with pytest.raises(ValueError, match="DSPARK_SGLANG_LEDGER='maybe': expected 'on' or 'off'"):
+        ledger.ledger_enabled()
+
+
+def test_ledger_entries_only_where_confirmed():
+    assert ledger.expected_failures("9.9.9") == ()
+    for version in ("0.5.21", "0.5.23"):
+        entries = ledger.expected_failures(version)
+        assert entries and len({e.test for e in entries}) == len(entries)
+        for entry in entries:
+            finding = entry.reason.split(":")[0]
+            assert set(entry.devices) <= set(ledger._CONFIRMED[finding][version])
+    zero_noise = [e for e in ledger.expected_failures("0.5.21") if e.reason.startswith("F4")]
+    assert [e.devices for e in zero_noise] == [("cpu",)]  # the CPU torch path only
+
+
 # --------------------------------------------------------------------------- loader, with SGLang
 def test_loader_imports_dspark_without_the_server(sglang):
-    assert set(sglang.modules) == set(loader.DSPARK_MODULES[sglang.generation])
+    assert set(sglang.modules) == set(loader.modules_for(sglang.version))
     assert sglang.generation == loader.generation_of(loader.installed_version())
     # The package __init__ (the server) never ran: `sglang` is a bare package here ...
     assert getattr(sys.modules["sglang"], "__file__", None) is None
@@ -103,9 +162,9 @@ def test_adapter_loads_by_pinned_name(sglang):
         load_adapter("sglang==0.0.1")
 
 
-def test_blockwise_adapter_needs_philox_generation(sglang):
-    if sglang.generation == "folded":
-        with pytest.raises(AdapterLoadError, match="blockwise rejection first shipped in sglang 0.5.22"):
+def test_blockwise_adapter_needs_blockwise_rejection(sglang):
+    if "blockwise" not in sglang:
+        with pytest.raises(AdapterLoadError, match=r"BlockwiseRejection .* first shipped in sglang 0\.5\.23"):
             make_blockwise_adapter()
     else:
         assert make_blockwise_adapter().name == f"sglang=={sglang.version}+blockwise"
@@ -184,8 +243,12 @@ def test_fold_gate_matches_spec_example(adapter, sglang):
     need = 132_382_720 + 330_956_800  # SPEC S4.7: V=129,280, max_bs=256, gamma=5, bf16
     assert gate.buffer_bytes(256, 5, 129_280, torch.bfloat16) == need
     roomy = need + (1 << 30)
-    modes = [gate.folds_sampling(m, 256, 5, 129_280, torch.bfloat16, roomy) for m in ("off", "auto", "force")]
-    assert modes == [False, True, True]
+    assert [gate.folds_sampling(m, 256, 5, 129_280, torch.bfloat16, roomy) for m in ("off", "force")] == [False, True]
+    if sglang.release < (0, 5, 18) and not torch.cuda.is_available():
+        with pytest.raises(c.Inconclusive, match=r"torch\.cuda\.current_device"):
+            gate.folds_sampling("auto", 256, 5, 129_280, torch.bfloat16, roomy)
+        return
+    assert gate.folds_sampling("auto", 256, 5, 129_280, torch.bfloat16, roomy) is True
     assert gate.folds_sampling("auto", 256, 5, 129_280, torch.bfloat16, roomy - 1) is False
 
 

@@ -22,7 +22,7 @@ Conventions: greedy iff ``top_k <= 1`` in every version (SGLang's draft staging;
 Run: ``pip install --no-deps --target DIR 'sglang==X' msgspec`` then
 ``PYTHONPATH=DIR pytest --dspark-impl sglang`` (add ``TRITON_INTERPRET=1`` on CPU for the
 Triton chain kernel). ``--dspark-impl conformance.adapters.sglang:make_blockwise_adapter``
-selects 0.5.22+'s block-parallel rejection sampler for verification.
+selects 0.5.23+'s block-parallel rejection sampler for verification.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from conformance import contract as c
 from conformance.loading import AdapterLoadError
 
 from . import confidence, ledger, simulated, v0517, v0522, verify
+from . import loader
 from .loader import SGLangModules, load_sglang
 
 __all__ = ["make_adapter", "make_blockwise_adapter", "capabilities"]
@@ -72,25 +73,30 @@ def make_adapter() -> c.Adapter:
         AdapterLoadError: SGLang missing, too old, or a DSpark module failed to load.
     """
     modules = load_sglang()
+    description = f"SGLang {modules.version} DSpark ({modules.generation} API), loaded without its server"
+    if not ledger.ledger_enabled():
+        description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
     return c.Adapter(
         name=f"sglang=={modules.version}",
         conventions=c.Conventions(greedy_rule=GREEDY_RULE),
         capabilities=capabilities(modules),
-        expected_failures=ledger.expected_failures(modules.generation),
-        description=f"SGLang {modules.version} DSpark ({modules.generation} API), loaded without its server",
+        expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
+        description=description,
     )
 
 
 def make_blockwise_adapter() -> c.Adapter:
-    """As :func:`make_adapter`, verifying with 0.5.22+'s ``BlockwiseRejection``.
+    """As :func:`make_adapter`, verifying with 0.5.23+'s ``BlockwiseRejection``.
 
     Raises:
-        AdapterLoadError: as :func:`make_adapter`, or an SGLang older than 0.5.22.
+        AdapterLoadError: as :func:`make_adapter`, or an SGLang older than 0.5.23 (0.5.22
+            ships no ``blockwise_rejection`` module).
     """
     modules = load_sglang()
-    if modules.generation != "philox":
+    if "blockwise" not in modules:
         raise AdapterLoadError(
-            f"sglang=={modules.version}: blockwise rejection first shipped in sglang 0.5.22"
+            f"sglang=={modules.version}: BlockwiseRejection "
+            f"({loader.DSPARK_MODULES['philox']['blockwise']}) first shipped in sglang 0.5.23"
         )
     return c.Adapter(
         name=f"sglang=={modules.version}+blockwise",

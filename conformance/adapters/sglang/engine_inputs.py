@@ -29,6 +29,7 @@ __all__ = [
     "sampling_info",
     "draft_input",
     "single_rank_tp_sync",
+    "tp_sync_argument",
     "seed_from",
     "seeded_global_rng",
     "DraftModelStandIn",
@@ -75,6 +76,15 @@ def single_rank_tp_sync(tp_sync_module: types.ModuleType) -> object:
     """SGLang's own ``SpecTpSync`` over a one-rank group (its broadcasts are then no-ops)."""
     group = types.SimpleNamespace(world_size=1, rank_in_group=0)
     return tp_sync_module.SpecTpSync(group)
+
+
+def tp_sync_argument(modules) -> dict[str, object]:
+    """``{"tp_sync": <one-rank SpecTpSync>}`` for releases that take one (0.5.19+), else ``{}``.
+
+    0.5.17-0.5.18 ship no ``spec_tp_sync``: their draft sampler, eager proposal and verify
+    executor take no ``tp_sync`` argument (draft sampling there is rank-local).
+    """
+    return {"tp_sync": single_rank_tp_sync(modules["tp_sync"])} if "tp_sync" in modules else {}
 
 
 def seed_from(generator: torch.Generator) -> int:

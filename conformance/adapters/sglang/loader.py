@@ -23,7 +23,8 @@ components are plain modules inside that wheel, so this loader imports them dire
 If SGLang was already imported the normal way, its modules are used as they are.
 
 To support a new SGLang release: add its DSpark modules to ``DSPARK_MODULES`` (by API
-generation) and, if its DSpark files import a new server module, a line to
+generation; a module that only later releases of a generation ship also goes into
+``FIRST_RELEASE``) and, if its DSpark files import a new server module, a line to
 ``_SERVER_STUBS`` with the reason.
 """
 
@@ -50,10 +51,12 @@ __all__ = [
     "MIN_VERSION",
     "PHILOX_VERSION",
     "DSPARK_MODULES",
+    "FIRST_RELEASE",
     "SGLangModules",
     "StubCalled",
     "installed_version",
     "generation_of",
+    "modules_for",
     "load_sglang",
 ]
 
@@ -96,12 +99,22 @@ DSPARK_MODULES: dict[str, dict[str, str]] = {
     },
 }
 
+#: Modules of a generation that its first releases lack: short name -> first release.
+#: ``load_sglang`` leaves them out of older releases (``"name" in modules`` is then False).
+FIRST_RELEASE: dict[str, tuple[int, ...]] = {
+    "tp_sync": (0, 5, 19),  # SpecTpSync; 0.5.17-0.5.18 draft and verify take no tp_sync
+    "blockwise": (0, 5, 23),  # BlockwiseRejection; 0.5.22 has only the chain kernel
+}
+
 #: Server modules the DSpark files import, with why they are not needed here. Only
 #: modules actually imported by the installed version are created.
 _SERVER_STUBS: dict[str, str] = {
     "sglang.srt.utils.common": "server utilities (psutil, requests, PIL); names only",
     "sglang.srt.utils.async_probe": "debug probe decorator target",
     "sglang.srt.utils.nvtx_utils": "profiling ranges",
+    # Package hub (its __init__ re-exports parallel_state): 0.5.17-0.5.20's planner imports
+    # get_tp_group from it for DP verify-tier gathers, a scheduling path never run here.
+    "sglang.srt.distributed": "process-group hub (get_tp_group); the suite runs one rank",
     "sglang.srt.distributed.communication_op": "TP all-gather; the suite runs one rank",
     "sglang.srt.distributed.parallel_state": "process groups; one rank",
     "sglang.srt.layers.linear": "quantised parallel linears (Nemotron head only)",
@@ -119,6 +132,7 @@ _SERVER_STUBS: dict[str, str] = {
     "sglang.srt.mem_cache.allocation": "KV-cache allocation",
     "sglang.srt.mem_cache.memory_pool": "KV-cache pools",
     "sglang.srt.runtime_context": "server-wide config singletons",
+    "sglang.srt.server_args": "server arguments (annotation of the 0.5.17-0.5.18 planner)",
     "sglang.srt.arg_groups.overrides": "server-argument views",
     "sglang.srt.configs.hybrid_arch": "model-config helpers",
     "sglang.srt.constrained.base_grammar_backend": "grammar masks; no constrained decoding",
@@ -249,7 +263,7 @@ class SGLangModules:
     Attributes:
         version: the installed version string, e.g. ``"0.5.23"``.
         generation: ``"folded"`` (0.5.17-0.5.21) or ``"philox"`` (0.5.22+).
-        modules: short name (keys of ``DSPARK_MODULES[generation]``) -> module.
+        modules: short name (keys of :func:`modules_for` the version) -> module.
     """
 
     version: str
@@ -257,7 +271,37 @@ class SGLangModules:
     modules: Mapping[str, types.ModuleType]
 
     def __getitem__(self, short_name: str) -> types.ModuleType:
-        return self.modules[short_name]
+        try:
+            return self.modules[short_name]
+        except KeyError:
+            raise KeyError(f"sglang=={self.version} has no DSpark module {short_name!r}{_since(short_name)}") from None
+
+    def __contains__(self, short_name: object) -> bool:
+        return short_name in self.modules
+
+    @property
+    def release(self) -> tuple[int, ...]:
+        """``(major, minor, patch)`` of :attr:`version`, for version-dependent signatures."""
+        return _release(self.version)
+
+
+def _since(short_name: str) -> str:
+    first = FIRST_RELEASE.get(short_name)
+    return "" if first is None else f" (first shipped in sglang {'.'.join(map(str, first))})"
+
+
+def modules_for(version_text: str) -> dict[str, str]:
+    """Short name -> module name of the DSpark modules ``version_text`` ships.
+
+    Raises:
+        AdapterLoadError: a release older than ``MIN_VERSION`` (no DSpark).
+    """
+    release = _release(version_text)
+    return {
+        short_name: module_name
+        for short_name, module_name in DSPARK_MODULES[generation_of(version_text)].items()
+        if release >= FIRST_RELEASE.get(short_name, MIN_VERSION)
+    }
 
 
 def installed_version() -> str:
@@ -309,7 +353,7 @@ def load_sglang() -> SGLangModules:
     """
     version_text = installed_version()
     generation = generation_of(version_text)
-    names = DSPARK_MODULES[generation]
+    names = modules_for(version_text)
     already_imported = getattr(sys.modules.get("sglang"), "__file__", None) is not None
     if not already_imported:
         _install_finder(version_text)

@@ -11,7 +11,9 @@
 
 SGLang reads the method once, at import, from ``SGLANG_SIMULATE_ACC_METHOD`` into
 ``dspark_verify.SIMULATE_ACC_METHOD``; the executor sets that module constant around each
-step (what starting the server with that variable does).
+step (what starting the server with that variable does). 0.5.17's executor reads no method
+and draws nothing (a constant ``round(value - 1)`` correct drafts): there the method is not
+passed on, and the suite sees what that release does.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Iterator
 
 import torch
 
-from .engine_inputs import seed_from, seeded_global_rng, single_rank_tp_sync
+from .engine_inputs import seed_from, seeded_global_rng, tp_sync_argument
 from .loader import SGLangModules
 
 __all__ = ["SimulatedAcceptance", "SimulatedExecutor"]
@@ -30,8 +32,19 @@ __all__ = ["SimulatedAcceptance", "SimulatedExecutor"]
 _CORRECT_LEN_DTYPE = torch.int32  # dtype of SGLang's accept lengths
 
 
+#: First release whose DSpark executor draws by ``SIMULATE_ACC_METHOD``; 0.5.17's reads no
+#: method (its ``_simulated_correct_len`` is the constant ``round(value - 1)``), so there the
+#: method reaches only ``sample_acc_len``.
+_EXECUTOR_METHOD = (0, 5, 18)
+
+
 @contextlib.contextmanager
 def _method(verify_module: types.ModuleType, method: str) -> Iterator[None]:
+    if not hasattr(verify_module, "SIMULATE_ACC_METHOD"):
+        raise AttributeError(
+            f"{verify_module.__name__} has no SIMULATE_ACC_METHOD (expected from sglang "
+            f"{'.'.join(map(str, _EXECUTOR_METHOD))}): update simulated.py for this release"
+        )
     saved = verify_module.SIMULATE_ACC_METHOD
     verify_module.SIMULATE_ACC_METHOD = method
     try:
@@ -61,18 +74,20 @@ class SimulatedExecutor:
         self._method = method
         self._seeds = torch.Generator().manual_seed(seed)
         self._philox = modules.generation == "philox"
+        self._reads_method = modules.release >= _EXECUTOR_METHOD
         self.correct_drafts: torch.Tensor | None = None
         extra = {"simulated_correct_len": torch.zeros(1, dtype=torch.int64)} if self._philox else {}
         self._executor = self._verify.TargetVerifyExecutor(
             target_worker=_target_worker(), gamma=gamma, verify_num_draft_tokens=gamma + 1,
-            model_runner=None, kv_injector=None, tp_sync=single_rank_tp_sync(modules["tp_sync"]),
+            model_runner=None, kv_injector=None, **tp_sync_argument(modules),
             simulate_acc_len=value, **extra,
         )
 
     def step(self, draft_tokens: torch.Tensor) -> torch.Tensor:
         """Accept lengths of one verify step (all rows share the step's draw)."""
         bs, device = draft_tokens.shape[0], draft_tokens.device
-        with _method(self._verify, self._method), seeded_global_rng(seed_from(self._seeds), "cpu"):
+        method = _method(self._verify, self._method) if self._reads_method else contextlib.nullcontext()
+        with method, seeded_global_rng(seed_from(self._seeds), "cpu"):
             if self._philox:
                 self._executor.begin_simulated_step()
                 correct = self._executor._simulated_correct_len.repeat(bs)

@@ -17,6 +17,11 @@ What maps to what:
   corrected logits from ``corrected_out``.
 * ``FoldGate`` (S4.7): ``_resolve_folded_sampling`` under ``SGLANG_DSPARK_FOLDED_SAMPLING``;
   buffer bytes measured on a sampler built on the ``meta`` device (what SGLang allocates).
+  The free memory is an argument from 0.5.19; 0.5.17-0.5.18 probe it themselves, so the
+  adapter answers their probe (``get_available_gpu_memory``) with the given bytes (0.5.17's
+  AUTO probe also asks ``torch.cuda.current_device()``: INCONCLUSIVE without CUDA).
+* 0.5.17-0.5.18 have no ``SpecTpSync``: no ``tp_sync`` argument is passed there
+  (``engine_inputs.tp_sync_argument``).
 
 Verification, simulated acceptance and the confidence head live in ``verify.py``,
 ``simulated.py`` and ``confidence.py``.
@@ -24,10 +29,13 @@ Verification, simulated acceptance and the confidence head live in ``verify.py``
 
 from __future__ import annotations
 
+import contextlib
 import types
+from typing import Iterator
 
 import torch
 
+from conformance.contract import Inconclusive
 from dspark_ref._checks import check_choice, check_int
 
 from .engine_inputs import (
@@ -35,7 +43,7 @@ from .engine_inputs import (
     sampling_info,
     seed_from,
     seeded_global_rng,
-    single_rank_tp_sync,
+    tp_sync_argument,
 )
 from .folded_session import BlockPassCounter, FoldedSession
 from .heads import SGLangHead, load_head
@@ -44,6 +52,11 @@ from .loader import SGLangModules
 __all__ = ["draft_params", "StepSampler", "NoiseStepSampler", "MarkovBlock", "FoldedDraft", "FoldGate"]
 
 _GIB = 1 << 30
+#: ``_resolve_folded_sampling(available_memory_gb=...)``: the caller passes free memory (0.5.19+);
+#: before, the function probes the device itself.
+_MEMORY_ARGUMENT = (0, 5, 19)
+#: 0.5.18+ probes through ``torch.get_device_module()`` (CPU-safe); 0.5.17 through ``torch.cuda``.
+_DEVICE_MODULE_PROBE = (0, 5, 18)
 
 
 def draft_params(
@@ -96,7 +109,7 @@ class MarkovBlock:
 
     def __init__(self, modules: SGLangModules) -> None:
         self._modules = modules
-        self._tp_sync = single_rank_tp_sync(modules["tp_sync"])
+        self._tp_sync_arg = tp_sync_argument(modules)
 
     def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device):
         return load_head(self._modules["heads"], head_type, state_dict, vocab_size, rank, hidden_size, device)
@@ -110,7 +123,7 @@ class MarkovBlock:
                 sampling_info=sampling_info(temperatures, top_k),
                 markov_head=head.module,
                 device=base_logits.device,
-                tp_sync=self._tp_sync,
+                **self._tp_sync_arg,
             )
         return block.draft_tokens, block.corrected_logits
 
@@ -129,7 +142,7 @@ class FoldedDraft:
 
     def __init__(self, modules: SGLangModules) -> None:
         self._modules = modules
-        self._tp_sync = single_rank_tp_sync(modules["tp_sync"])
+        self._tp_sync_arg = tp_sync_argument(modules)
 
     def session(self, head: SGLangHead, max_bs, gamma, vocab_size, lm_dtype, device, seed):
         device = torch.device(device)
@@ -139,8 +152,8 @@ class FoldedDraft:
             lm_dtype=lm_dtype, device=device,
         )
         sampler = self._modules["draft_sampler"].DsparkDraftSampler(
-            model=model, gamma=gamma, max_bs=max_bs, device=device, tp_sync=self._tp_sync,
-            folded_sampling=True,
+            model=model, gamma=gamma, max_bs=max_bs, device=device, folded_sampling=True,
+            **self._tp_sync_arg,
         )
         counter = BlockPassCounter(head.module, "sample_block")
         sampler.markov_head = counter
@@ -161,7 +174,7 @@ class FoldGate:
 
     def __init__(self, modules: SGLangModules) -> None:
         self._modules = modules
-        self._tp_sync = single_rank_tp_sync(modules["tp_sync"])
+        self._tp_sync_arg = tp_sync_argument(modules)
 
     def _meta_model(self, max_bs, gamma, vocab_size, lm_dtype) -> DraftModelStandIn:
         return DraftModelStandIn(
@@ -173,18 +186,38 @@ class FoldGate:
         check_int("max_bs", max_bs, minimum=1)
         sampler = self._modules["draft_sampler"].DsparkDraftSampler(
             model=self._meta_model(max_bs, gamma, vocab_size, lm_dtype), gamma=gamma,
-            max_bs=max_bs, device="meta", tp_sync=self._tp_sync, folded_sampling=True,
+            max_bs=max_bs, device="meta", folded_sampling=True, **self._tp_sync_arg,
         )
         return sampler.exp_noise.nbytes + sampler.corrected_out.nbytes
 
     def folds_sampling(self, mode, max_bs, gamma, vocab_size, lm_dtype, free_bytes):
         check_choice("mode", mode, ("off", "auto", "force"))
+        if mode == "auto" and self._modules.release < _DEVICE_MODULE_PROBE and not torch.cuda.is_available():
+            raise Inconclusive(
+                f"sglang=={self._modules.version} _resolve_folded_sampling (AUTO) calls "
+                "torch.cuda.current_device() for its free-memory probe; no CUDA device here"
+            )
         environ = self._modules["environ"]
         setting = int(environ.DsparkFoldedSampling[mode.upper()])
+        arguments = dict(
+            model=self._meta_model(max_bs, gamma, vocab_size, lm_dtype), gamma=gamma, max_bs=max_bs,
+            device="meta", tp_rank=0,
+        )
+        resolve = self._modules["draft_sampler"]._resolve_folded_sampling
         with environ.envs.SGLANG_DSPARK_FOLDED_SAMPLING.override(setting):
-            return bool(
-                self._modules["draft_sampler"]._resolve_folded_sampling(
-                    model=self._meta_model(max_bs, gamma, vocab_size, lm_dtype), gamma=gamma,
-                    max_bs=max_bs, device="meta", tp_rank=0, available_memory_gb=free_bytes / _GIB,
-                )
-            )
+            if self._modules.release >= _MEMORY_ARGUMENT:
+                return bool(resolve(**arguments, available_memory_gb=free_bytes / _GIB))
+            with _free_memory_probe(self._modules["draft_sampler"], free_bytes / _GIB):
+                return bool(resolve(**arguments))
+
+
+@contextlib.contextmanager
+def _free_memory_probe(draft_sampler: types.ModuleType, free_gb: float) -> Iterator[None]:
+    """0.5.17-0.5.18: ``_resolve_folded_sampling`` reads free memory from the server utility
+    ``get_available_gpu_memory(device, gpu_id)`` (a stub here); answer it with ``free_gb``."""
+    stub = draft_sampler.get_available_gpu_memory
+    draft_sampler.get_available_gpu_memory = lambda device, gpu_id: free_gb
+    try:
+        yield
+    finally:
+        draft_sampler.get_available_gpu_memory = stub
