@@ -4,8 +4,13 @@ The adapter calls the installed PyPI package's own functions and classes (never 
 :mod:`.loader` imports SGLang's DSpark modules without its server stack, and one module per
 API generation maps the capabilities:
 
-* 0.5.17-0.5.21 (folded-sampling generation): :mod:`.v0517`;
-* 0.5.22+ (Philox-keyed draft): :mod:`.v0522`;
+* 0.5.17-0.5.21 (folded-sampling generation): :mod:`.v0517` (0.5.17-0.5.18 have no
+  ``SpecTpSync`` and probe free memory themselves; see there);
+* 0.5.22+ (Philox-keyed draft): :mod:`.v0522` (``BlockwiseRejection`` from 0.5.23);
+
+Measured on CPU: every release 0.5.17-0.5.23 (``docs/conformance/sglang-<version>-cpu.md``);
+on an H200: 0.5.21 and 0.5.23. ``DSPARK_SGLANG_LEDGER=off`` drops the expected-failure
+ledger (:mod:`.ledger`) so that known divergences show as failures.
 * both: verification (:mod:`.verify`), simulated acceptance (:mod:`.simulated`) and the
   confidence head with STS (:mod:`.confidence`).
 
