@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import cli, power_replay
-from .calibration_numbers import _statistical_killers
+from .calibration_numbers import statistical_killers
 
 RUNS_FILE = "runs.jsonl"
 REPLAY_SEED = 1
@@ -167,7 +167,7 @@ def run_mutants(log: RunLog, mutant_ids: list[str], power_seeds: list[int], devi
                            f"{impl} default seed")
     list(pool.map(default, mutant_ids))
     records = log.records()
-    killers = {impl: tests for (impl, dev), tests in _statistical_killers(records).items() if dev == device}
+    killers = {impl: tests for (impl, dev), tests in statistical_killers(records).items() if dev == device}
     logged = {(r["impl"], r["seed"]) for r in records if r["kind"] == "mutant-power" and r["device"] == device}
     plan = [(m, s) for s in power_seeds for m in mutant_ids  # seed-major: a cut-short run stays even
             if killers.get(f"mutant:{m}") and (f"mutant:{m}", s) not in logged]

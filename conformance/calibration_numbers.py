@@ -46,7 +46,7 @@ def min_replicates(target: float = TARGET_REPLAYED_POWER) -> int:
     return math.ceil(math.log(0.025) / math.log(target))
 
 
-def _statistical_killers(records: list[dict]) -> dict[tuple[str, str], set[str]]:
+def statistical_killers(records: list[dict]) -> dict[tuple[str, str], set[str]]:
     """Per (mutant impl, device): the statistical tests that failed it at the default seed."""
     return {(r["impl"], r["device"]): {n for n, t in r["tests"].items() if t["outcome"] == "failed"}
             for r in records if r["kind"] == "mutant-default"}
@@ -126,7 +126,7 @@ def _mutant_label(impl: str, device: str) -> str:
 def _mutant_power(records: list[dict]) -> tuple[dict[str, dict], dict[str, dict]]:
     """Per (mutant, killer): kills over power seeds and the median effect over the declared
     minimum; per mutant: seeds on which at least one killer failed it."""
-    killers = _statistical_killers(records)
+    killers = statistical_killers(records)
     kills: dict[tuple, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     effects: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     any_kill: dict[tuple, list[bool]] = defaultdict(list)
