@@ -30,13 +30,12 @@ import gzip
 import json
 import math
 import os
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
-from . import cli, power_replay
+from . import cli, power_replay, report
 from .calibration_numbers import statistical_killers
 
 RUNS_FILE = "runs.jsonl"
@@ -50,18 +49,14 @@ def _pytest_run(impl: str, seed: int | None, device: str, selection: list[str] |
                 nodeids: list[str] | None = None) -> dict | None:
     """One pytest run (``-m``/``-k`` ``selection``, or ``nodeids``); its results.json, or
     None when the run produced no test record (a crash, or node ids that no longer exist)."""
-    with tempfile.TemporaryDirectory(prefix="dspark-calib-") as tmp:
-        json_path = Path(tmp) / "results.json"
-        cmd = cli.pytest_command(impl=impl, device=device, json_path=json_path, seed=seed, workers="0",
-                                 extra=selection, nodeids=nodeids)
-        _, payload = cli.run_suite(cmd, json_path, quiet=True)
+    _, payload, _ = cli.run_quietly(impl=impl, device=device, seed=seed, extra=selection, nodeids=nodeids)
     return payload if payload and payload["tests"] else None
 
 
 def _outcome(test: dict) -> str:
     """The record's outcome; a failure of the suite's own code (plugin ``failure.suite_bug``)
     is ``suite-error``: neither a false failure nor a kill."""
-    if test["outcome"] == "failed" and (test.get("failure") or {}).get("suite_bug"):
+    if report.is_suite_bug(test):
         return "suite-error"
     return test["outcome"]
 

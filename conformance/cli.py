@@ -117,6 +117,19 @@ def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[
     return proc.returncode, json.loads(json_path.read_text())
 
 
+def run_quietly(*, impl: str, device: str, seed: int | None = None, keyword: str | None = None,
+                extra: list[str] | None = None, nodeids: list[str] | None = None
+                ) -> tuple[int, dict | None, list[str]]:
+    """One serial, silent pytest run (as the kill matrix and calibration make them), its JSON
+    in a temporary directory: ``(exit code, results.json or None, command)``."""
+    with tempfile.TemporaryDirectory(prefix="dspark-run-") as tmp:
+        json_path = Path(tmp) / "results.json"
+        cmd = pytest_command(impl=impl, device=device, json_path=json_path, seed=seed, workers="0",
+                             keyword=keyword, extra=extra, nodeids=nodeids)
+        returncode, payload = run_suite(cmd, json_path, quiet=True)
+    return returncode, payload, cmd
+
+
 def exit_code(returncode: int, payload: dict | None) -> int:
     """Map a pytest exit code and its records onto the gate's exit codes."""
     if payload is None or not payload["tests"]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -46,28 +45,24 @@ def kill_one(mutant_id: str, *, device: str = "cpu", seed: int | None = None) ->
     from fixtures.mutants import load_all
 
     m = load_all()[mutant_id]
-    with tempfile.TemporaryDirectory(prefix="dspark-mutant-") as tmp:
-        json_path = Path(tmp) / "results.json"
-        cmd = cli.pytest_command(
-            impl=f"mutant:{mutant_id}", device=device, json_path=json_path, seed=seed,
-            workers="0", keyword=f"test_{m.section}_",
-        )
-        returncode, payload = cli.run_suite(cmd, json_path, quiet=True)
+    returncode, payload, cmd = cli.run_quietly(impl=f"mutant:{mutant_id}", device=device, seed=seed,
+                                               keyword=f"test_{m.section}_")
     if payload is None:
         return KillRecord(m.id, m.section, m.fault, m.mirrors, False, [], {},
                           error=f"pytest exited {returncode} without results: {' '.join(cmd)}")
     counts: dict[str, int] = {}
     for record in payload["tests"]:
         counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
-    failed = [r for r in payload["tests"] if r["outcome"] == "failed" and r["section"] == m.section]
-    killers = [{"test": r["nodeid"], "evidence": _evidence(r)} for r in failed if not _suite_bug(r)]
-    suite_bugs = [{"test": r["nodeid"], "evidence": _evidence(r)} for r in failed if _suite_bug(r)]
+    killers, suite_bugs = split_failures(payload["tests"], m.section)
     return KillRecord(m.id, m.section, m.fault, m.mirrors, bool(killers), killers, counts, suite_bugs=suite_bugs)
 
 
-def _suite_bug(record: dict) -> bool:
-    """A failure caused by the suite's own code (see ``plugin._failure``): not a kill."""
-    return bool((record.get("failure") or {}).get("suite_bug"))
+def split_failures(tests: list[dict], section: str) -> tuple[list[dict], list[dict]]:
+    """The failed tests of ``section`` as ``(killers, suite_bugs)``, each ``{test, evidence}``:
+    a failure of the suite's own code (:func:`report.is_suite_bug`) is not a kill."""
+    failed = [r for r in tests if r["outcome"] == "failed" and r["section"] == section]
+    entries = [({"test": r["nodeid"], "evidence": _evidence(r)}, report.is_suite_bug(r)) for r in failed]
+    return [e for e, bug in entries if not bug], [e for e, bug in entries if bug]
 
 
 def kill_matrix(ids: list[str] | None = None, *, device: str = "cpu", seed: int | None = None,

@@ -113,7 +113,7 @@ def _replay_goodness_of_fit(result: Mapping[str, Any], rng: np.random.Generator,
 def _replay_binomial(result: Mapping[str, Any], rng: np.random.Generator, replicates: int,
                      ledger: StatLedger) -> tuple[int, None]:
     design = result["design"]
-    sides = stats._proportion_sides(design["p0"], result["min_effect"], design["alternative"])
+    sides = stats.proportion_alternatives(design["p0"], result["min_effect"], design["alternative"])
     rejected = min(
         sum(not stats.binomial(int(k), result["n"], design["p0"], name=result["name"], alpha=result["alpha"],
                                min_effect=result["min_effect"], alternative=design["alternative"],

@@ -29,6 +29,12 @@ def short_reason(record: dict[str, Any], limit: int = 300) -> str:
     return " ".join((errors or lines[-1:] or [""])[0].split())[:limit]
 
 
+def is_suite_bug(record: dict[str, Any]) -> bool:
+    """Whether a results.json test record failed in the suite's own code (a programming error
+    there, ``plugin._failure``): neither a kill of a mutant nor a false failure."""
+    return record["outcome"] == "failed" and bool((record.get("failure") or {}).get("suite_bug"))
+
+
 @dataclasses.dataclass
 class SectionRow:
     """Outcome counts, wall time and the smallest p-value of one SPEC section."""

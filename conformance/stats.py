@@ -46,6 +46,7 @@ __all__ = [
     "sample_size_for_tv",
     "binomial",
     "power_proportion",
+    "proportion_alternatives",
     "sample_size_for_proportion",
     "derive_seed",
 ]
@@ -417,8 +418,9 @@ def goodness_of_fit(
 # --------------------------------------------------------------------------- binomial
 
 
-def _proportion_sides(p0: float, min_effect: float, alternative: str) -> list[float]:
-    """The alternatives ``p0 +- min_effect`` (within [0, 1]) the test must detect."""
+def proportion_alternatives(p0: float, min_effect: float, alternative: str) -> list[float]:
+    """The alternatives ``p0 +- min_effect`` (within [0, 1]) a binomial test of ``alternative``
+    ("two-sided", "greater", "less") must detect; unchecked input (see :func:`binomial`)."""
     sides = {"two-sided": (-1, 1), "greater": (1,), "less": (-1,)}[alternative]
     return [p0 + s * min_effect for s in sides if 0.0 <= p0 + s * min_effect <= 1.0]
 
@@ -428,7 +430,7 @@ def _check_proportion_design(p0, min_effect, alpha, alternative) -> list[float]:
     _check_open_unit("min_effect", min_effect)
     _check_open_unit("alpha", alpha)
     check_choice("alternative", alternative, ALTERNATIVES)
-    sides = _proportion_sides(p0, min_effect, alternative)
+    sides = proportion_alternatives(p0, min_effect, alternative)
     if not sides:
         raise ValueError(
             f"min_effect: expected p0 {'+-' if alternative == 'two-sided' else 'shifted by'} "

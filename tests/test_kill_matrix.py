@@ -7,7 +7,7 @@ Each case runs the conformance tests of the mutant's SPEC section in a subproces
 
 import pytest
 
-from conformance.mutation import _suite_bug, kill_one
+from conformance.mutation import kill_one, split_failures
 from conformance.plugin import _SUITE_DIR, _failure
 from fixtures.mutants import load_all
 
@@ -51,6 +51,14 @@ def test_programming_errors_in_the_suite_are_suite_bugs_not_kills():
 
 
 def test_kill_records_leave_suite_bugs_out():
-    bug = {"nodeid": "c/t.py::test_S3_a", "failure": {"type": "NameError", "suite_bug": True}}
-    real = {"nodeid": "c/t.py::test_S3_b", "failure": {"type": "AssertionError", "suite_bug": False}}
-    assert _suite_bug(bug) and not _suite_bug(real) and not _suite_bug({"nodeid": "x", "failure": None})
+    def record(name, section, outcome, failure):
+        return {"nodeid": f"c/t.py::{name}", "section": section, "outcome": outcome, "reason": "E   boom",
+                "stats": [], "failure": failure}
+    tests = [record("test_S3_bug", "S3", "failed", {"type": "NameError", "suite_bug": True}),
+             record("test_S3_real", "S3", "failed", {"type": "AssertionError", "suite_bug": False}),
+             record("test_S3_old_json", "S3", "failed", None),
+             record("test_S3_passed", "S3", "passed", None),
+             record("test_S5_other_section", "S5", "failed", {"type": "AssertionError", "suite_bug": False})]
+    killers, suite_bugs = split_failures(tests, "S3")
+    assert [k["test"] for k in killers] == ["c/t.py::test_S3_real", "c/t.py::test_S3_old_json"]
+    assert [b["test"] for b in suite_bugs] == ["c/t.py::test_S3_bug"] and suite_bugs[0]["evidence"] == "boom"
