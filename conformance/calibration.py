@@ -1,6 +1,11 @@
-"""Calibration of the statistical tests: false failures, power at the declared effect, power on mutants.
+"""Calibration of every test: exact tests on many seeds, false failures and power of the statistical ones.
 
-``dspark-conformance calibrate`` measures three things:
+``dspark-conformance calibrate`` measures four things:
+
+0. **Exact tests on every seed.** The tests not marked ``statistical`` run on the reference
+   once per base seed (``--exact-seeds``). An exact test has no false-failure budget: one
+   failure (or INCONCLUSIVE, or a suite error) on any seed is a defect of the suite, a case
+   whose premise the seed's inputs did not satisfy.
 
 1. **False failures.** The tests marked ``statistical`` run on the reference once per base
    seed (``--dspark-seed``): per test, false failures with a Clopper-Pearson interval and a
@@ -135,14 +140,20 @@ def _statistical_selection(section: str | None = None) -> list[str]:
     return ["-m", "statistical"] + (["-k", f"test_{section}_"] if section else [])
 
 
-def run_reference(log: RunLog, seeds: Iterable[int], device: str, pool: ThreadPoolExecutor) -> None:
-    """Run the statistical tests on the reference once per base seed not yet logged; log each run."""
-    done = {r["seed"] for r in log.records() if r["kind"] == "reference" and r["device"] == device}
+EXACT_SELECTION = ["-m", "not statistical"]
+
+
+def run_reference(log: RunLog, seeds: Iterable[int], device: str, pool: ThreadPoolExecutor,
+                  kind: str = "reference") -> None:
+    """Run the statistical tests (``kind="reference"``) or the exact ones (``kind="exact"``)
+    on the reference once per base seed not yet logged; log each run."""
+    selection = EXACT_SELECTION if kind == "exact" else _statistical_selection()
+    done = {r["seed"] for r in log.records() if r["kind"] == kind and r["device"] == device}
 
     def one(seed: int) -> None:
-        payload = _pytest_run("reference", seed, device, _statistical_selection())
-        log.append_run({"kind": "reference", "impl": "reference", "seed": seed, "device": device}, payload,
-                       f"reference seed {seed}")
+        payload = _pytest_run("reference", seed, device, selection)
+        log.append_run({"kind": kind, "impl": "reference", "seed": seed, "device": device}, payload,
+                       f"{kind} seed {seed}")
     list(pool.map(one, [s for s in seeds if s not in done]))
 
 
@@ -196,7 +207,7 @@ def run_replay(log: RunLog, device: str, replicates: int, payload: dict | None =
 
 def calibrate(report_dir: Path, *, seeds: list[int], power_seeds: list[int], replicates: int,
               device: str = "cpu", mutants: list[str] | None = None, jobs: int | None = None,
-              replay_payload: dict | None = None) -> RunLog:
+              replay_payload: dict | None = None, exact_seeds: Iterable[int] = ()) -> RunLog:
     """Run what is asked, appending to ``report_dir/runs.jsonl``; return the log (its
     ``added`` and ``crashed`` say what this call did; ``records()`` is the whole file).
 
@@ -210,6 +221,7 @@ def calibrate(report_dir: Path, *, seeds: list[int], power_seeds: list[int], rep
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         if replicates:
             run_replay(log, device, replicates, replay_payload)
+        run_reference(log, exact_seeds, device, pool, kind="exact")
         run_reference(log, seeds, device, pool)
         if power_seeds:
             run_mutants(log, mutants or sorted(load_all()), power_seeds, device, pool)

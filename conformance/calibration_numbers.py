@@ -1,6 +1,7 @@
 """The calibration numbers: :func:`aggregate` turns ``runs.jsonl`` records into them.
 
-Record kinds (written by :mod:`conformance.calibration`): ``reference`` (the statistical
+Record kinds (written by :mod:`conformance.calibration`): ``exact`` (the tests not marked
+statistical on the reference, one base seed), ``reference`` (the statistical
 tests on the reference, one base seed), ``mutant-default`` (a mutant's section, default
 seed: its statistical killers are the tests that failed), ``mutant-power`` (a mutant's
 killers, one power seed) and ``replay`` (power at the declared effect). Test outcomes
@@ -166,6 +167,37 @@ def _declared_power(records: list[dict]) -> dict[str, dict]:
     return dict(sorted(out.items()))
 
 
+EXACT_DEFECTS = ("failed", "inconclusive", "suite-error")
+
+
+def _exact(records: list[dict]) -> dict[str, Any]:
+    """The exact tests over base seeds: per test, runs and the seeds of each defect outcome.
+
+    Any failed, INCONCLUSIVE or suite-error outcome of an exact test on the reference is a
+    defect of the suite (an exact case has no false-failure budget)."""
+    runs = [r for r in records if r["kind"] == "exact"]
+    per_test: dict[str, dict] = defaultdict(lambda: {"runs": 0, "skipped": 0, **{k: [] for k in EXACT_DEFECTS}})
+    for run in runs:
+        for nodeid, t in run["tests"].items():
+            row = per_test[nodeid]
+            if t["outcome"] == "skipped":
+                row["skipped"] += 1
+                continue
+            row["runs"] += 1
+            if t["outcome"] in EXACT_DEFECTS:
+                row[t["outcome"]].append(run["seed"])
+    defects = {n: row for n, row in sorted(per_test.items()) if any(row[k] for k in EXACT_DEFECTS)}
+    seeds = sorted(r["seed"] for r in runs)
+    return {
+        "runs": len(runs), "seeds": seeds, "devices": sorted({r["device"] for r in runs}),
+        "tests": len(per_test), "tests_ran": sum(1 for row in per_test.values() if row["runs"]),
+        "test_runs": sum(row["runs"] for row in per_test.values()),
+        "defects": defects,
+        "defect_seeds": sorted({s for row in defects.values() for k in EXACT_DEFECTS for s in row[k]}),
+        "never_ran": sorted(n for n, row in per_test.items() if not row["runs"]),
+    }
+
+
 def aggregate(records: list[dict]) -> dict[str, Any]:
     """The calibration numbers from ``runs.jsonl`` records (see the module docstring)."""
     runs = [r for r in records if r["kind"] == "reference"]
@@ -201,19 +233,23 @@ def aggregate(records: list[dict]) -> dict[str, Any]:
             d["power_lower95"] >= TARGET_REPLAYED_POWER for d in declared.values()),
         "power": power,
         "power_any_killer": any_killer,
+        "exact": _exact(records),
     }
 
 
 def measured_anything(cal: dict[str, Any]) -> bool:
     """Whether the records hold any measurement at all."""
-    return bool(cal["runs"] or cal["declared_power"] or cal["power"])
+    return bool(cal["runs"] or cal["declared_power"] or cal["power"] or cal["exact"]["runs"])
 
 
 def acceptable(cal: dict[str, Any]) -> bool:
     """False when the numbers show a defect: a whole-run false-failure rate or a family-wise
     rate whose interval lies above its level, a suite error on the reference, p-values of a
     test significantly smaller than U(0, 1) (Bonferroni over the tests, at
-    ``KS_DEFECT_LEVEL``), or a replayed power whose lower end is below 0.99."""
+    ``KS_DEFECT_LEVEL``), a replayed power whose lower end is below 0.99, or any exact test
+    that did not pass the reference on some seed."""
+    if cal["exact"]["defects"]:
+        return False
     if cal["runs"] and ci95(cal["failed_runs"], cal["runs"])[0] > cal["budget"]:
         return False
     if cal["suite_error_seeds"] or any(row["rate_low95"] > row["level"] for row in cal["family_wise"]):
@@ -225,9 +261,15 @@ def acceptable(cal: dict[str, Any]) -> bool:
 
 def summary(cal: dict[str, Any]) -> str:
     """A few lines for the console."""
-    lines = [f"{cal['failed_runs']}/{cal['runs']} reference runs false-failed "
-             f"(95% interval upper end {cal['run_rate_upper95']:.3g}, budget {cal['budget']:g}); "
-             f"{len(cal['inconclusive_seeds'])} with an inconclusive test"]
+    exact = cal["exact"]
+    lines = [f"exact tests: {exact['runs']} reference runs, {exact['test_runs']} test runs, "
+             f"{len(exact['defects'])} tests failed on some seed"
+             + (f" (seeds {', '.join(map(str, exact['defect_seeds'][:10]))})" if exact["defects"] else "")
+             ] if exact["runs"] else []
+    if cal["runs"]:
+        lines.append(f"statistical tests: {cal['failed_runs']}/{cal['runs']} reference runs false-failed "
+                     f"(95% interval upper end {cal['run_rate_upper95']:.3g}, budget {cal['budget']:g}); "
+                     f"{len(cal['inconclusive_seeds'])} with an inconclusive test")
     if cal["declared_power"]:
         worst = min(r["power_lower95"] for r in cal["declared_power"].values())
         lines.append(f"power at the declared effect: {len(cal['declared_power'])} assertions, "

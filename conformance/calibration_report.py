@@ -85,6 +85,28 @@ def _per_test(cal: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _exact(cal: dict[str, Any]) -> list[str]:
+    exact = cal["exact"]
+    seeds = exact["seeds"]
+    lines = [
+        "## Exact tests on every seed (reference, tests not marked statistical)",
+        "",
+        f"{exact['runs']} runs ({len(seeds)} base seeds from {seeds[0]} to {seeds[-1]}, {', '.join(exact['devices'])}) "
+        f"of {exact['tests']} exact tests ({exact['tests_ran']} ran on this device, the rest are skipped "
+        f"everywhere here): {exact['test_runs']} test runs. An exact test has no false-failure budget, so a "
+        "failed, INCONCLUSIVE or suite-error outcome on any seed is a defect of the suite.",
+        "",
+    ]
+    if not exact["defects"]:
+        return lines + ["No exact test failed on any seed."]
+    lines += ["| test | runs | failed on seeds | inconclusive on seeds | suite error on seeds |",
+              "| --- | --- | --- | --- | --- |"]
+    for nodeid, row in exact["defects"].items():
+        lines.append(f"| `{_short(nodeid)}` | {row['runs']} | {_seed_list(row['failed'])} | "
+                     f"{_seed_list(row['inconclusive'])} | {_seed_list(row['suite-error'])} |")
+    return lines
+
+
 def _declared_power(cal: dict[str, Any]) -> list[str]:
     rows = cal["declared_power"]
     if not rows:
@@ -144,10 +166,12 @@ def write_reports(cal: dict[str, Any], report_dir: Path, commands: list[str]) ->
     """Write ``calibration.json`` and ``calibration.md`` into ``report_dir``."""
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "calibration.json").write_text(json.dumps({**cal, "commands": commands}, indent=1))
-    lines = ["# Calibration of the statistical tests", "", "Produced by:", ""]
+    lines = ["# Calibration of the suite's tests on the reference", "", "Produced by:", ""]
     lines += [f"    {c}" for c in commands] + [""]
     lines += ["Each case seed is `derive_seed(base seed, pytest node id)`: a renamed or moved test gets new seeds, "
               "so these records reproduce for the node ids they name (calibration.json).", ""]
+    if cal["exact"]["runs"]:
+        lines += _exact(cal) + [""]
     if cal["runs"]:
         lines += _whole_run(cal) + [""]
     lines += _declared_power(cal) + [""] + _mutant_power(cal) + [""]

@@ -68,8 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--report", type=Path, default=Path("reports/mutants"))
     mut.add_argument("--jobs", type=int, default=None, help="mutants run in parallel (default: CPU count)")
     cal = sub.add_parser("calibrate",
-                         help="false failures on the reference, power at the declared effect and on mutants")
-    cal.add_argument("--seeds", type=_count, default=200, help="reference runs (base seeds FIRST..FIRST+SEEDS-1)")
+                         help="exact tests over many seeds, false failures of the statistical tests on the "
+                         "reference, power at the declared effect and on mutants")
+    cal.add_argument("--seeds", type=_count, default=200,
+                     help="reference runs of the statistical tests (base seeds FIRST..FIRST+SEEDS-1)")
+    cal.add_argument("--exact-seeds", type=_count, default=0,
+                     help="reference runs of the exact (non-statistical) tests (base seeds FIRST..FIRST+N-1); "
+                     "any failure is a suite defect")
     cal.add_argument("--first-seed", type=_count, default=1, help="first reference base seed (to split a calibration)")
     cal.add_argument("--power-seeds", type=_count, default=20, help="runs of each mutant's statistical killers")
     cal.add_argument("--replicates", type=_count, default=2000,
@@ -196,6 +201,7 @@ def calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     log = calibration.calibrate(
         args.report, seeds=list(range(args.first_seed, args.first_seed + args.seeds)),
         power_seeds=list(range(1, args.power_seeds + 1)), replicates=args.replicates,
+        exact_seeds=range(args.first_seed, args.first_seed + args.exact_seeds),
         device=args.device, jobs=args.jobs, replay_payload=_replay_results(args, parser),
     )
     cal = calibration_numbers.aggregate(log.records())

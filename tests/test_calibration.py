@@ -335,3 +335,50 @@ def test_report_says_when_power_was_not_replayed(tmp_path):
     records = [r for r in _records() if r["kind"] != "replay"]
     calibration_report.write_reports(numbers.aggregate(records), tmp_path, ["cmd"])
     assert "Not measured in these runs (`--replicates 0`)" in (tmp_path / "calibration.md").read_text()
+
+
+# --------------------------------------------------------------------------- exact tests on every seed (issue 11)
+
+
+def _exact_run(seed, outcomes):
+    return {"kind": "exact", "impl": "reference", "seed": seed, "device": "cpu",
+            "tests": {n: {"outcome": o, "stats": []} for n, o in outcomes.items()}}
+
+
+def test_exact_runs_select_the_non_statistical_tests_and_resume(tmp_path, fake_runs, monkeypatch):
+    calls, outcomes = fake_runs
+    selections = []
+    original = calibration._pytest_run
+    monkeypatch.setattr(calibration, "_pytest_run",
+                        lambda impl, seed, device, selection=None, nodeids=None:
+                        selections.append(selection) or original(impl, seed, device, selection, nodeids))
+    calibration.calibrate(tmp_path, seeds=[], power_seeds=[], replicates=0, exact_seeds=[1, 2])
+    calls.clear()
+    log = calibration.calibrate(tmp_path, seeds=[5], power_seeds=[], replicates=0, exact_seeds=[1, 2, 3])
+    assert selections[:2] == [["-m", "not statistical"]] * 2
+    assert sorted(c[1] for c in calls) == [3, 5] and log.added == 2
+    assert sorted((r["kind"], r["seed"]) for r in log.records()) == [("exact", 1), ("exact", 2), ("exact", 3),
+                                                                      ("reference", 5)]
+
+
+def test_any_exact_failure_on_any_seed_is_a_defect():
+    clean = {"c/t.py::test_S3_a": "passed", "c/t.py::test_S3_gpu": "skipped"}
+    records = [_exact_run(s, clean) for s in range(1, 50)]
+    cal = numbers.aggregate(records)
+    assert cal["exact"]["runs"] == 49 and cal["exact"]["test_runs"] == 49 and not cal["exact"]["defects"]
+    assert cal["exact"]["never_ran"] == ["c/t.py::test_S3_gpu"] and numbers.acceptable(cal)
+    for outcome in ("failed", "inconclusive", "suite-error"):
+        bad = numbers.aggregate(records + [_exact_run(50, {**clean, "c/t.py::test_S3_a": outcome})])
+        assert bad["exact"]["defects"]["c/t.py::test_S3_a"][outcome] == [50]
+        assert bad["exact"]["defect_seeds"] == [50] and not numbers.acceptable(bad)
+
+
+def test_cli_exits_1_on_an_exact_defect_and_names_test_and_seed(tmp_path):
+    records = [_exact_run(s, {"c/t.py::test_S3_a": "passed"}) for s in (1, 2)]
+    records.append(_exact_run(3, {"c/t.py::test_S3_a": "failed"}))
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    proc = _cli("--seeds", "0", "--power-seeds", "0", "--replicates", "0", "--report", str(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "exact tests: 3 reference runs, 3 test runs, 1 tests failed on some seed (seeds 3)" in proc.stdout
+    md = (tmp_path / "calibration.md").read_text()
+    assert "| `test_S3_a` | 3 | 3 | none | none |" in md
