@@ -14,8 +14,9 @@ takes its defaults from here (DESIGN.md "Statistics policy"). How the numbers fo
 * ``TARGET_POWER = 0.999``: the probability of detecting a fault of that size; sample sizes
   are computed from (alpha, effect, power) by ``stats.sample_size_for_*``.
 
-``RUN_LEDGER`` records each statistical assertion id executed in a run, so a test (or the
-plugin at session end) can check that the run stayed within the declared count and alpha.
+A :class:`StatLedger` records each statistical assertion id executed in a run (the plugin
+keeps one per run, filled by its ``stat_check`` fixture), so the run can check that it
+stayed within the declared count and alpha.
 
 To add an assertion: give it a unique id ``<section>/<family>/<detail>``, call a
 ``stats`` function with that id as ``name``; raise ``MAX_STATISTICAL_ASSERTIONS`` only
@@ -36,7 +37,6 @@ __all__ = [
     "SAMPLE_SCALE",
     "set_sample_scale",
     "StatLedger",
-    "RUN_LEDGER",
 ]
 
 FAMILY_WISE_ALPHA = 1e-3
@@ -132,6 +132,3 @@ class StatLedger:
     def clear(self) -> None:
         """Forget every record (start of a new run)."""
         self._results.clear()
-
-
-RUN_LEDGER = StatLedger()

@@ -51,10 +51,10 @@ REPLAY_SEED = 1
 
 
 def _pytest_run(impl: str, seed: int | None, device: str, selection: list[str] | None = None,
-                nodeids: list[str] | None = None) -> dict | None:
-    """One pytest run (``-m``/``-k`` ``selection``, or ``nodeids``); its results.json, or
-    None when the run produced no test record (a crash, or node ids that no longer exist)."""
-    _, payload, _ = cli.run_quietly(impl=impl, device=device, seed=seed, extra=selection, nodeids=nodeids)
+                cases: list[str] | None = None) -> dict | None:
+    """One pytest run (``-m``/``-k`` ``selection``, or the case keys ``cases``); its
+    results.json, or None when the run produced no test record (a crash)."""
+    _, payload, _ = cli.run_quietly(impl=impl, device=device, seed=seed, extra=selection, cases=cases)
     return payload if payload and payload["tests"] else None
 
 
@@ -67,9 +67,9 @@ def _outcome(test: dict) -> str:
 
 
 def _compact(payload: dict) -> dict[str, dict]:
-    """Per test node id: outcome and its assertions' (name, p-value, effect, min effect)."""
+    """Per case key: outcome and its assertions' (name, p-value, effect, min effect)."""
     return {
-        t["nodeid"]: {"outcome": _outcome(t),
+        t["case"]: {"outcome": _outcome(t),
                       "stats": [[s["name"], s["p_value"], s["effect"], s["min_effect"]] for s in t["stats"]]}
         for t in payload["tests"]
     }
@@ -180,7 +180,7 @@ def run_mutants(log: RunLog, mutant_ids: list[str], power_seeds: list[int], devi
 
     def power(item: tuple[str, int]) -> None:
         impl = f"mutant:{item[0]}"
-        payload = _pytest_run(impl, item[1], device, nodeids=sorted(killers[impl]))
+        payload = _pytest_run(impl, item[1], device, cases=sorted(killers[impl]))
         log.append_run({"kind": "mutant-power", "impl": impl, "seed": item[1], "device": device}, payload,
                        f"{impl} power seed {item[1]}")
     list(pool.map(power, plan))

@@ -168,8 +168,10 @@ def write_reports(cal: dict[str, Any], report_dir: Path, commands: list[str]) ->
     (report_dir / "calibration.json").write_text(json.dumps({**cal, "commands": commands}, indent=1))
     lines = ["# Calibration of the suite's tests on the reference", "", "Produced by:", ""]
     lines += [f"    {c}" for c in commands] + [""]
-    lines += ["Each case seed is `derive_seed(base seed, pytest node id)`: a renamed or moved test gets new seeds, "
-              "so these records reproduce for the node ids they name (calibration.json).", ""]
+    lines += ["Each case seed is `derive_seed(base seed, case key)` (conformance/seeds.py): the key is the test "
+              "module's import name, the test name and the parameter id, never a path, so these records reproduce "
+              "for the case keys they name (calibration.json) wherever the suite is installed; a renamed test gets "
+              "new seeds.", ""]
     if cal["exact"]["runs"]:
         lines += _exact(cal) + [""]
     if cal["runs"]:

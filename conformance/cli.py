@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", type=float, default=None,
                      help="factor on statistical sample sizes (<1 faster, less power; alpha unchanged)")
     run.add_argument("-k", dest="keyword", default=None, help="pytest -k expression to select tests")
+    run.add_argument("--case", dest="cases", action="append", default=None, metavar="KEY",
+                     help="run only the case with this key (repeatable; as a failure's replay line names it)")
     run.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest after '--'")
     mut = sub.add_parser("mutants", help="kill matrix: each mutant against the tests of its section")
     mut.add_argument("ids", nargs="*", help="mutant ids (default: all)")
@@ -91,13 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
 def pytest_command(
     *, impl: str, device: str, json_path: Path, junit_path: Path | None = None, seed: int | None = None,
     workers: str = "auto", keyword: str | None = None, extra: list[str] | None = None,
-    nodeids: list[str] | None = None,
+    cases: list[str] | None = None,
 ) -> list[str]:
-    """The pytest command line behind every subcommand: one adapter, the whole suite or the
-    given node ids (as results.json names them, relative to the repository root)."""
-    targets = [str(SUITE_DIR.parent / n) for n in nodeids] if nodeids else [str(SUITE_DIR)]
+    """The pytest command line behind every subcommand: one adapter, the whole suite or only
+    the given case keys (``conformance.seeds``; as results.json names them)."""
     cmd = [
-        sys.executable, "-m", "pytest", *targets, "-q", "-rN", "-p", "no:cacheprovider",
+        sys.executable, "-m", "pytest", str(SUITE_DIR), "-q", "-rN", "-p", "no:cacheprovider",
         f"--dspark-impl={impl}", f"--dspark-device={device}", f"--dspark-report-json={json_path}",
         "--dspark-strict-ledger",
     ]
@@ -109,6 +110,7 @@ def pytest_command(
         cmd += ["-n", workers]
     if keyword:
         cmd += ["-k", keyword]
+    cmd += [f"--dspark-case={key}" for key in cases or ()]
     return cmd + list(extra or [])
 
 
@@ -123,14 +125,14 @@ def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[
 
 
 def run_quietly(*, impl: str, device: str, seed: int | None = None, keyword: str | None = None,
-                extra: list[str] | None = None, nodeids: list[str] | None = None
+                extra: list[str] | None = None, cases: list[str] | None = None
                 ) -> tuple[int, dict | None, list[str]]:
     """One serial, silent pytest run (as the kill matrix and calibration make them), its JSON
     in a temporary directory: ``(exit code, results.json or None, command)``."""
     with tempfile.TemporaryDirectory(prefix="dspark-run-") as tmp:
         json_path = Path(tmp) / "results.json"
         cmd = pytest_command(impl=impl, device=device, json_path=json_path, seed=seed, workers="0",
-                             keyword=keyword, extra=extra, nodeids=nodeids)
+                             keyword=keyword, extra=extra, cases=cases)
         returncode, payload = run_suite(cmd, json_path, quiet=True)
     return returncode, payload, cmd
 
@@ -153,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     json_path = report_dir / "results.json"
     cmd = pytest_command(
         impl=args.impl, device=args.device, json_path=json_path, junit_path=report_dir / "junit.xml",
-        seed=args.seed, workers=args.workers, keyword=args.keyword,
+        seed=args.seed, workers=args.workers, keyword=args.keyword, cases=args.cases,
         extra=([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + list(args.pytest_args),
     )
     returncode, payload = run_suite(cmd, json_path)

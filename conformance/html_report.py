@@ -263,14 +263,14 @@ def _not_passed(tests: list[dict]) -> str:
         out.append("<p>Every test passed.</p>")
     for t in bad:
         out.append(
-            f'<h3><span class="badge {t["outcome"]}">{t["outcome"]}</span> <code>{_e(t["nodeid"])}</code></h3>'
+            f'<h3><span class="badge {t["outcome"]}">{t["outcome"]}</span> <code>{_e(t["case"])}</code></h3>'
             f"<div>{_e(_summary(t['reason']))}</div>"
             f"<details><summary>full reason</summary><pre>{_e(t['reason'])}</pre></details>"
             f'<div class="small">replay:</div><code class="replay">{_e(t["replay"])}</code>'
         )
     if quiet:
         rows = "".join(
-            f'<tr><td><span class="badge {t["outcome"]}">{t["outcome"]}</span></td><td><code>{_e(t["nodeid"])}'
+            f'<tr><td><span class="badge {t["outcome"]}">{t["outcome"]}</span></td><td><code>{_e(t["case"])}'
             f"</code></td><td>{_e(' '.join(t['reason'].split())[:400])}</td></tr>" for t in quiet
         )
         out.append(f"<h3>Skipped and expected failures</h3><table><tr><th>outcome</th><th>test</th>"
@@ -301,7 +301,7 @@ def _stat_table(tests: list[dict]) -> str:
             name = f'<a href="#stat-{index}">{name}</a>'
         verdict = "passed" if s.get("passed") else "failed"
         rows.append(
-            f'<tr><td class="wrap" title="{_e(test["nodeid"])}">{name}</td>'
+            f'<tr><td class="wrap" title="{_e(test["case"])}">{name}</td>'
             f'<td><span class="badge {verdict}">{verdict}</span></td>'
             f'<td class="num">{_num(s.get("p_value"), ".3g")}</td><td class="num">{_num(s.get("alpha"), ".2g")}</td>'
             f'<td class="num">{_e(s.get("n", ""))}</td>'

@@ -61,7 +61,7 @@ def split_failures(tests: list[dict], section: str) -> tuple[list[dict], list[di
     """The failed tests of ``section`` as ``(killers, suite_bugs)``, each ``{test, evidence}``:
     a failure of the suite's own code (:func:`report.is_suite_bug`) is not a kill."""
     failed = [r for r in tests if r["outcome"] == "failed" and r["section"] == section]
-    entries = [({"test": r["nodeid"], "evidence": _evidence(r)}, report.is_suite_bug(r)) for r in failed]
+    entries = [({"test": r["case"], "evidence": _evidence(r)}, report.is_suite_bug(r)) for r in failed]
     return [e for e, bug in entries if not bug], [e for e, bug in entries if bug]
 
 

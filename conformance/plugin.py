@@ -1,66 +1,70 @@
 """The pytest plugin: options, fixtures, the expected-failure ledger, INCONCLUSIVE, reports.
 
 Registered through the ``pytest11`` entry point (and by the repo-root ``conftest.py`` for
-in-repo runs). Options:
+in-repo runs). Inert until asked (STYLE 12): in a run that collects none of the suite's
+tests it loads no adapter, imports no torch, skips nothing and records nothing. The
+suite's tests are the test functions of its own modules (:func:`is_suite_item`); only they
+get the GPU-tier skip (by their ``gpu`` marker), the ledger's expected failures and records.
 
-* ``--dspark-impl NAME``       implementation under test (see ``conformance.loading``);
+Options:
+
+* ``--dspark-impl NAME``       implementation under test (see ``conformance.loading``;
+  default ``reference``, loaded when the first suite test needs it);
 * ``--dspark-device cpu|cuda`` device the tests put their tensors on;
-* ``--dspark-seed N``          base seed; every case seed is ``derive_seed(N, case id)``;
-* ``--dspark-report-json PATH`` write one record per test (outcome, section, stats, time);
+* ``--dspark-seed N``          base seed; every case seed is ``derive_seed(N, case key)``
+  (``conformance.seeds``);
+* ``--dspark-case KEY``        run only the case with this key (repeatable): the replay form;
+* ``--dspark-report-json PATH`` write one record per suite test (outcome, section, stats, time);
 * ``--dspark-strict-ledger``   an expected-failure entry that matches no test is an error
   (the main job sets it; a partial run only warns);
-* ``--dspark-budget FACTOR``   scale statistical sample sizes (runtime vs power; alpha fixed);
-* ``--dspark-hypothesis-profile ci|dev|thorough``.
+* ``--dspark-budget FACTOR``   scale statistical sample sizes (runtime vs power; alpha fixed).
 
 Fixtures: ``dspark_adapter``, ``require`` (capability or skip), ``dspark_device``,
-``case_seed`` and ``case_generator`` (seeded from the test id), ``stat_check`` (asserts a
+``case_seed`` and ``case_generator`` (seeded from the case key), ``stat_check`` (asserts a
 :class:`~conformance.stats.StatResult` and records it for the report), ``record_reliability``
 (keeps reliability-diagram bins for the report).
+
+A record of ``--dspark-report-json`` holds ``case`` (the case key: the test's identity
+wherever the suite is installed), ``nodeid`` (pytest's, which depends on the rootdir),
+``section``, ``outcome``, ``duration_s``, ``reason``, ``stats``, ``reliability``, ``replay``
+(one command that reruns it) and ``failure``.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
-import torch
 
 from . import budget
-from .contract import Adapter, Inconclusive
-from .loading import AdapterLoadError, load_adapter
+from .seeds import case_key, derive_seed
+from .session import CASE_PROPERTY, DEFAULT_BASE_SEED, SESSION_KEY, RunSession, run_session
 
-_ADAPTER_KEY = pytest.StashKey[Adapter]()
-_RECORDS_KEY = pytest.StashKey[list]()
-_SECTION_RE = re.compile(r"test_(S\d+)")
-DEFAULT_BASE_SEED = 20260
+if TYPE_CHECKING:
+    import torch
+
+    from .contract import Adapter
+
+SUITE_PACKAGE = "conformance"
 _SUITE_DIR = Path(__file__).resolve().parent
 SUITE_BUG_TYPES = (NameError, ImportError, SyntaxError)  # with UnboundLocalError, ModuleNotFoundError
-
-try:
-    from hypothesis import HealthCheck, settings
-
-    settings.register_profile(
-        "ci", max_examples=25, deadline=None, derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-    settings.register_profile("dev", max_examples=10, deadline=None)
-    settings.register_profile(
-        "thorough", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-    )
-except ImportError:  # hypothesis is a dependency; keep the plugin importable without it
-    settings = None
+MARKERS = (
+    "gpu: needs CUDA (skipped cleanly without it)",
+    "statistical: a distributional assertion drawing on the family-wise alpha budget",
+    "slow: long-running; excluded from the quick tier",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("dspark", "DSpark conformance")
-    group.addoption("--dspark-impl", default="reference", help="implementation under test")
+    group.addoption("--dspark-impl", default=None, help="implementation under test (default: reference)")
     group.addoption("--dspark-device", default="cpu", choices=("cpu", "cuda"), help="device for test tensors")
     group.addoption("--dspark-seed", type=int, default=DEFAULT_BASE_SEED, help="base seed for case seeds")
+    group.addoption("--dspark-case", action="append", default=[], metavar="KEY",
+                    help="run only the case with this key (repeatable; the replay form)")
     group.addoption("--dspark-report-json", default=None, help="write per-test records as JSON here")
     group.addoption("--dspark-strict-ledger", action="store_true", help="unmatched expected-failure entries are errors")
     group.addoption(
@@ -68,50 +72,52 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="factor on every statistical sample size: <1 faster with less power, >1 more power "
         "(alpha unchanged; the report states the power achieved)",
     )
-    group.addoption(
-        "--dspark-hypothesis-profile", default="ci", choices=("ci", "dev", "thorough"),
-        help="hypothesis settings profile",
-    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for line in (
-        "gpu: needs CUDA (skipped cleanly without it)",
-        "statistical: a distributional assertion drawing on the family-wise alpha budget",
-        "slow: long-running; excluded from the quick tier",
-    ):
+    for line in MARKERS:
         config.addinivalue_line("markers", line)
-    if settings is not None:
-        settings.load_profile(config.getoption("--dspark-hypothesis-profile"))
     try:
         budget.set_sample_scale(config.getoption("--dspark-budget"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from exc
-    try:
-        config.stash[_ADAPTER_KEY] = load_adapter(config.getoption("--dspark-impl"))
-    except AdapterLoadError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    config.stash[_RECORDS_KEY] = []
+    session = RunSession(config)
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(session, "dspark_session")
+    if session.impl_given:  # asked for by name: a bad name is a usage error now
+        session.adapter
 
 
-def section_of(name: str) -> str:
-    """SPEC section id cited by a test name (``test_S3_...`` -> ``"S3"``), else ``"-"``."""
-    match = _SECTION_RE.search(name)
-    return match.group(1) if match else "-"
+def is_suite_item(item: pytest.Item) -> bool:
+    """Whether ``item`` is a test function of one of the suite's own modules."""
+    module = getattr(item, "module", None)
+    return module is not None and module.__name__.split(".")[0] == SUITE_PACKAGE and isinstance(item, pytest.Function)
+
+
+def item_key(item: pytest.Item) -> str:
+    """The case key of a test function (``conformance.seeds``): module import name, test
+    name and parameter id, never a path."""
+    return case_key(item.module.__name__, item.name)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    suite = [item for item in items if is_suite_item(item)]
+    if not suite:
+        return
+    suite = _select_cases(config, items, suite)
+    session = run_session(config)
+    import torch
+
     if not torch.cuda.is_available():
         skip_gpu = pytest.mark.skip(reason="gpu tier: CUDA is not available")
-        for item in items:
-            if "gpu" in item.keywords:
+        for item in suite:
+            if item.get_closest_marker("gpu") is not None:
                 item.add_marker(skip_gpu)
-    adapter = config.stash[_ADAPTER_KEY]
-    device = config.getoption("--dspark-device")
-    for entry in (e for e in adapter.expected_failures if device in e.devices):
+    adapter = session.adapter
+    for entry in (e for e in adapter.expected_failures if session.device in e.devices):
         matched = [
-            item for item in items
+            item for item in suite
             if item.name == entry.test or getattr(item, "originalname", None) == entry.test
         ]
         for item in matched:
@@ -123,10 +129,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             warnings.warn(message, pytest.PytestWarning)
 
 
+def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[pytest.Item]) -> list[pytest.Item]:
+    """Apply ``--dspark-case``: keep the suite items whose key is named (foreign items stay).
+
+    Raises:
+        pytest.UsageError: a named key that matches no collected case.
+    """
+    wanted = set(config.getoption("--dspark-case"))
+    if not wanted:
+        return suite
+    keys = {id(item): item_key(item) for item in suite}
+    unknown = wanted - set(keys.values())
+    if unknown:
+        raise pytest.UsageError(f"--dspark-case: no collected case has the key {sorted(unknown)[0]!r} "
+                                "(keys are printed in results.json 'case' and in replay lines)")
+    dropped = [item for item in suite if keys[id(item)] not in wanted]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
+    return [item for item in suite if keys[id(item)] in wanted]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
+    if not is_suite_item(item):
+        return
+    from .contract import Inconclusive
+
     report = outcome.get_result()
+    if (CASE_PROPERTY, item_key(item)) not in report.user_properties:
+        report.user_properties.append((CASE_PROPERTY, item_key(item)))
     if call.excinfo is not None and call.excinfo.errisinstance(Inconclusive):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1], f"INCONCLUSIVE: {call.excinfo.value}")
@@ -144,98 +177,26 @@ def _failure(excinfo: pytest.ExceptionInfo) -> dict[str, Any]:
     return {"type": excinfo.typename, "suite_bug": in_suite and excinfo.errisinstance(SUITE_BUG_TYPES)}
 
 
-def _outcome(report: pytest.TestReport) -> str:
-    props = dict(report.user_properties)
-    if props.get("dspark_outcome") == "inconclusive":
-        return "inconclusive"
-    if hasattr(report, "wasxfail"):
-        return "xfailed" if report.skipped else "xpassed"
-    return report.outcome
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    final = report.when == "call" or (report.when == "setup" and not report.passed)
-    if not final:
-        return
-    config = _CONFIG.get("config")
-    if config is None:
-        return
-    reason = ""
-    if report.skipped and isinstance(report.longrepr, tuple):
-        reason = report.longrepr[2].removeprefix("Skipped: ")
-    elif report.failed:
-        reason = str(getattr(report, "longreprtext", ""))[-2000:]
-    elif hasattr(report, "wasxfail"):
-        reason = report.wasxfail
-    config.stash[_RECORDS_KEY].append({
-        "nodeid": report.nodeid,
-        "section": section_of(report.nodeid.split("::")[-1]),
-        "outcome": _outcome(report),
-        "duration_s": round(report.duration, 4),
-        "reason": reason,
-        "stats": [json.loads(v) for k, v in report.user_properties if k == "dspark_stat"],
-        "reliability": [json.loads(v) for k, v in report.user_properties if k == "dspark_reliability"],
-        "replay": replay_command(config, report.nodeid),
-        "failure": next((json.loads(v) for k, v in report.user_properties if k == "dspark_failure"), None),
-    })
-
-
-def replay_command(config: pytest.Config, nodeid: str) -> str:
-    """One line that re-runs a single test with the same implementation, device and seed."""
-    return (
-        f"python -m pytest '{nodeid}' --dspark-impl {config.getoption('--dspark-impl')} "
-        f"--dspark-device {config.getoption('--dspark-device')} --dspark-seed {config.getoption('--dspark-seed')}"
-    )
-
-
-_CONFIG: dict[str, pytest.Config] = {}
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _CONFIG["config"] = session.config
-    session.config.stash[_RECORDS_KEY].clear()
-    session.config._dspark_started = time.time()  # type: ignore[attr-defined]
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    path = session.config.getoption("--dspark-report-json")
-    if not path or hasattr(session.config, "workerinput"):  # xdist workers forward reports
-        return
-    adapter = session.config.stash[_ADAPTER_KEY]
-    payload = {
-        "impl": adapter.name,
-        "description": adapter.description,
-        "conventions": {k: str(v) for k, v in vars(adapter.conventions).items()},
-        "capabilities": sorted(cap.__name__ for cap in adapter.capabilities),
-        "device": session.config.getoption("--dspark-device"),
-        "base_seed": session.config.getoption("--dspark-seed"),
-        "budget": session.config.getoption("--dspark-budget"),
-        "wall_s": round(time.time() - session.config._dspark_started, 2),  # type: ignore[attr-defined]
-        "tests": session.config.stash[_RECORDS_KEY],
-    }
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(payload, indent=1))
-
-
 # ----------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="session")
-def dspark_adapter(pytestconfig: pytest.Config) -> Adapter:
+def dspark_adapter(pytestconfig: pytest.Config) -> "Adapter":
     """The implementation under test."""
-    return pytestconfig.stash[_ADAPTER_KEY]
+    return run_session(pytestconfig).adapter
 
 
 @pytest.fixture(scope="session")
-def dspark_device(pytestconfig: pytest.Config) -> torch.device:
+def dspark_device(pytestconfig: pytest.Config) -> "torch.device":
     """The device test tensors live on; ``cuda`` without CUDA is a usage error."""
-    name = pytestconfig.getoption("--dspark-device")
+    import torch
+
+    name = run_session(pytestconfig).device
     if name == "cuda" and not torch.cuda.is_available():
         raise pytest.UsageError("--dspark-device cuda: CUDA is not available on this machine")
     return torch.device(name)
 
 
 @pytest.fixture
-def require(dspark_adapter: Adapter) -> Callable[[type], Any]:
+def require(dspark_adapter: "Adapter") -> Callable[[type], Any]:
     """``require(Capability)`` -> the adapter's implementation, or skip naming the capability."""
 
     def _require(capability: type) -> Any:
@@ -249,15 +210,16 @@ def require(dspark_adapter: Adapter) -> Callable[[type], Any]:
 
 @pytest.fixture
 def case_seed(request: pytest.FixtureRequest) -> int:
-    """Seed for this test case: ``derive_seed(--dspark-seed, node id)`` (xdist-safe)."""
-    from .stats import derive_seed
-
-    return derive_seed(request.config.getoption("--dspark-seed"), request.node.nodeid)
+    """Seed for this test case: ``derive_seed(--dspark-seed, case key)`` (xdist-safe, and the
+    same wherever the suite is installed)."""
+    return derive_seed(run_session(request.config).base_seed, item_key(request.node))
 
 
 @pytest.fixture
-def case_generator(case_seed: int, dspark_device: torch.device) -> torch.Generator:
+def case_generator(case_seed: int, dspark_device: "torch.device") -> "torch.Generator":
     """A ``torch.Generator`` on the test device seeded with :func:`case_seed`."""
+    import torch
+
     gen = torch.Generator(device=dspark_device)
     gen.manual_seed(case_seed)
     return gen
@@ -265,9 +227,11 @@ def case_generator(case_seed: int, dspark_device: torch.device) -> torch.Generat
 
 @pytest.fixture
 def stat_check(request: pytest.FixtureRequest) -> Callable[[Any], Any]:
-    """``stat_check(result)``: record a StatResult for the report, then assert it passed."""
+    """``stat_check(result)``: record a StatResult in the run's ledger and for the report,
+    then assert it passed."""
 
     def _check(result: Any) -> Any:
+        run_session(request.config).ledger.record(result.name, result)
         request.node.user_properties.append(("dspark_stat", json.dumps(result.to_dict())))
         result.assert_ok()
         return result
@@ -279,8 +243,9 @@ def stat_check(request: pytest.FixtureRequest) -> Callable[[Any], Any]:
 def record_reliability(request: pytest.FixtureRequest) -> Callable[..., None]:
     """``record_reliability(name, prob[N], label[N], bins=10)``: keep a reliability diagram's
     bins (mean predicted probability, observed frequency, count) for the report (SPEC S7)."""
+    import torch
 
-    def _record(name: str, prob: torch.Tensor, label: torch.Tensor, bins: int = 10) -> None:
+    def _record(name: str, prob: "torch.Tensor", label: "torch.Tensor", bins: int = 10) -> None:
         prob, label = prob.double().flatten().cpu(), label.double().flatten().cpu()
         index = torch.clamp((prob * bins).floor().long(), max=bins - 1)
         count = torch.zeros(bins, dtype=torch.float64).index_add_(0, index, torch.ones_like(prob))

@@ -32,6 +32,7 @@ from scipy import stats as sps
 
 from . import stats
 from .budget import StatLedger
+from .seeds import derive_seed
 
 REPLAYED_RULES = ("goodness_of_fit", "binomial")
 
@@ -142,7 +143,7 @@ def replay_power(result: Mapping[str, Any], *, replicates: int, seed: int) -> Re
     if not design or design.get("rule") not in REPLAYED_RULES:
         raise ValueError(f"result: expected a design with rule in {REPLAYED_RULES}, got {design!r} "
                          f"for {result.get('name')!r}")
-    rng = np.random.default_rng(stats.derive_seed(seed, result["name"]))
+    rng = np.random.default_rng(derive_seed(seed, result["name"]))
     replay = _replay_goodness_of_fit if design["rule"] == "goodness_of_fit" else _replay_binomial
     rejected, ratio = replay(result, rng, replicates, StatLedger())
     low = sps.binomtest(rejected, replicates).proportion_ci(0.95, method="exact").low

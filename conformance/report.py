@@ -112,7 +112,7 @@ def format_matrix(payload: dict[str, Any]) -> str:
     lines.append(f"overall: {overall(rows)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
-            lines.append(f"  {record['outcome'].upper()}: {record['nodeid']}: {short_reason(record, 200)}")
+            lines.append(f"  {record['outcome'].upper()}: {record['case']}: {short_reason(record, 200)}")
             lines.append(f"    replay: {record['replay']}")
     return "\n".join(lines)
 
@@ -125,7 +125,7 @@ def _stat_lines(payload: dict[str, Any]) -> list[str]:
     for record in payload["tests"]:
         for s in record.get("stats", []):
             lines.append(
-                f"| `{record['nodeid'].split('::')[-1]}` | {s.get('null', '')} | {s.get('statistic_name', '')} "
+                f"| `{record['case'].split('::')[-1]}` | {s.get('null', '')} | {s.get('statistic_name', '')} "
                 f"{s.get('statistic', 0):.4g} | {s.get('p_value', 0):.3g} | {s.get('alpha', 0):.2g} | "
                 f"{s.get('n', '')} | {s.get('effect_name', '')} {s.get('effect', 0):.4g} | "
                 f"{s.get('effect_ci_upper', 0):.4g} | {s.get('min_effect', 0):.3g} | "
@@ -156,7 +156,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
     for record in payload["tests"]:
         if record["outcome"] != "passed":
             reason = short_reason(record, 400)
-            out.append(f"- **{record['outcome']}** `{record['nodeid']}`: {reason}")
+            out.append(f"- **{record['outcome']}** `{record['case']}`: {reason}")
             if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
                 out.append(f"  - replay: `{record['replay']}`")
     out += ["", "## Statistical assertions", "", *_stat_lines(payload), ""]

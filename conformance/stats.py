@@ -3,8 +3,9 @@
 Each rule states its null hypothesis, statistic, alpha, the smallest effect it must detect
 and the power it has there, and returns a :class:`StatResult` (estimate, confidence bound,
 p-value, verdict) instead of comparing against a raw threshold (DESIGN.md "Statistics
-policy"). Defaults come from ``conformance/budget.py``; every result is recorded in a
-:class:`~conformance.budget.StatLedger` (``budget.RUN_LEDGER`` unless told otherwise).
+policy"). Defaults come from ``conformance/budget.py``; a result is recorded in the
+:class:`~conformance.budget.StatLedger` it is given (the plugin's ``stat_check`` records
+every checked result in its run's ledger).
 
 Rules (scipy.stats underneath):
 
@@ -13,7 +14,6 @@ Rules (scipy.stats underneath):
   sample size from :func:`sample_size_for_tv`.
 * :func:`binomial` -- an event count against a probability (exact binomial test); sample
   size from :func:`sample_size_for_proportion`.
-* :func:`derive_seed` -- seeds from (base seed, case id).
 
 Conventions: a rule passes iff ``p_value > alpha``. ``effect_ci_upper`` is an upper
 confidence bound on the true effect that holds with probability >= ``1 - alpha``.
@@ -26,7 +26,6 @@ record with :func:`_finish`, and give it a false-positive and a power test in
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from typing import Any, Callable, Sequence
 
@@ -37,7 +36,7 @@ import torch
 from dspark_ref._checks import check_choice, check_float, check_int
 
 from . import budget
-from .budget import DEFAULT_MIN_TV, PER_ASSERTION_ALPHA, RUN_LEDGER, TARGET_POWER, StatLedger
+from .budget import DEFAULT_MIN_TV, PER_ASSERTION_ALPHA, TARGET_POWER, StatLedger
 
 __all__ = [
     "StatResult",
@@ -48,7 +47,6 @@ __all__ = [
     "power_proportion",
     "proportion_alternatives",
     "sample_size_for_proportion",
-    "derive_seed",
 ]
 
 PROB_SUM_TOLERANCE = 1e-6
@@ -131,7 +129,8 @@ def _finish(ledger: StatLedger | None, **fields: Any) -> StatResult:
         if fields.get(key) is not None:
             fields[key] = tuple(float(v) for v in fields[key])
     result = StatResult(passed=fields["p_value"] > fields["alpha"], **fields)
-    (RUN_LEDGER if ledger is None else ledger).record(result.name, result)
+    if ledger is not None:
+        ledger.record(result.name, result)
     return result
 
 
@@ -366,7 +365,8 @@ def goodness_of_fit(
         counts: non-negative integer counts ``[k]`` (list, numpy or any-device tensor).
         probs: expected probabilities ``[k]``, summing to 1 within 1e-6 (renormalised).
         name: assertion id; alpha, min_tv: see ``conformance/budget.py``.
-        ledger: where the result is recorded (default ``budget.RUN_LEDGER``).
+        ledger: where the result is recorded (default: not recorded; the plugin's
+            ``stat_check`` records every checked result in the run's ledger).
 
     Raises:
         TypeError: non-numeric input. ValueError: negative or non-integer counts, no
@@ -561,29 +561,3 @@ def _check_binomial(k, n, p0, name, alpha, min_effect, alternative) -> None:
     check_int("n", n, minimum=1)
     check_int("k", k, minimum=0, maximum=n)
     _check_proportion_design(p0, min_effect, alpha, alternative)
-
-
-# --------------------------------------------------------------------------- seeds
-
-
-def derive_seed(base_seed: int, case_id: str) -> int:
-    """A 63-bit seed for ``case_id``, stable across processes, platforms and Python
-    versions (``hash()`` is salted per process; this is not).
-
-    ``int.from_bytes(blake2b(f"{base_seed}\\0{case_id}", digest_size=8), "big") >> 1``.
-
-    Raises:
-        TypeError / ValueError: ``base_seed`` not an int in [0, 2^64), ``case_id`` not a
-            non-empty string.
-
-    Example:
-        >>> derive_seed(0, "S3/race/uniform") == derive_seed(0, "S3/race/uniform")
-        True
-    """
-    check_int("base_seed", base_seed, minimum=0, maximum=2**64 - 1)
-    if not isinstance(case_id, str):
-        raise TypeError(f"case_id: expected a string, got {type(case_id).__name__}")
-    if not case_id:
-        raise ValueError("case_id: expected a non-empty case id, got ''")
-    digest = hashlib.blake2b(f"{base_seed}\0{case_id}".encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1

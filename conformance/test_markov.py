@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from conformance import stats
+from conformance.seeds import derive_seed
 from conformance.cases import case, case_id
 from conformance.contract import MarkovBlock
 from fixtures.generators import markov_head_state
@@ -43,7 +44,7 @@ NONLINEAR_ULPS = 8
 # ----------------------------------------------------------------------------- helpers
 def sub_seed(case_seed: int, label: str) -> int:
     """An independent seed for one use inside a case (inputs, weights, a session)."""
-    return stats.derive_seed(case_seed, label)
+    return derive_seed(case_seed, label)
 
 
 def input_generator(case_seed: int) -> torch.Generator:

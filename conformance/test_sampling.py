@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from conformance import stats
+from conformance.seeds import derive_seed
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
@@ -90,7 +91,7 @@ def _separate(logits, temperatures, noise) -> torch.Tensor:
 
 def _inputs_generator(case_seed: int) -> torch.Generator:
     """CPU generator for test inputs, a stream separate from the IUT's ``case_generator``."""
-    return torch.Generator().manual_seed(stats.derive_seed(case_seed, "inputs"))
+    return torch.Generator().manual_seed(derive_seed(case_seed, "inputs"))
 
 
 def _exp_noise(shape, generator: torch.Generator) -> torch.Tensor:

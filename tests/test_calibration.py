@@ -223,14 +223,14 @@ def fake_runs(monkeypatch):
     """Replace the pytest subprocess: record the calls, answer from ``outcomes``."""
     calls, outcomes = [], {}
 
-    def run(impl, seed, device, selection=None, nodeids=None):
-        calls.append((impl, seed, device, tuple(nodeids or ())))
+    def run(impl, seed, device, selection=None, cases=None):
+        calls.append((impl, seed, device, tuple(cases or ())))
         outcome = outcomes.get((impl, seed), "passed")
         if outcome is None:
             return None
         stats_ = [{"name": "x", "p_value": 0.5, "effect": 0.0, "min_effect": 0.01, "power_at_min_effect": 0.999,
                    "design": None}]
-        return {"device": device, "tests": [{"nodeid": "c/t.py::test_S3_a", "outcome": outcome, "stats": stats_}]}
+        return {"device": device, "tests": [{"case": "c/t.py::test_S3_a", "outcome": outcome, "stats": stats_}]}
 
     monkeypatch.setattr(calibration, "_pytest_run", run)
     return calls, outcomes
@@ -350,8 +350,8 @@ def test_exact_runs_select_the_non_statistical_tests_and_resume(tmp_path, fake_r
     selections = []
     original = calibration._pytest_run
     monkeypatch.setattr(calibration, "_pytest_run",
-                        lambda impl, seed, device, selection=None, nodeids=None:
-                        selections.append(selection) or original(impl, seed, device, selection, nodeids))
+                        lambda impl, seed, device, selection=None, cases=None:
+                        selections.append(selection) or original(impl, seed, device, selection, cases))
     calibration.calibrate(tmp_path, seeds=[], power_seeds=[], replicates=0, exact_seeds=[1, 2])
     calls.clear()
     log = calibration.calibrate(tmp_path, seeds=[5], power_seeds=[], replicates=0, exact_seeds=[1, 2, 3])

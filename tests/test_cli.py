@@ -33,7 +33,7 @@ def test_run_reference_section_passes_and_writes_reports(tmp_path):
 def test_run_mutant_fails_with_replay_command(tmp_path):
     code, out = _run(tmp_path, "--impl", "mutant:simulated-rounded-once", "-k", "test_S6_")
     assert code == cli.EXIT_FAIL, out
-    assert "FAILED" in out and "replay: python -m pytest" in out
+    assert "FAILED" in out and "replay: dspark-conformance run --impl mutant:simulated-rounded-once" in out
 
 
 def test_missing_capability_is_a_named_skip(tmp_path):

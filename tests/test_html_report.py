@@ -34,9 +34,10 @@ def _stat(name, *, observed=None, expected=None, passed=True, p_value=0.4):
     }
 
 
-def _test(nodeid, section, outcome, *, stats=(), reason="", duration=0.5):
-    return {"nodeid": nodeid, "section": section, "outcome": outcome, "duration_s": duration, "reason": reason,
-            "stats": list(stats), "replay": f"python -m pytest '{nodeid}' --dspark-impl reference"}
+def _test(key, section, outcome, *, stats=(), reason="", duration=0.5):
+    return {"case": key, "nodeid": key, "section": section, "outcome": outcome, "duration_s": duration,
+            "reason": reason, "stats": list(stats),
+            "replay": f"dspark-conformance run --impl reference --device cpu --seed 1 --case '{key}'"}
 
 
 def _payload():
@@ -214,7 +215,7 @@ def test_bad_report_dir_names_the_argument(tmp_path):
 def test_reliability_diagrams_are_drawn_from_s7_records(tmp_path):
     pytest.importorskip("matplotlib")
     payload = _payload()
-    s7 = {"nodeid": "conformance/test_confidence.py::test_S7_sts[x]", "section": "S7", "outcome": "passed",
+    s7 = {"case": "conformance/test_confidence.py::test_S7_sts[x]", "section": "S7", "outcome": "passed",
           "duration_s": 0.1, "reason": "", "stats": [], "replay": "r",
           "reliability": [{"name": "S7/sts/x: a_1 after STS", "predicted": [0.1, 0.5, 0.9],
                            "observed": [0.12, 0.48, 0.91], "count": [10, 20, 30]}]}

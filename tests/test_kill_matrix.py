@@ -52,7 +52,7 @@ def test_programming_errors_in_the_suite_are_suite_bugs_not_kills():
 
 def test_kill_records_leave_suite_bugs_out():
     def record(name, section, outcome, failure):
-        return {"nodeid": f"c/t.py::{name}", "section": section, "outcome": outcome, "reason": "E   boom",
+        return {"case": f"c/t.py::{name}", "section": section, "outcome": outcome, "reason": "E   boom",
                 "stats": [], "failure": failure}
     tests = [record("test_S3_bug", "S3", "failed", {"type": "NameError", "suite_bug": True}),
              record("test_S3_real", "S3", "failed", {"type": "AssertionError", "suite_bug": False}),

@@ -33,10 +33,10 @@ from conformance.budget import (
     TARGET_POWER,
     StatLedger,
 )
+from conformance.seeds import derive_seed
 from conformance.stats import (
     StatResult,
     binomial,
-    derive_seed,
     goodness_of_fit,
     power_chisquare,
     power_proportion,
@@ -53,7 +53,7 @@ P0 = np.array([0.1, 0.2, 0.3, 0.4])
 # Least favourable alternative at TV = TEST_TV: d = +-2 TV p0 on two halves of mass 1/2
 # ({0.1, 0.4} up, {0.2, 0.3} down), so sum(d^2 / p0) = (2 TV)^2 exactly.
 P1 = P0 * (1 + 2 * TEST_TV * np.array([1, -1, -1, 1]))
-SCRATCH = StatLedger()  # calibration results stay out of budget.RUN_LEDGER
+SCRATCH = StatLedger()  # a ledger of its own for the results checked here
 
 
 def _rng(case_id: str) -> np.random.Generator:
@@ -108,12 +108,13 @@ def test_ledger_over_alpha_fails():
         ledger.check_within_budget()
 
 
-def test_rules_record_into_the_run_ledger_by_default(monkeypatch):
+def test_rules_record_only_into_a_ledger_they_are_given():
     run = StatLedger()
-    monkeypatch.setattr(stats, "RUN_LEDGER", run)
-    result = goodness_of_fit([5, 5], [0.5, 0.5], name="S0/demo/default-ledger")
+    result = goodness_of_fit([5, 5], [0.5, 0.5], name="S0/demo/default-ledger", ledger=run)
     assert run.results("S0/demo/default-ledger") == (result,)
     assert result.alpha == PER_ASSERTION_ALPHA and result.min_effect == DEFAULT_MIN_TV
+    goodness_of_fit([5, 5], [0.5, 0.5], name="S0/demo/no-ledger")
+    assert run.ids == ("S0/demo/default-ledger",)
 
 
 # --------------------------------------------------------------------------- StatResult

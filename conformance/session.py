@@ -1,0 +1,145 @@
+"""One pytest run's DSpark state, kept on the pytest config and registered with its plugin
+manager (like xdist's ``DSession``), never in a module global (STYLE 13).
+
+The adapter loads lazily: a run that collects none of the suite's tests never imports
+torch or an implementation, unless ``--dspark-impl`` was given (then it loads at configure
+time, so a bad name is a usage error before collection).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .budget import StatLedger
+
+if TYPE_CHECKING:
+    from .contract import Adapter
+
+DEFAULT_IMPL = "reference"
+DEFAULT_BASE_SEED = 20260
+SESSION_KEY = pytest.StashKey["RunSession"]()
+CASE_PROPERTY = "dspark_case"  # user property that marks a suite test's report, with its key
+_SECTION_RE = re.compile(r"test_(S\d+)")
+
+
+def section_of(name: str) -> str:
+    """SPEC section id cited by a test name (``test_S3_...`` -> ``"S3"``), else ``"-"``."""
+    match = _SECTION_RE.search(name)
+    return match.group(1) if match else "-"
+
+
+class RunSession:
+    """Options, adapter, per-test records and statistical ledger of one pytest run.
+
+    Attributes:
+        impl / device / base_seed / budget: the run's ``--dspark-*`` options.
+        records: one dict per finished suite test (fields: ``conformance.plugin``).
+        ledger: every statistical assertion the run checked (``stat_check``).
+        started: ``time.time()`` at session start.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.impl_given = config.getoption("--dspark-impl") is not None
+        self.impl: str = config.getoption("--dspark-impl") or DEFAULT_IMPL
+        self.device: str = config.getoption("--dspark-device")
+        self.base_seed: int = config.getoption("--dspark-seed")
+        self.budget: float = config.getoption("--dspark-budget")
+        self.records: list[dict[str, Any]] = []
+        self.ledger = StatLedger()
+        self.started = time.time()
+        self._adapter: Adapter | None = None
+
+    @property
+    def adapter(self) -> "Adapter":
+        """The implementation under test, loaded on first use.
+
+        Raises:
+            pytest.UsageError: the adapter could not be loaded (the message says why).
+        """
+        if self._adapter is None:
+            from .loading import AdapterLoadError, load_adapter
+
+            try:
+                self._adapter = load_adapter(self.impl)
+            except AdapterLoadError as exc:
+                raise pytest.UsageError(str(exc)) from exc
+        return self._adapter
+
+    def replay_command(self, key: str) -> str:
+        """One line that reruns the case ``key`` with the same implementation, device and
+        seed, from any directory where the suite is installed."""
+        return (f"dspark-conformance run --impl {shlex.quote(self.impl)} --device {self.device} "
+                f"--seed {self.base_seed} --case {shlex.quote(key)}")
+
+    # ------------------------------------------------------------------ hooks
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.records.clear()
+        self.started = time.time()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        final = report.when == "call" or (report.when == "setup" and not report.passed)
+        props = dict(report.user_properties)
+        if not final or CASE_PROPERTY not in props:
+            return
+        key = props[CASE_PROPERTY]
+        self.records.append({
+            "case": key,
+            "nodeid": report.nodeid,
+            "section": section_of(key.split("::")[-1]),
+            "outcome": _outcome(report),
+            "duration_s": round(report.duration, 4),
+            "reason": _reason(report),
+            "stats": [json.loads(v) for k, v in report.user_properties if k == "dspark_stat"],
+            "reliability": [json.loads(v) for k, v in report.user_properties if k == "dspark_reliability"],
+            "replay": self.replay_command(key),
+            "failure": next((json.loads(v) for k, v in report.user_properties if k == "dspark_failure"), None),
+        })
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        path = self.config.getoption("--dspark-report-json")
+        if not path or hasattr(self.config, "workerinput"):  # xdist workers forward their reports
+            return
+        adapter = self.adapter
+        payload = {
+            "impl": adapter.name,
+            "description": adapter.description,
+            "conventions": {k: str(v) for k, v in vars(adapter.conventions).items()},
+            "capabilities": sorted(cap.__name__ for cap in adapter.capabilities),
+            "device": self.device,
+            "base_seed": self.base_seed,
+            "budget": self.budget,
+            "wall_s": round(time.time() - self.started, 2),
+            "tests": self.records,
+        }
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(payload, indent=1))
+
+
+def _outcome(report: pytest.TestReport) -> str:
+    props = dict(report.user_properties)
+    if props.get("dspark_outcome") == "inconclusive":
+        return "inconclusive"
+    if hasattr(report, "wasxfail"):
+        return "xfailed" if report.skipped else "xpassed"
+    return report.outcome
+
+
+def _reason(report: pytest.TestReport) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return report.longrepr[2].removeprefix("Skipped: ")
+    if report.failed:
+        return str(getattr(report, "longreprtext", ""))[-2000:]
+    return getattr(report, "wasxfail", "")
+
+
+def run_session(config: pytest.Config) -> RunSession:
+    """The :class:`RunSession` of ``config`` (set by the plugin at configure time)."""
+    return config.stash[SESSION_KEY]

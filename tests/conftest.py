@@ -1,0 +1,28 @@
+"""Wiring of the project's own tests (not of the installed suite, which is inert here).
+
+* hypothesis profiles: ``ci`` (the default here: 25 derandomised examples), ``dev`` and
+  ``thorough``; pick one with hypothesis's own ``--hypothesis-profile NAME``.
+* ``@pytest.mark.gpu`` tests of this folder skip cleanly without CUDA (the suite's plugin
+  does the same for the suite's own items only).
+"""
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=10, deadline=None)
+settings.register_profile("thorough", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="gpu: CUDA is not available")
+    here = config.rootpath / "tests"
+    for item in items:
+        if item.get_closest_marker("gpu") is not None and here in item.path.parents:
+            item.add_marker(skip_gpu)
