@@ -1,6 +1,6 @@
 """Benchmark ``throughput``: the cost of the suite's distributional assertions (SPEC S3).
 
-A statistical case of ``conformance/test_sampling.py`` repeats one logits row ``n`` times,
+A statistical case of ``conformance/suite/test_sampling.py`` repeats one logits row ``n`` times,
 samples every row once through the reference adapter's ``StepSampler`` and feeds the token
 counts to ``stats.goodness_of_fit``. This times both halves at ``V = 16`` with ``n`` from
 ``stats.sample_size_for_tv(16)`` (224581 at the default budget):

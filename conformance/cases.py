@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
+from .sections import SECTIONS
+
 SPEC_CLAUSES: dict[str, str] = {
     "S1.base-logits": "U = h @ W_lm.T cropped to org_vocab_size",
     "S2.vanilla": "vanilla head bias = W2(W1[prev])",
@@ -97,8 +99,9 @@ def case(id: str, note: str, clauses: Iterable[str], statistical: int = 0) -> Ca
         ValueError: duplicate id, malformed id, unknown clause, or negative ``statistical``.
     """
     parts = id.split("/")
-    if len(parts) != 3 or not all(parts) or not parts[0].startswith("S"):
-        raise ValueError(f"id: expected '<section>/<family>/<detail>' like 'S3/chi-square/flat', got {id!r}")
+    if len(parts) != 3 or not all(parts) or parts[0] not in SECTIONS:
+        raise ValueError(f"id: expected '<section>/<family>/<detail>' like 'S3/chi-square/flat' with a section "
+                         f"of {SECTIONS}, got {id!r}")
     if id in REGISTRY:
         raise ValueError(f"id: case {id!r} is already registered")
     clauses = tuple(clauses)

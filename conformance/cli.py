@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from . import html_report, report
+from .report import html as html_report
+from .report import markdown, matrix as report
+from .runner import pytest_command, run_suite
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3
-SUITE_DIR = Path(__file__).resolve().parent
 
 
 def _workers(value: str) -> str:
@@ -90,53 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def pytest_command(
-    *, impl: str, device: str, json_path: Path, junit_path: Path | None = None, seed: int | None = None,
-    workers: str = "auto", keyword: str | None = None, extra: list[str] | None = None,
-    cases: list[str] | None = None,
-) -> list[str]:
-    """The pytest command line behind every subcommand: one adapter, the whole suite or only
-    the given case keys (``conformance.seeds``; as results.json names them)."""
-    cmd = [
-        sys.executable, "-m", "pytest", str(SUITE_DIR), "-q", "-rN", "-p", "no:cacheprovider",
-        f"--dspark-impl={impl}", f"--dspark-device={device}", f"--dspark-report-json={json_path}",
-        "--dspark-strict-ledger",
-    ]
-    if junit_path is not None:
-        cmd.append(f"--junitxml={junit_path}")
-    if seed is not None:
-        cmd.append(f"--dspark-seed={seed}")
-    if workers != "0":
-        cmd += ["-n", workers]
-    if keyword:
-        cmd += ["-k", keyword]
-    cmd += [f"--dspark-case={key}" for key in cases or ()]
-    return cmd + list(extra or [])
-
-
-def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[int, dict | None]:
-    """Run one pytest command; return its exit code and the plugin's JSON (None if absent)."""
-    json_path.unlink(missing_ok=True)
-    output = subprocess.DEVNULL if quiet else None
-    proc = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output, stderr=output)
-    if not json_path.exists():
-        return proc.returncode, None
-    return proc.returncode, json.loads(json_path.read_text())
-
-
-def run_quietly(*, impl: str, device: str, seed: int | None = None, keyword: str | None = None,
-                extra: list[str] | None = None, cases: list[str] | None = None
-                ) -> tuple[int, dict | None, list[str]]:
-    """One serial, silent pytest run (as the kill matrix and calibration make them), its JSON
-    in a temporary directory: ``(exit code, results.json or None, command)``."""
-    with tempfile.TemporaryDirectory(prefix="dspark-run-") as tmp:
-        json_path = Path(tmp) / "results.json"
-        cmd = pytest_command(impl=impl, device=device, json_path=json_path, seed=seed, workers="0",
-                             keyword=keyword, extra=extra, cases=cases)
-        returncode, payload = run_suite(cmd, json_path, quiet=True)
-    return returncode, payload, cmd
-
-
 def exit_code(returncode: int, payload: dict | None) -> int:
     """Map a pytest exit code and its records onto the gate's exit codes."""
     if payload is None or not payload["tests"]:
@@ -164,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_INFRA
     print(report.format_matrix(payload))
-    report.write_markdown(payload, report_dir / "report.md")
+    markdown.write_markdown(payload, report_dir / "report.md")
     html_report.write_html(payload, report_dir)
     print(f"report: {report_dir}/report.md, report.html, results.json, junit.xml")
     return exit_code(returncode, payload)
@@ -191,7 +143,7 @@ def _replay_results(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from . import calibration, calibration_numbers, calibration_report
+    from .power import calibration, calibration_numbers, calibration_report
 
     least = calibration_numbers.min_replicates()
     if 0 < args.replicates < least:
@@ -230,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return run(args)
     if args.command == "mutants":
-        from . import mutation
+        from .power import kill_matrix as mutation
 
         records = mutation.kill_matrix(args.ids, device=args.device, jobs=args.jobs)
         mutation.write_reports(records, args.report)

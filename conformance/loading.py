@@ -3,7 +3,9 @@
 Accepted forms:
 
 * a built-in name: ``reference`` (the bundled ``dspark_ref``), ``sglang`` (the installed
-  PyPI package), ``mutant:<id>`` (a known-bug variant from ``fixtures/mutants``);
+  PyPI package), ``mutant:<id>`` (a known-bug variant from ``fixtures/mutants`` of a
+  checkout: the mutants are not part of the wheel, and are found by module name, like any
+  third-party adapter, so the suite never imports them statically);
 * ``package.module:attr``, where ``attr`` is an ``Adapter`` or a zero-argument callable
   returning one;
 * the name of an entry point in the group ``dspark_conformance.adapters`` (how an engine
@@ -18,6 +20,8 @@ from importlib.metadata import entry_points
 from .contract import Adapter
 
 ENTRY_POINT_GROUP = "dspark_conformance.adapters"
+#: The mutant registry of a checkout (``fixtures/mutants``), resolved by name.
+MUTANTS_MODULE = "fixtures.mutants"
 
 _BUILTINS = {
     "reference": "conformance.adapters.reference:make_adapter",
@@ -50,6 +54,23 @@ def _checked(spec: str, obj: object) -> Adapter:
     return obj
 
 
+def mutants_module():
+    """The checkout's mutant registry module (``fixtures.mutants``).
+
+    Raises:
+        AdapterLoadError: not importable (an installed wheel has no mutants: run from a
+            checkout of dspark-conformance, where ``fixtures/`` sits beside ``conformance/``).
+    """
+    try:
+        return importlib.import_module(MUTANTS_MODULE)
+    except ModuleNotFoundError as exc:
+        if not (MUTANTS_MODULE + ".").startswith(f"{exc.name}."):  # a missing import inside the mutants
+            raise
+        raise AdapterLoadError(
+            f"mutants: {MUTANTS_MODULE} is not importable; the mutants ship with a checkout of "
+            "dspark-conformance, not with the wheel (run from the checkout's root)") from exc
+
+
 def load_adapter(spec: str) -> Adapter:
     """Load the adapter named by ``spec`` (see the module docstring for the forms).
 
@@ -57,9 +78,11 @@ def load_adapter(spec: str) -> Adapter:
         AdapterLoadError: unknown name, import failure, or an object that is not an Adapter.
     """
     if spec.startswith("mutant:"):
-        from fixtures.mutants import make_mutant
-
-        return _checked(spec, make_mutant(spec.removeprefix("mutant:")))
+        try:
+            adapter = mutants_module().make_mutant(spec.removeprefix("mutant:"))
+        except ValueError as exc:
+            raise AdapterLoadError(f"--dspark-impl {spec!r}: {exc}") from exc
+        return _checked(spec, adapter)
     if spec.split("==")[0] in _BUILTINS:
         name, _, version = spec.partition("==")
         obj = _resolve_object(_BUILTINS[name])

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from .contract import Adapter
 
-SUITE_PACKAGE = "conformance"
+SUITE_PACKAGE = "conformance.suite"  # the suite's test modules live here
 _SUITE_DIR = Path(__file__).resolve().parent
 SUITE_BUG_TYPES = (NameError, ImportError, SyntaxError)  # with UnboundLocalError, ModuleNotFoundError
 MARKERS = (
@@ -91,7 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def is_suite_item(item: pytest.Item) -> bool:
     """Whether ``item`` is a test function of one of the suite's own modules."""
     module = getattr(item, "module", None)
-    return module is not None and module.__name__.split(".")[0] == SUITE_PACKAGE and isinstance(item, pytest.Function)
+    return (isinstance(item, pytest.Function) and module is not None
+            and module.__name__.startswith(SUITE_PACKAGE + "."))
 
 
 def item_key(item: pytest.Item) -> str:

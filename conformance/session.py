@@ -9,7 +9,6 @@ time, so a bad name is a usage error before collection).
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .budget import StatLedger
+from .sections import section_of
 
 if TYPE_CHECKING:
     from .contract import Adapter
@@ -26,13 +26,6 @@ DEFAULT_IMPL = "reference"
 DEFAULT_BASE_SEED = 20260
 SESSION_KEY = pytest.StashKey["RunSession"]()
 CASE_PROPERTY = "dspark_case"  # user property that marks a suite test's report, with its key
-_SECTION_RE = re.compile(r"test_(S\d+)")
-
-
-def section_of(name: str) -> str:
-    """SPEC section id cited by a test name (``test_S3_...`` -> ``"S3"``), else ``"-"``."""
-    match = _SECTION_RE.search(name)
-    return match.group(1) if match else "-"
 
 
 class RunSession:

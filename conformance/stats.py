@@ -67,7 +67,7 @@ class StatResult:
     is vacuous) and ``passed`` (``p_value > alpha``). ``observed`` / ``expected``: the
     pooled bin counts a frequency test compared (None for other tests), kept for plots.
     ``design``: the rule and the parameters that, with ``n``, ``alpha``, ``min_effect`` and
-    ``expected``, re-run the same assertion on simulated data (``conformance.power_replay``).
+    ``expected``, re-run the same assertion on simulated data (``conformance.power.replay``).
     """
 
     name: str

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import calibration, calibration_report, stats
-from conformance import calibration_numbers as numbers
+from conformance import stats
+from conformance.power import calibration, calibration_report
+from conformance.power import calibration_numbers as numbers
 from conformance.budget import StatLedger
-from conformance.power_replay import least_favourable_alternative, replay_power
+from conformance.power.replay import least_favourable_alternative, replay_power
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHA = 1e-3

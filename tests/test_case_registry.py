@@ -3,15 +3,15 @@
 import importlib
 import pkgutil
 
-import conformance
+import conformance.suite
 from conformance import budget
 from conformance.cases import REGISTRY, SPEC_CLAUSES
 
 
 def _load_conformance_tests():
-    for info in pkgutil.iter_modules(conformance.__path__):
+    for info in pkgutil.iter_modules(conformance.suite.__path__):
         if info.name.startswith("test_"):
-            importlib.import_module(f"conformance.{info.name}")
+            importlib.import_module(f"conformance.suite.{info.name}")
     return REGISTRY
 
 

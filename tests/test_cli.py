@@ -64,8 +64,16 @@ def test_unknown_impl_is_a_clear_error():
         load_adapter("no-such-engine")
     with pytest.raises(AdapterLoadError, match="cannot import"):
         load_adapter("no_such_module:make")
-    with pytest.raises(ValueError, match="unknown id"):
+    with pytest.raises(AdapterLoadError, match="unknown id 'no-such-mutant'; known: .*simulated-rounded-once"):
         load_adapter("mutant:no-such-mutant")
+
+
+def test_mutants_outside_a_checkout_are_a_clear_error(monkeypatch):
+    from conformance import loading
+
+    monkeypatch.setattr(loading, "MUTANTS_MODULE", "no_such_checkout.mutants")
+    with pytest.raises(AdapterLoadError, match="ship with a checkout of dspark-conformance, not with the wheel"):
+        load_adapter("mutant:simulated-rounded-once")
 
 
 def test_budget_trades_power_for_runtime_and_the_report_says_so(tmp_path):

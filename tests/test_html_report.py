@@ -1,4 +1,4 @@
-"""The HTML report (conformance/html_report.py): a self-contained page from a synthetic payload.
+"""The HTML report (conformance/report/html.py): a self-contained page from a synthetic payload.
 
 Checked with and without matplotlib (its absence simulated by blocking the import): no
 external resources, the matrix numbers of ``report.summarize``, one embedded PNG per
@@ -18,7 +18,7 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conformance import html_report, report
+from conformance.report import html as html_report, matrix as report
 
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 IMG = re.compile(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')

@@ -7,7 +7,7 @@ Each case runs the conformance tests of the mutant's SPEC section in a subproces
 
 import pytest
 
-from conformance.mutation import kill_one, split_failures
+from conformance.power.kill_matrix import kill_one, split_failures
 from conformance.plugin import _SUITE_DIR, _failure
 from fixtures.mutants import load_all
 

@@ -24,7 +24,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance import stats
 from conformance.budget import (
     DEFAULT_MIN_TV,
     FAMILY_WISE_ALPHA,
@@ -35,7 +34,6 @@ from conformance.budget import (
 )
 from conformance.seeds import derive_seed
 from conformance.stats import (
-    StatResult,
     binomial,
     goodness_of_fit,
     power_chisquare,

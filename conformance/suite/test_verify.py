@@ -4,7 +4,7 @@ Covers, through :class:`~conformance.contract.ChainVerifier` and
 :class:`~conformance.contract.GreedyVerifier` only:
 
 * parity: with explicit uniforms, accepted counts and committed tokens equal a float64
-  replay of the S5 rule (:mod:`conformance.oracle`), row for row;
+  replay of the S5 rule (:mod:`conformance.suite.support.verify_oracle`), row for row;
 * hand cases: the residual subtracts the whole ``q``; a zero-probability target token is
   never accepted, even with coin 0; the bonus comes from ``p_{l+1}``; the one-hot fallback;
 * cap/trim for every cap ``0..l+1``; greedy verification against an argmax oracle;
@@ -34,11 +34,12 @@ import numpy as np
 import pytest
 import torch
 
-from conformance import oracle, stats
+from conformance import stats
+from conformance.suite.support import verify_oracle as oracle
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
 from conformance.contract import ChainVerifier, GreedyVerifier, MarkovBlock
-from fixtures.generators import logit_rows, markov_head_state
+from conformance.suite.support.inputs import logit_rows, markov_head_state
 
 F64 = torch.float64
 TOP_K_OFF = 1 << 30  # SGLang's TOP_K_ALL: top-k off, so a row's rule rests on its temperature
@@ -46,7 +47,7 @@ TOP_K_OFF = 1 << 30  # SGLang's TOP_K_ALL: top-k off, so a row's rule rests on i
 
 # ----------------------------------------------------------------------------- helpers
 def _input_generator(case_seed: int) -> torch.Generator:
-    """CPU generator for building inputs (fixtures.generators work on CPU)."""
+    """CPU generator for building inputs (conformance.suite.support.inputs work on CPU)."""
     return torch.Generator().manual_seed(case_seed)
 
 
@@ -149,7 +150,7 @@ def _inverse_cdf_draws(laws: torch.Tensor, uniforms: torch.Tensor) -> torch.Tens
 class ParitySpec:
     """A random explicit-uniform case.
 
-    ``family`` (fixtures.generators.LOGIT_FAMILIES) shapes the draft logits; targets are
+    ``family`` (conformance.suite.support.inputs.LOGIT_FAMILIES) shapes the draft logits; targets are
     the draft logits plus N(0, s^2) noise, s in {0.2, 1, 3} per row, so rows range from
     near-sure accepts to early rejects. Three quarters of the rows draw their drafts from
     ``q``, the rest uniformly. ``masked`` puts -inf on about a quarter of the target vocab.

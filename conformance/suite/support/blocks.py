@@ -1,32 +1,17 @@
-"""Conformance tests for SPEC S2: Markov heads, block sampling and teacher forcing.
+"""Markov-block inputs and the float64 oracle of SPEC S2, shared by the S1, S2 and S4 tests.
 
-Covers, through :class:`~conformance.contract.MarkovBlock` only:
-
-* teacher forcing (``apply_block_logits``) against a float64 oracle of each head's formula
-  (vanilla, gated, rnn) written below, within a derived float32 error bound;
-* ``sample_block`` against the IUT's own teacher forcing: bit for bit, greedy rows take the
-  argmax of the corrected logits they return (one pass: tokens and logits agree);
-* the joint law of ``(x_0, x_1)`` of sampled blocks against the exact Markov-chain law
-  (float64 enumeration over a small vocabulary), one chi-square per head;
-* edge cases: ``gamma = 0``, gated / rnn heads without hidden states, ``markov_rank <= 0``.
-
-The oracle and the chain law are also the reference of ``test_folded.py`` (SPEC S4).
-Heads travel in the reference layout built by ``fixtures.generators.markov_head_state``.
-
-To add a case: add ``case(...): parameters`` to the dict of its family below (each dict maps
-a registered :class:`~conformance.cases.Case` to what its test reads).
+Random heads in the reference layout (:func:`conformance.suite.support.inputs.markov_head_state`),
+block inputs, row parameters, shape and greedy checks, the float64 teacher-forcing oracle of
+each head's formula (vanilla, gated, rnn) with its float32 error bound, and the exact joint
+law of ``(x_0, x_1)`` by enumeration. It shares no code with ``dspark_ref``.
 """
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from conformance import stats
 from conformance.seeds import derive_seed
-from conformance.cases import case, case_id
-from conformance.contract import MarkovBlock
-from fixtures.generators import markov_head_state
+from conformance.suite.support.inputs import markov_head_state
 
 HEAD_TYPES = ("vanilla", "gated", "rnn")
 #: "No top-k cut" as SGLang stages it; a row is sampling under either greedy rule with this
@@ -211,94 +196,9 @@ def assert_within_oracle(case, got, expected, bound, what):
 
 # ----------------------------------------------------------------------------- oracle cases
 # case -> (head type, batch, gamma, V, r, d, base dtype, weight scale)
-ORACLE_CASES = {
-    case("S2/oracle/vanilla", "teacher forcing = W2(W1[prev]) + U in float64, float32 bound",
-         ["S2.vanilla", "S2.teacher-forcing"]): ("vanilla", 5, 4, 50, 8, 6, torch.float32, 0.5),
-    case("S2/oracle/gated", "teacher forcing = W2(sigmoid(Wg [h; W1[prev]] + bg) * W1[prev]) + U",
-         ["S2.gated", "S2.teacher-forcing"]): ("gated", 5, 4, 50, 8, 6, torch.float32, 0.5),
-    case("S2/oracle/rnn", "teacher forcing through the rnn cell, state carried, s_0 = 0",
-         ["S2.rnn", "S2.teacher-forcing"]): ("rnn", 5, 4, 50, 8, 6, torch.float32, 0.5),
-    # Weights near 1/sqrt(fan-in): the worst-case bound grows with the rnn state's
-    # Jacobian over the block, so larger weights would make it too loose to mean anything.
-    case("S2/oracle/rnn-block7", "rnn head, gamma 7, V 1000, r 32, d 24",
-         ["S2.rnn", "S2.teacher-forcing"]): ("rnn", 3, 7, 1000, 32, 24, torch.float32, 0.15),
-    case("S2/oracle/gated-bf16-base", "bf16 base logits: bias not rounded away (float32 bound "
-         "plus one rounding into the output dtype)",
-         ["S2.gated", "S2.teacher-forcing"]): ("gated", 4, 5, 300, 16, 12, torch.bfloat16, 0.5),
-}
-
-
-@pytest.mark.parametrize("case", ORACLE_CASES, ids=case_id)
-def test_S2_teacher_forcing_matches_float64_oracle(case, require, case_seed, dspark_device):
-    iut = require(MarkovBlock)
-    head_type, batch, gamma, vocab, rank, d, dtype, scale = ORACLE_CASES[case]
-    gen = input_generator(case_seed)
-    head, state = load_random_head(iut, head_type, vocab=vocab, rank=rank, hidden_size=d,
-                                   seed=sub_seed(case_seed, "head"), device=dspark_device, scale=scale)
-    base, _, hidden = random_block_inputs(head_type, batch=batch, gamma=gamma, vocab=vocab, hidden_size=d,
-                                          generator=gen, device=dspark_device, scale=2.0)
-    base = base.to(dtype)
-    prev = torch.randint(vocab, (batch, gamma), generator=gen).to(dspark_device)
-
-    got = iut.apply_block_logits(head, base, prev, hidden)
-
-    assert tuple(got.shape) == (batch, gamma, vocab), (
-        f"{case.id}: expected corrected logits [{batch}, {gamma}, {vocab}], got {tuple(got.shape)}"
-    )
-    expected, bound = oracle_block_logits(head_type, state, base, prev, hidden)
-    assert_within_oracle(case, got, expected, bound, "teacher-forced corrected logits")
-
-
-# ----------------------------------------------------------------------------- teacher forcing
-# case -> (head type, base dtype)
-TEACHER_CASES = {
-    case("S2/teacher-forcing/vanilla-mixed", "sample_block = apply_block_logits of its tokens, "
-         "greedy rows take the argmax", ["S2.vanilla", "S2.sample-block", "S2.teacher-forcing"]):
-        ("vanilla", torch.float32),
-    case("S2/teacher-forcing/gated-mixed", "as vanilla-mixed, gated head",
-         ["S2.gated", "S2.sample-block", "S2.teacher-forcing"]): ("gated", torch.float32),
-    case("S2/teacher-forcing/rnn-mixed", "as vanilla-mixed, rnn head (state carried)",
-         ["S2.rnn", "S2.sample-block", "S2.teacher-forcing"]): ("rnn", torch.float32),
-    case("S2/teacher-forcing/rnn-bf16-base", "bf16 base logits: the two paths still agree bit for bit",
-         ["S2.rnn", "S2.sample-block", "S2.teacher-forcing"]): ("rnn", torch.bfloat16),
-}
-
-
-@pytest.mark.parametrize("case", TEACHER_CASES, ids=case_id)
-def test_S2_sample_block_equals_teacher_forcing(case, require, case_seed, case_generator, dspark_device):
-    iut = require(MarkovBlock)
-    head_type, dtype = TEACHER_CASES[case]
-    batch, gamma, vocab, rank, d = 6, 5, 64, 8, 6
-    greedy = [True, False, True, False, False, True]
-    head, _ = load_random_head(iut, head_type, vocab=vocab, rank=rank, hidden_size=d,
-                               seed=sub_seed(case_seed, "head"), device=dspark_device)
-    base, first_prev, hidden = random_block_inputs(
-        head_type, batch=batch, gamma=gamma, vocab=vocab, hidden_size=d,
-        generator=input_generator(case_seed), device=dspark_device,
-    )
-    base = base.to(dtype)
-    temps, top_k = row_params(greedy, 0.9, dspark_device)
-
-    tokens, corrected = iut.sample_block(head, base, first_prev, hidden, temps, top_k, case_generator)
-
-    check_block_shapes(case, tokens, corrected, batch, gamma, vocab)
-    forced = iut.apply_block_logits(head, base, prev_tokens(first_prev, tokens), hidden).detach()
-    assert forced.dtype == corrected.dtype and torch.equal(forced, corrected), (
-        f"{case.id}: apply_block_logits of the drawn tokens differs from sample_block's corrected "
-        f"logits (max |diff| {float((forced.double() - corrected.double()).abs().max()):.3g}); the "
-        f"tokens and the logits do not come from one pass with prev_k = x_(k-1)"
-    )
-    check_greedy_rows(case, tokens, corrected, [i for i, g in enumerate(greedy) if g])
 
 
 # ----------------------------------------------------------------------------- block law
-# case -> head type
-LAW_CASES = {
-    case(f"S2/block-law/{head_type}-T0.8",
-         f"joint law of (x_0, x_1) from sample_block equals the exact Markov chain ({head_type})",
-         ["S2.sample-block", f"S2.{head_type}"], statistical=1): head_type
-    for head_type in HEAD_TYPES
-}
 LAW_VOCAB, LAW_RANK, LAW_HIDDEN, LAW_TEMPERATURE = 8, 4, 4, 0.8
 #: Weight scale of the law cases' heads: large enough that the bias moves the law by far
 #: more than the detectable TV (a constant bias or a frozen rnn state is then visible).
@@ -319,89 +219,3 @@ def law_setup(iut, head_type, case_seed, device):
 def pair_counts(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
     """Counts of ``x_0 * V + x_1`` over the rows of ``tokens[n, >= 2]``."""
     return torch.bincount((tokens[:, 0] * vocab + tokens[:, 1]).cpu(), minlength=vocab * vocab)
-
-
-@pytest.mark.statistical
-@pytest.mark.parametrize("case", LAW_CASES, ids=case_id)
-def test_S2_block_law_matches_markov_chain(case, require, case_seed, case_generator, dspark_device, stat_check):
-    iut = require(MarkovBlock)
-    head_type = LAW_CASES[case]
-    head, base, anchor, hidden, law = law_setup(iut, head_type, case_seed, dspark_device)
-    n = stats.sample_size_for_tv(law)
-    temps = torch.full((n,), LAW_TEMPERATURE, device=dspark_device)
-    top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
-    rows = [repeat_rows(t, n) for t in (base, anchor, hidden)]
-
-    tokens, _ = iut.sample_block(head, *rows, temps, top_k, case_generator)
-
-    stat_check(stats.goodness_of_fit(pair_counts(tokens, LAW_VOCAB), law, name=case.id))
-
-
-# ----------------------------------------------------------------------------- edge cases
-EDGE_GAMMA_ZERO = {
-    case(f"S2/edge/gamma-zero-{head_type}", "gamma = 0: empty tokens, the input logits unchanged",
-         ["S2.edge"]): head_type
-    for head_type in ("vanilla", "rnn")
-}
-
-
-@pytest.mark.parametrize("case", EDGE_GAMMA_ZERO, ids=case_id)
-def test_S2_gamma_zero_returns_empty_block(case, require, case_seed, case_generator, dspark_device):
-    iut = require(MarkovBlock)
-    head_type = EDGE_GAMMA_ZERO[case]
-    batch, vocab, d = 3, 16, 4
-    head, _ = load_random_head(iut, head_type, vocab=vocab, rank=4, hidden_size=d,
-                               seed=sub_seed(case_seed, "head"), device=dspark_device)
-    base, first_prev, hidden = random_block_inputs(head_type, batch=batch, gamma=0, vocab=vocab, hidden_size=d,
-                                                   generator=input_generator(case_seed), device=dspark_device)
-    temps, top_k = row_params([False] * batch, 1.0, dspark_device)
-
-    tokens, corrected = iut.sample_block(head, base, first_prev, hidden, temps, top_k, case_generator)
-    forced = iut.apply_block_logits(head, base, first_prev.new_empty((batch, 0)), hidden)
-
-    assert tuple(tokens.shape) == (batch, 0), f"{case.id}: expected tokens [{batch}, 0], got {tuple(tokens.shape)}"
-    for what, logits in (("sample_block", corrected), ("apply_block_logits", forced)):
-        assert tuple(logits.shape) == (batch, 0, vocab), (
-            f"{case.id}: {what} expected logits [{batch}, 0, {vocab}] (the input), got {tuple(logits.shape)}"
-        )
-
-
-EDGE_NO_HIDDEN = {
-    case(f"S2/edge/no-hidden-{head_type}", f"a {head_type} head without hidden states is a clear error",
-         ["S2.edge"]): head_type
-    for head_type in ("gated", "rnn")
-}
-
-
-@pytest.mark.parametrize("case", EDGE_NO_HIDDEN, ids=case_id)
-def test_S2_hidden_states_required(case, require, case_seed, case_generator, dspark_device):
-    iut = require(MarkovBlock)
-    head_type = EDGE_NO_HIDDEN[case]
-    batch, gamma, vocab, d = 2, 3, 16, 4
-    head, _ = load_random_head(iut, head_type, vocab=vocab, rank=4, hidden_size=d,
-                               seed=sub_seed(case_seed, "head"), device=dspark_device)
-    base, first_prev, _ = random_block_inputs(head_type, batch=batch, gamma=gamma, vocab=vocab, hidden_size=d,
-                                              generator=input_generator(case_seed), device=dspark_device)
-    temps, top_k = row_params([False] * batch, 1.0, dspark_device)
-
-    with pytest.raises((ValueError, TypeError)):
-        iut.sample_block(head, base, first_prev, None, temps, top_k, case_generator)
-    with pytest.raises((ValueError, TypeError)):
-        iut.apply_block_logits(head, base, prev_tokens(first_prev, base.argmax(-1)), None)
-
-
-EDGE_RANK = {
-    case("S2/edge/rank-nonpositive", "markov_rank 0 or -1 is a configuration error (ValueError)",
-         ["S2.edge"]): (0, -1),
-}
-
-
-@pytest.mark.parametrize("case", EDGE_RANK, ids=case_id)
-def test_S2_nonpositive_rank_is_a_configuration_error(case, require, dspark_device):
-    iut = require(MarkovBlock)
-    vocab = 16
-    empty = {"W1.weight": torch.zeros(vocab, 0, device=dspark_device),
-             "W2.weight": torch.zeros(vocab, 0, device=dspark_device)}
-    for rank in EDGE_RANK[case]:
-        with pytest.raises(ValueError):
-            iut.load_head("vanilla", empty, vocab, rank, 4, dspark_device)

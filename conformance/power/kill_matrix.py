@@ -14,7 +14,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import cli, report
+from conformance import runner
+from conformance.loading import mutants_module
+from conformance.report import matrix as report
 
 
 @dataclasses.dataclass
@@ -42,10 +44,8 @@ def _evidence(record: dict) -> str:
 
 def kill_one(mutant_id: str, *, device: str = "cpu", seed: int | None = None) -> KillRecord:
     """Run the section tests of one mutant and decide whether it was killed."""
-    from fixtures.mutants import load_all
-
-    m = load_all()[mutant_id]
-    returncode, payload, cmd = cli.run_quietly(impl=f"mutant:{mutant_id}", device=device, seed=seed,
+    m = mutants_module().load_all()[mutant_id]
+    returncode, payload, cmd = runner.run_quietly(impl=f"mutant:{mutant_id}", device=device, seed=seed,
                                                keyword=f"test_{m.section}_")
     if payload is None:
         return KillRecord(m.id, m.section, m.fault, m.mirrors, False, [], {},
@@ -68,9 +68,7 @@ def split_failures(tests: list[dict], section: str) -> tuple[list[dict], list[di
 def kill_matrix(ids: list[str] | None = None, *, device: str = "cpu", seed: int | None = None,
                 jobs: int | None = None) -> list[KillRecord]:
     """Kill records for the given mutant ids (default: all), ``jobs`` runs in parallel."""
-    from fixtures.mutants import load_all
-
-    ids = sorted(load_all()) if not ids else ids
+    ids = sorted(mutants_module().load_all()) if not ids else ids
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         return list(pool.map(lambda i: kill_one(i, device=device, seed=seed), ids))
 

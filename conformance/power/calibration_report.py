@@ -1,4 +1,4 @@
-"""``calibration.json`` and ``calibration.md`` from :func:`conformance.calibration_numbers.aggregate`."""
+"""``calibration.json`` and ``calibration.md`` from :func:`conformance.power.calibration_numbers.aggregate`."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def _declared_power(cal: dict[str, Any]) -> list[str]:
         "## Power at the declared effect (replayed designs)",
         "",
         f"{len(rows)} assertions replayed on simulated data from the least favourable alternative at exactly "
-        "their declared minimum effect (conformance/power_replay.py): same rule, n, alpha and null bins as the "
+        "their declared minimum effect (conformance/power/replay.py): same rule, n, alpha and null bins as the "
         f"default-seed reference run. Smallest lower end of the power's 95% interval: {worst:.4f}; "
         f"{len(rows) - len(below)} of {len(rows)} at or above {TARGET_REPLAYED_POWER}"
         + (f"; below: {', '.join(below)}." if below else "."),

@@ -35,7 +35,7 @@ import torch
 from conformance import stats
 from conformance.cases import case, case_id
 from conformance.contract import FoldedDraft, FoldGate, FoldRouting, Inconclusive, MarkovBlock
-from conformance.test_markov import (
+from conformance.suite.support.blocks import (
     HEAD_TYPES,
     LAW_TEMPERATURE,
     LAW_VOCAB,

@@ -1,25 +1,19 @@
 """The conformance matrix: per-test records (from the plugin's JSON) summarised by SPEC section.
 
 ``summarize(payload)`` counts outcomes per section; ``format_matrix`` renders the text
-table the main job prints; ``write_markdown`` writes the same matrix plus every failure,
-inconclusive and skip reason, the statistical results (p-values, effect sizes with their
-bounds) and one-line replay commands.
+table the main job prints (``conformance.report.markdown`` and ``.html`` render the same
+rows).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from pathlib import Path
 from typing import Any, Iterable
 
+from conformance.sections import SECTION_TITLES, SECTIONS
+
 OUTCOMES = ("passed", "failed", "inconclusive", "skipped", "xfailed", "xpassed", "error")
-SECTIONS = tuple(f"S{i}" for i in range(1, 11))
-SECTION_TITLES = {
-    "S1": "base logits", "S2": "Markov heads", "S3": "step sampling", "S4": "folded sampler",
-    "S5": "chain verification", "S6": "simulated acceptance", "S7": "confidence / STS",
-    "S8": "prefix scheduler", "S9": "end to end", "S10": "known real bugs",
-}
 
 
 def short_reason(record: dict[str, Any], limit: int = 300) -> str:
@@ -56,7 +50,7 @@ class SectionRow:
 
 
 def summarize(tests: Iterable[dict[str, Any]]) -> list[SectionRow]:
-    """Group per-test records by section, S1..S10 first, then anything else."""
+    """Group per-test records by section, S0..S10 first, then anything else."""
     rows: dict[str, SectionRow] = {}
     for record in tests:
         row = rows.setdefault(record["section"], SectionRow(record["section"], Counter(), 0.0, None))
@@ -79,7 +73,8 @@ def overall(rows: list[SectionRow]) -> str:
     return "SKIP"
 
 
-def _table(rows: list[SectionRow]) -> list[list[str]]:
+def table(rows: list[SectionRow]) -> list[list[str]]:
+    """Header and one row per section: the cells of every rendering of the matrix."""
     header = ["section", "topic", "verdict", *OUTCOMES[:6], "min p", "time s"]
     body = [header]
     for row in rows:
@@ -94,13 +89,13 @@ def _table(rows: list[SectionRow]) -> list[list[str]]:
 def format_matrix(payload: dict[str, Any]) -> str:
     """The text matrix printed by ``dspark-conformance run``."""
     rows = summarize(payload["tests"])
-    table = _table(rows)
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    cells = table(rows)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
     lines = [
         f"DSpark conformance: impl={payload['impl']} device={payload['device']} "
         f"seed={payload['base_seed']} wall={payload['wall_s']}s",
     ]
-    for i, r in enumerate(table):
+    for i, r in enumerate(cells):
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths)))
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
@@ -115,49 +110,3 @@ def format_matrix(payload: dict[str, Any]) -> str:
             lines.append(f"  {record['outcome'].upper()}: {record['case']}: {short_reason(record, 200)}")
             lines.append(f"    replay: {record['replay']}")
     return "\n".join(lines)
-
-
-def _stat_lines(payload: dict[str, Any]) -> list[str]:
-    lines = [
-        "| test | null hypothesis | statistic | p-value | alpha | n | effect | bound | min effect | verdict |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for record in payload["tests"]:
-        for s in record.get("stats", []):
-            lines.append(
-                f"| `{record['case'].split('::')[-1]}` | {s.get('null', '')} | {s.get('statistic_name', '')} "
-                f"{s.get('statistic', 0):.4g} | {s.get('p_value', 0):.3g} | {s.get('alpha', 0):.2g} | "
-                f"{s.get('n', '')} | {s.get('effect_name', '')} {s.get('effect', 0):.4g} | "
-                f"{s.get('effect_ci_upper', 0):.4g} | {s.get('min_effect', 0):.3g} | "
-                f"{'pass' if s.get('passed') else 'FAIL'} |"
-            )
-    return lines
-
-
-def write_markdown(payload: dict[str, Any], path: Path) -> None:
-    """Write the matrix, the non-passing tests with reasons and replays, and the statistics."""
-    rows = summarize(payload["tests"])
-    table = _table(rows)
-    out = [
-        f"# DSpark conformance: `{payload['impl']}` on {payload['device']}",
-        "",
-        f"{payload.get('description', '')}",
-        "",
-        f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
-        f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows)}**.",
-        "",
-        "| " + " | ".join(table[0]) + " |",
-        "|" + " --- |" * len(table[0]),
-        *("| " + " | ".join(r) + " |" for r in table[1:]),
-        "",
-        "## Not passed",
-        "",
-    ]
-    for record in payload["tests"]:
-        if record["outcome"] != "passed":
-            reason = short_reason(record, 400)
-            out.append(f"- **{record['outcome']}** `{record['case']}`: {reason}")
-            if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
-                out.append(f"  - replay: `{record['replay']}`")
-    out += ["", "## Statistical assertions", "", *_stat_lines(payload), ""]
-    path.write_text("\n".join(out))

@@ -29,7 +29,7 @@ from conformance.seeds import derive_seed
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
-from fixtures.generators import logit_rows
+from conformance.suite.support.inputs import logit_rows
 
 TEMPERATURE_FLOOR = 1e-5  # SPEC S3: sampling temperatures are clamped to at least this
 NEAR_TIE = 1e-3  # exact cases keep the two best oracle keys at least this far apart (relative)

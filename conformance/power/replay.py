@@ -30,9 +30,9 @@ from typing import Any, Mapping
 import numpy as np
 from scipy import stats as sps
 
-from . import stats
-from .budget import StatLedger
-from .seeds import derive_seed
+from conformance import stats
+from conformance.budget import StatLedger
+from conformance.seeds import derive_seed
 
 REPLAYED_RULES = ("goodness_of_fit", "binomial")
 

@@ -38,7 +38,9 @@ import numpy as np
 
 from dspark_ref._checks import check_float, check_int
 
-from . import report
+from conformance.sections import SECTION_TITLES, SECTIONS
+
+from . import matrix as report
 
 __all__ = ["write_html", "render_html"]
 
@@ -248,7 +250,7 @@ def _matrix(rows: list[report.SectionRow]) -> str:
     for row in rows:
         counts = "".join(f'<td class="num">{row.counts[o]}</td>' for o in report.OUTCOMES)
         body.append(
-            f"<tr><td>{_e(row.section)}</td><td>{_e(report.SECTION_TITLES.get(row.section, ''))}</td>"
+            f"<tr><td>{_e(row.section)}</td><td>{_e(SECTION_TITLES.get(row.section, ''))}</td>"
             f'<td><span class="badge {row.verdict}">{row.verdict}</span></td>{counts}'
             f'<td class="num">{_num(row.min_p, ".2g")}</td><td class="num">{row.seconds:.1f}</td></tr>'
         )
@@ -352,14 +354,14 @@ def _plots(tests: list[dict], mpl: Any) -> str:
             groups.setdefault((acceptance, test["section"]), []).append(_frequency_plot(mpl, index, stat, acceptance))
     titles = {False: "Observed vs expected frequencies (samplers, scheduler, sequences)",
               True: "Acceptance-length distributions vs the exact law"}
-    order = {s: i for i, s in enumerate(report.SECTIONS)}
+    order = {s: i for i, s in enumerate(SECTIONS)}
     for acceptance in (False, True):
         sections = sorted((s for a, s in groups if a == acceptance), key=lambda s: (order.get(s, 99), s))
         if sections:
             out.append(f"<h3>{titles[acceptance]}</h3>")
         for section in sections:
             figures = groups[(acceptance, section)]
-            out.append(f'<h3 class="small">{_e(section)} {_e(report.SECTION_TITLES.get(section, ""))}: '
+            out.append(f'<h3 class="small">{_e(section)} {_e(SECTION_TITLES.get(section, ""))}: '
                        f'{len(figures)} plotted</h3><div class="grid">{"".join(figures)}</div>')
     if len(out) == 1:
         out.append("<p>No statistical record with observed / expected bins in this run.</p>")
@@ -495,10 +497,10 @@ def _kill_matrix(mutants: list[dict] | None) -> str:
     if mutants is None:
         return ""
     killed = sum(m["killed"] for m in mutants)
-    head = "".join(f"<th>{s}</th>" for s in ("mutant", *report.SECTIONS, "fault", "mirrors", "killed by", "evidence"))
+    head = "".join(f"<th>{s}</th>" for s in ("mutant", *SECTIONS, "fault", "mirrors", "killed by", "evidence"))
     rows = []
     for m in mutants:
-        cells = "".join(_kill_cell(m) if s == m["section"] else "<td></td>" for s in report.SECTIONS)
+        cells = "".join(_kill_cell(m) if s == m["section"] else "<td></td>" for s in SECTIONS)
         first = m["killers"][0] if m["killers"] else {"test": m.get("error") or "-", "evidence": ""}
         more = f" (+{len(m['killers']) - 1} more)" if len(m["killers"]) > 1 else ""
         rows.append(f"<tr><td><code>{_e(m['id'])}</code></td>{cells}<td class='text'>{_e(m['fault'])}</td>"

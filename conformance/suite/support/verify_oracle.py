@@ -1,4 +1,4 @@
-"""Independent oracles of chain verification (SPEC S5) for ``conformance/test_verify.py``.
+"""Independent oracles of chain verification (SPEC S5) for ``conformance/suite/test_verify.py``.
 
 Written from the SPEC text alone, in plain float64 (numpy) and exact rational arithmetic
 (:mod:`fractions`); nothing here imports ``dspark_ref`` (STYLE habit 9).

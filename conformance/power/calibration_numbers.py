@@ -1,6 +1,6 @@
 """The calibration numbers: :func:`aggregate` turns ``runs.jsonl`` records into them.
 
-Record kinds (written by :mod:`conformance.calibration`): ``exact`` (the tests not marked
+Record kinds (written by :mod:`conformance.power.calibration`): ``exact`` (the tests not marked
 statistical on the reference, one base seed), ``reference`` (the statistical
 tests on the reference, one base seed), ``mutant-default`` (a mutant's section, default
 seed: its statistical killers are the tests that failed), ``mutant-power`` (a mutant's
@@ -22,7 +22,7 @@ from typing import Any
 
 from scipy import stats as sps
 
-from . import budget
+from conformance import budget
 
 FAMILY_WISE_LEVELS = (0.5, 0.2, 0.1, 0.05, 0.01)
 POOLED_THRESHOLDS = (0.1, 0.01, 0.001)

@@ -15,14 +15,14 @@
    few hundred runs can tell a valid test from an invalid one.
 2. **Power at the declared effect.** Every assertion of a default-seed reference run is
    replayed on simulated data from its least favourable alternative at exactly its declared
-   minimum effect (:mod:`conformance.power_replay`).
+   minimum effect (:mod:`conformance.power.replay`).
 3. **Power on mutants.** Each mutant runs its section's statistical tests at the default
    seed; the tests that fail it (its statistical killers) then run over the power seeds, and
    the kill rate with its interval and the median observed effect are reported.
 
 Every pytest run appends one JSON line to ``runs.jsonl`` in the report directory as soon as
 it ends, and the report aggregates every line in that file
-(:mod:`conformance.calibration_numbers`): a calibration can be split over machines or
+(:mod:`conformance.power.calibration_numbers`): a calibration can be split over machines or
 sessions (``--first-seed``) and merged by concatenating the files; a run cut short keeps
 what finished, and rerunning the same command resumes it. A run that produced no test
 record is not logged: the next invocation retries it.
@@ -40,7 +40,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
-from . import cli, power_replay, report
+from conformance import runner
+from conformance.loading import mutants_module
+from conformance.report import matrix as report
+
+from . import replay as power_replay
 from .calibration_numbers import statistical_killers
 
 RUNS_FILE = "runs.jsonl"
@@ -54,7 +58,7 @@ def _pytest_run(impl: str, seed: int | None, device: str, selection: list[str] |
                 cases: list[str] | None = None) -> dict | None:
     """One pytest run (``-m``/``-k`` ``selection``, or the case keys ``cases``); its
     results.json, or None when the run produced no test record (a crash)."""
-    _, payload, _ = cli.run_quietly(impl=impl, device=device, seed=seed, extra=selection, cases=cases)
+    _, payload, _ = runner.run_quietly(impl=impl, device=device, seed=seed, extra=selection, cases=cases)
     return payload if payload and payload["tests"] else None
 
 
@@ -160,9 +164,7 @@ def run_reference(log: RunLog, seeds: Iterable[int], device: str, pool: ThreadPo
 def run_mutants(log: RunLog, mutant_ids: list[str], power_seeds: list[int], device: str,
                 pool: ThreadPoolExecutor) -> None:
     """Find each mutant's statistical killers at the default seed, then rerun them per power seed."""
-    from fixtures.mutants import load_all
-
-    registry = load_all()
+    registry = mutants_module().load_all()
     done = {r["impl"] for r in log.records() if r["kind"] == "mutant-default" and r["device"] == device}
 
     def default(mutant_id: str) -> None:
@@ -214,8 +216,6 @@ def calibrate(report_dir: Path, *, seeds: list[int], power_seeds: list[int], rep
     ``replay_payload``: a results.json whose assertions are replayed instead of a fresh
     default-seed run (e.g. one from a GPU run, which alone holds the GPU-only assertions).
     """
-    from fixtures.mutants import load_all
-
     report_dir.mkdir(parents=True, exist_ok=True)
     log = RunLog(report_dir / RUNS_FILE)
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
@@ -224,5 +224,5 @@ def calibrate(report_dir: Path, *, seeds: list[int], power_seeds: list[int], rep
         run_reference(log, exact_seeds, device, pool, kind="exact")
         run_reference(log, seeds, device, pool)
         if power_seeds:
-            run_mutants(log, mutants or sorted(load_all()), power_seeds, device, pool)
+            run_mutants(log, mutants or sorted(mutants_module().load_all()), power_seeds, device, pool)
     return log

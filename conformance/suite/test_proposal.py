@@ -20,7 +20,7 @@ import torch
 
 from conformance.cases import case, case_id
 from conformance.contract import FoldedDraft, Inconclusive, MarkovBlock
-from conformance.test_markov import (
+from conformance.suite.support.blocks import (
     check_block_shapes,
     check_greedy_rows,
     input_generator,

@@ -1,0 +1,55 @@
+"""``report.md``: the matrix, every non-passing test with its reason and replay line, and
+every statistical assertion (p-value, effect with its bound)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conformance.report.matrix import overall, short_reason, summarize, table
+
+
+def _stat_lines(payload: dict[str, Any]) -> list[str]:
+    lines = [
+        "| test | null hypothesis | statistic | p-value | alpha | n | effect | bound | min effect | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for record in payload["tests"]:
+        for s in record.get("stats", []):
+            lines.append(
+                f"| `{record['case'].split('::')[-1]}` | {s.get('null', '')} | {s.get('statistic_name', '')} "
+                f"{s.get('statistic', 0):.4g} | {s.get('p_value', 0):.3g} | {s.get('alpha', 0):.2g} | "
+                f"{s.get('n', '')} | {s.get('effect_name', '')} {s.get('effect', 0):.4g} | "
+                f"{s.get('effect_ci_upper', 0):.4g} | {s.get('min_effect', 0):.3g} | "
+                f"{'pass' if s.get('passed') else 'FAIL'} |"
+            )
+    return lines
+
+
+def write_markdown(payload: dict[str, Any], path: Path) -> None:
+    """Write the matrix, the non-passing tests with reasons and replays, and the statistics."""
+    rows = summarize(payload["tests"])
+    cells = table(rows)
+    out = [
+        f"# DSpark conformance: `{payload['impl']}` on {payload['device']}",
+        "",
+        f"{payload.get('description', '')}",
+        "",
+        f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
+        f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows)}**.",
+        "",
+        "| " + " | ".join(cells[0]) + " |",
+        "|" + " --- |" * len(cells[0]),
+        *("| " + " | ".join(r) + " |" for r in cells[1:]),
+        "",
+        "## Not passed",
+        "",
+    ]
+    for record in payload["tests"]:
+        if record["outcome"] != "passed":
+            reason = short_reason(record, 400)
+            out.append(f"- **{record['outcome']}** `{record['case']}`: {reason}")
+            if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
+                out.append(f"  - replay: `{record['replay']}`")
+    out += ["", "## Statistical assertions", "", *_stat_lines(payload), ""]
+    path.write_text("\n".join(out))

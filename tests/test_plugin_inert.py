@@ -1,0 +1,73 @@
+"""The installed plugin is inert in a foreign project (issue 12, STYLE 12).
+
+A project that collects none of the suite's tests runs identically with and without the
+plugin: nothing skipped (a folder named ``gpu`` is no marker of ours), no adapter, torch or
+suite module imported, hypothesis's own default profile untouched, and no measurable cost
+(the fastest of several runs within 0.3 s of the fastest without the plugin).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+FOREIGN_GPU_TEST = """
+import sys
+
+def test_plain_in_a_gpu_folder():
+    assert True
+
+def test_the_suite_was_not_imported():
+    loaded = [m for m in ("torch", "dspark_ref", "conformance.contract", "conformance.loading") if m in sys.modules]
+    assert loaded == []
+"""
+FOREIGN_HYPOTHESIS_TEST = """
+from hypothesis import given, settings, strategies as st
+
+def test_hypothesis_default_profile():
+    assert settings.default.max_examples == 100 and settings.default.derandomize is False
+
+@given(st.integers())
+def test_any_integer(x):
+    assert isinstance(x, int)
+"""
+NO_PLUGIN = ("-p", "no:dspark_conformance")
+RUNS = 5
+MAX_OVERHEAD_S = 0.3
+
+
+@pytest.fixture
+def foreign(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(**{"tests/gpu/test_kernels": FOREIGN_GPU_TEST, "tests/test_props": FOREIGN_HYPOTHESIS_TEST})
+    return pytester
+
+
+def _outcomes(pytester: pytest.Pytester, *args: str) -> dict[str, int]:
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "tests", *args)
+    return result.parseoutcomes()
+
+
+def test_the_plugin_is_installed_here(pytester: pytest.Pytester):
+    assert "--dspark-impl" in pytester.runpytest_subprocess("--help").stdout.str()
+    assert "--dspark-impl" not in pytester.runpytest_subprocess("--help", *NO_PLUGIN).stdout.str()
+
+
+def test_a_foreign_run_is_the_same_with_and_without_the_plugin(foreign):
+    with_plugin, without = _outcomes(foreign), _outcomes(foreign, *NO_PLUGIN)
+    assert with_plugin == without == {"passed": 4}
+
+
+def test_a_foreign_run_costs_no_measurable_time(foreign):
+    def timed(*args: str) -> float:
+        start = time.perf_counter()
+        assert _outcomes(foreign, *args) == {"passed": 4}
+        return time.perf_counter() - start
+
+    # Interleaved, so that load from elsewhere on the machine hits both alike; the fastest
+    # run of each is the least disturbed.
+    runs = [(timed(), timed(*NO_PLUGIN)) for _ in range(RUNS)]
+    with_plugin, without = min(r[0] for r in runs), min(r[1] for r in runs)
+    assert with_plugin - without < MAX_OVERHEAD_S, f"{with_plugin:.2f} s with the plugin, {without:.2f} s without"
