@@ -10,7 +10,10 @@ exactly. To add a case: one ``test_<topic>_*`` function using the ``sglang`` fix
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
 import sys
+import textwrap
 import types
 
 import pytest
@@ -81,6 +84,20 @@ def test_loader_strict_stub_has_only_its_names():
         stub.softmax  # noqa: B018  (SGLang's `try: from flashinfer.sampling import softmax`)
 
 
+def test_loader_stubs_sgl_kernel_only_while_loading_and_only_fast_topk():
+    # 0.5.17-0.5.20's spec_utils runs `from sgl_kernel import fast_topk` when CUDA is present.
+    if importlib.util.find_spec("sgl_kernel") is not None:
+        pytest.skip("sgl_kernel is installed: the loader uses the real one")
+    with loader._missing_third_party_stubs():
+        from sgl_kernel import fast_topk
+
+        with pytest.raises(ImportError):
+            from sgl_kernel import top_k_renorm_prob  # noqa: F401  (no other name is stubbed)
+    assert "sgl_kernel" not in sys.modules
+    with pytest.raises(loader.StubCalled, match=r"sgl_kernel\.fast_topk is a stub .*EAGLE tree top-k"):
+        fast_topk(torch.zeros(1, 2), 1, dim=-1)
+
+
 @pytest.mark.parametrize(
     "version_text, has_tp_sync, has_blockwise",
     [("0.5.17", False, False), ("0.5.18", False, False), ("0.5.19", True, False), ("0.5.21", True, False),
@@ -148,6 +165,19 @@ def test_loader_imports_dspark_without_the_server(sglang):
     # ... and the server's batch types are stubs, the DSpark modules real files.
     assert isinstance(sys.modules["sglang.srt.managers.schedule_batch"], loader._StubModule)
     assert sglang["heads"].__file__.endswith("sglang/srt/models/dspark.py")
+
+
+def test_loader_imports_dspark_as_on_a_cuda_platform(sglang):
+    # SGLang reads is_cuda() at import time; 0.5.17-0.5.20 then import sgl_kernel (stubbed).
+    # A fresh process, so that this process's cached CPU-platform load stays as it is.
+    script = textwrap.dedent("""
+        from conformance.adapters.sglang import loader
+        loader._PLATFORM_STUBS["sglang.srt.utils"]["is_cuda"] = lambda: True
+        modules = loader.load_sglang()
+        print(sorted(modules.modules) == sorted(loader.modules_for(modules.version)))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr[-2000:]
 
 
 def test_adapter_builds_for_installed_version(adapter, sglang):
