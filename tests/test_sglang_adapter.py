@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conformance import contract as c
-from conformance.adapters.sglang import ledger, loader, make_adapter, make_blockwise_adapter, v0517
+from conformance.adapters.sglang import ledger, loader, make_adapter, make_blockwise_adapter, v0517, v0522
 from conformance.adapters.sglang.engine_inputs import tp_sync_argument
 from conformance.loading import AdapterLoadError, load_adapter
 from dspark_ref import confidence, markov, verify
@@ -247,10 +247,51 @@ def test_markov_block_greedy_matches_reference(adapter):
     torch.testing.assert_close(corrected, expected.corrected_logits)
 
 
+def test_folded_draft_requirement_is_declared_where_sglang_needs_cuda_torch(adapter, sglang):
+    if sglang.generation == "folded":
+        assert dict(adapter.requirements) == {}
+        return
+    assert dict(adapter.requirements) == {c.FoldedDraft: v0522.FOLDED_REQUIREMENT}
+    assert v0522.FOLDED_REQUIREMENT.cuda_build
+    why = adapter.unmet(c.FoldedDraft, "cpu")
+    if torch.backends.cuda.is_built():
+        assert why is None
+    else:
+        assert why.startswith("needs a CUDA build of torch") and why.endswith("before it sizes step_logits)")
+
+
+def _folded_session(adapter, sglang, head, max_bs=4, gamma=3):
+    if adapter.unmet(c.FoldedDraft, "cpu") is not None:
+        pytest.skip(f"FoldedDraft of {adapter.name}: {adapter.unmet(c.FoldedDraft, 'cpu')}")
+    return adapter.get(c.FoldedDraft).session(head, max_bs, gamma, V, torch.float32, torch.device("cpu"), 5)
+
+
+def test_folded_session_replay_returns_views_of_sglangs_static_buffers(adapter, sglang):
+    block = adapter.get(c.MarkovBlock)
+    head = block.load_head("vanilla", _reference_head("vanilla").state_dict(), V, RANK, HIDDEN, torch.device("cpu"))
+    session = _folded_session(adapter, sglang, head)
+    gen = torch.Generator().manual_seed(8)
+    base, anchor = torch.randn(4, 3, V, generator=gen), torch.tensor([1, 2, 3, 4])
+    session.stage(4, None, None)
+    session.load_inputs(base, anchor, None)
+    session.capture()
+    first = session.replay()
+    kept = [t.clone() for t in first]
+    session.load_inputs(base.flip(0), anchor.flip(0), None)
+    second = session.replay()
+    # SGLang's own `out` buffer, and its corrected / step logits buffer, behind both replays:
+    sampler = session._sampler
+    corrected_buffer = sampler.corrected_out if sglang.generation == "folded" else sampler.step_logits
+    for got, buffer in ((first[0], sampler.out), (first[1], corrected_buffer)):
+        assert got.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+    assert [a.data_ptr() for a in first] == [b.data_ptr() for b in second]
+    assert torch.equal(first[0], kept[0].flip(0)) and torch.equal(first[1], kept[1].flip(0))  # overwritten
+
+
 def test_folded_session_runs_one_pass_per_replay(adapter, sglang):
     block = adapter.get(c.MarkovBlock)
     head = block.load_head("vanilla", _reference_head("vanilla").state_dict(), V, RANK, HIDDEN, torch.device("cpu"))
-    if sglang.generation == "philox" and not torch.backends.cuda.is_built():
+    if adapter.unmet(c.FoldedDraft, "cpu") is not None:
         with pytest.raises(c.Inconclusive, match="needs a CUDA build of torch"):
             adapter.get(c.FoldedDraft).session(head, 4, 3, V, torch.float32, torch.device("cpu"), 5)
         return
