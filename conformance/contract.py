@@ -16,6 +16,12 @@ Markov heads travel as weights in the reference layout (``dspark_ref.markov`` st
 or ``Wz.weight [3r, 2r + d]/Wz.bias`` (rnn). An adapter translates them into its engine's
 layout.
 
+Where a capability runs: an adapter may declare a :class:`Requirement` per capability
+(``Adapter.requirements``): the test devices it runs on and whether it needs a CUDA build
+of torch. ``require(Capability)`` turns an unmet requirement into a skip that names the
+capability and the reason; :class:`Inconclusive` stays for a path that should have run and
+did not.
+
 How to add a capability: add a Protocol here (with the SPEC section in its docstring), add
 it to ``CAPABILITIES``, implement it in ``adapters/reference.py``, then write tests that
 ``require`` it.
@@ -30,6 +36,7 @@ import torch
 
 __all__ = [
     "Conventions",
+    "Requirement",
     "ExpectedFailure",
     "Adapter",
     "StepSampler",
@@ -77,6 +84,46 @@ class Conventions:
     devices: tuple[str, ...] = ("cpu", "cuda")
 
 
+_DEVICE_TYPES = ("cpu", "cuda")
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    """Where one capability of an adapter can run (DESIGN: a case the machine cannot run is
+    a skip with the reason, never a pass, never INCONCLUSIVE).
+
+    Attributes:
+        devices: test devices (``--dspark-device``) the capability runs on.
+        cuda_build: it needs a CUDA build of torch (``torch.backends.cuda.is_built()``),
+            whatever the test device (e.g. it queries CUDA-graph capture state).
+        reason: why, in a few words; shown in the skip.
+
+    Raises:
+        ValueError: ``devices`` empty or naming a device type other than cpu / cuda.
+
+    Example: ``Requirement(cuda_build=True, reason="queries torch.cuda capture state")``.
+    """
+
+    devices: tuple[str, ...] = _DEVICE_TYPES
+    cuda_build: bool = False
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.devices or any(d not in _DEVICE_TYPES for d in self.devices):
+            raise ValueError(f"Requirement.devices: expected a non-empty subset of {_DEVICE_TYPES}, "
+                             f"got {self.devices!r}")
+
+    def unmet(self, device: str) -> str | None:
+        """Why the capability cannot run with test tensors on ``device`` (``"cpu"`` or
+        ``"cuda"``) in this process, or None when it can."""
+        why = f" ({self.reason})" if self.reason else ""
+        if device not in self.devices:
+            return f"runs on {'/'.join(self.devices)} only, not {device}{why}"
+        if self.cuda_build and not torch.backends.cuda.is_built():
+            return f"needs a CUDA build of torch; this torch ({torch.__version__}) is CPU-only{why}"
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class ExpectedFailure:
     """One ledger entry: a test id the adapter is known to fail, with its reason.
@@ -102,6 +149,8 @@ class Adapter:
         capabilities: maps a capability Protocol class to the object implementing it.
         expected_failures: the adapter's ledger of known divergences.
         description: one line for the report.
+        requirements: capability -> :class:`Requirement`, for the offered capabilities that
+            do not run everywhere (absent: runs on every device of ``conventions.devices``).
     """
 
     name: str
@@ -109,6 +158,7 @@ class Adapter:
     capabilities: Mapping[type, Any]
     expected_failures: tuple[ExpectedFailure, ...] = ()
     description: str = ""
+    requirements: Mapping[type, Requirement] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for cap, impl in self.capabilities.items():
@@ -119,10 +169,25 @@ class Adapter:
                     f"capabilities[{cap.__name__}]: {type(impl).__name__} does not implement "
                     f"{cap.__name__} (missing methods)"
                 )
+        for cap, requirement in self.requirements.items():
+            if cap not in self.capabilities:
+                raise ValueError(f"requirements: {getattr(cap, '__name__', cap)!r} is not a capability "
+                                 f"this adapter offers")
+            if not isinstance(requirement, Requirement):
+                raise TypeError(f"requirements[{cap.__name__}]: expected a Requirement, got "
+                                f"{type(requirement).__name__}")
 
     def get(self, capability: type) -> Any | None:
         """The object implementing ``capability``, or None if not offered."""
         return self.capabilities.get(capability)
+
+    def unmet(self, capability: type, device: str) -> str | None:
+        """Why an offered ``capability`` cannot run with test tensors on ``device`` here
+        (``conventions.devices``, then its :class:`Requirement`), or None when it can."""
+        if device not in self.conventions.devices:
+            return f"runs on {'/'.join(self.conventions.devices)} only, not {device}"
+        requirement = self.requirements.get(capability)
+        return None if requirement is None else requirement.unmet(device)
 
     def replace(self, **changes: Any) -> "Adapter":
         """A copy with fields replaced; ``capabilities`` given as a dict is merged in."""

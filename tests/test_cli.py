@@ -6,8 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conformance import cli
+from conformance import contract as c
+from conformance.adapters import reference
 from conformance.loading import AdapterLoadError, load_adapter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +48,54 @@ def test_missing_capability_is_a_named_skip(tmp_path):
     named = ("capability ChainVerifier not offered", "capability GreedyVerifier not offered")
     assert all(t["reason"].startswith(named + ("gpu tier",)) for t in skips), {t["reason"] for t in skips}
     assert any(t["reason"].startswith(named) for t in skips)
+
+
+def test_capability_declared_cuda_only_is_a_skip_with_its_reason_on_cpu(tmp_path):
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:cuda_only_confidence", "-k", "test_S6_ or test_S7_")
+    assert code == cli.EXIT_PASS, out
+    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    s7 = [t for t in tests if t["section"] == "S7"]
+    assert s7 and {t["outcome"] for t in s7} == {"skipped"}
+    assert {t["reason"] for t in s7} == {
+        "capability Confidence of toy:cuda-only-confidence runs on cuda only, not cpu (toy kernel)"
+    }
+    assert {t["outcome"] for t in tests if t["section"] == "S6"} == {"passed"}
+
+
+def test_capability_that_needs_a_cuda_build_skips_only_without_one(tmp_path):
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:cuda_build_confidence", "-k", "test_S7_")
+    assert code == cli.EXIT_PASS, out
+    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    if torch.backends.cuda.is_built():
+        assert tests and {t["outcome"] for t in tests} == {"passed"}
+    else:
+        assert tests and {t["outcome"] for t in tests} == {"skipped"}
+        assert all(t["reason"].startswith("capability Confidence of toy:cuda-build-confidence needs a CUDA "
+                                          "build of torch") and t["reason"].endswith("(toy capture query)")
+                   for t in tests), {t["reason"] for t in tests}
+
+
+def test_met_requirement_never_turns_a_failure_into_a_skip(tmp_path):
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:failing_with_met_requirement", "-k", "test_S6_")
+    assert code == cli.EXIT_FAIL, out
+    outcomes = {t["outcome"] for t in json.loads((tmp_path / "results.json").read_text())["tests"]}
+    assert "failed" in outcomes and "skipped" not in outcomes
+
+
+def test_requirement_is_validated_and_names_what_is_unmet():
+    offered = {c.Confidence: reference.Confidence()}
+    with pytest.raises(ValueError, match=r"Requirement\.devices: expected a non-empty subset"):
+        c.Requirement(devices=("tpu",))
+    with pytest.raises(ValueError, match="requirements: 'FoldedDraft' is not a capability this adapter offers"):
+        c.Adapter("toy", c.Conventions(), offered, requirements={c.FoldedDraft: c.Requirement()})
+    with pytest.raises(TypeError, match=r"requirements\[Confidence\]: expected a Requirement, got tuple"):
+        c.Adapter("toy", c.Conventions(), offered, requirements={c.Confidence: ("cuda",)})
+    adapter = c.Adapter("toy", c.Conventions(devices=("cpu",)), offered,
+                        requirements={c.Confidence: c.Requirement(devices=("cpu",))})
+    assert adapter.unmet(c.Confidence, "cpu") is None
+    assert adapter.unmet(c.Confidence, "cuda") == "runs on cpu only, not cuda"
+    assert c.Requirement(devices=("cuda",), reason="r").unmet("cpu") == "runs on cuda only, not cpu (r)"
+    assert (c.Requirement(cuda_build=True).unmet("cpu") is None) == torch.backends.cuda.is_built()
 
 
 def test_inconclusive_has_its_own_exit_code(tmp_path):

@@ -10,14 +10,17 @@ exactly. To add a case: one ``test_<topic>_*`` function using the ``sglang`` fix
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
 import sys
+import textwrap
 import types
 
 import pytest
 import torch
 
 from conformance import contract as c
-from conformance.adapters.sglang import ledger, loader, make_adapter, make_blockwise_adapter, v0517
+from conformance.adapters.sglang import ledger, loader, make_adapter, make_blockwise_adapter, v0517, v0522
 from conformance.adapters.sglang.engine_inputs import tp_sync_argument
 from conformance.loading import AdapterLoadError, load_adapter
 from dspark_ref import confidence, markov, verify
@@ -79,6 +82,20 @@ def test_loader_strict_stub_has_only_its_names():
     assert stub.top_k_renorm_probs is None
     with pytest.raises(AttributeError, match="softmax"):
         stub.softmax  # noqa: B018  (SGLang's `try: from flashinfer.sampling import softmax`)
+
+
+def test_loader_stubs_sgl_kernel_only_while_loading_and_only_fast_topk():
+    # 0.5.17-0.5.20's spec_utils runs `from sgl_kernel import fast_topk` when CUDA is present.
+    if importlib.util.find_spec("sgl_kernel") is not None:
+        pytest.skip("sgl_kernel is installed: the loader uses the real one")
+    with loader._missing_third_party_stubs():
+        from sgl_kernel import fast_topk
+
+        with pytest.raises(ImportError):
+            from sgl_kernel import top_k_renorm_prob  # noqa: F401  (no other name is stubbed)
+    assert "sgl_kernel" not in sys.modules
+    with pytest.raises(loader.StubCalled, match=r"sgl_kernel\.fast_topk is a stub .*EAGLE tree top-k"):
+        fast_topk(torch.zeros(1, 2), 1, dim=-1)
 
 
 @pytest.mark.parametrize(
@@ -150,6 +167,19 @@ def test_loader_imports_dspark_without_the_server(sglang):
     assert sglang["heads"].__file__.endswith("sglang/srt/models/dspark.py")
 
 
+def test_loader_imports_dspark_as_on_a_cuda_platform(sglang):
+    # SGLang reads is_cuda() at import time; 0.5.17-0.5.20 then import sgl_kernel (stubbed).
+    # A fresh process, so that this process's cached CPU-platform load stays as it is.
+    script = textwrap.dedent("""
+        from conformance.adapters.sglang import loader
+        loader._PLATFORM_STUBS["sglang.srt.utils"]["is_cuda"] = lambda: True
+        modules = loader.load_sglang()
+        print(sorted(modules.modules) == sorted(loader.modules_for(modules.version)))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr[-2000:]
+
+
 def test_adapter_builds_for_installed_version(adapter, sglang):
     assert adapter.name == f"sglang=={sglang.version}"
     expected = FOLDED_CAPABILITIES if sglang.generation == "folded" else PHILOX_CAPABILITIES
@@ -217,10 +247,51 @@ def test_markov_block_greedy_matches_reference(adapter):
     torch.testing.assert_close(corrected, expected.corrected_logits)
 
 
+def test_folded_draft_requirement_is_declared_where_sglang_needs_cuda_torch(adapter, sglang):
+    if sglang.generation == "folded":
+        assert dict(adapter.requirements) == {}
+        return
+    assert dict(adapter.requirements) == {c.FoldedDraft: v0522.FOLDED_REQUIREMENT}
+    assert v0522.FOLDED_REQUIREMENT.cuda_build
+    why = adapter.unmet(c.FoldedDraft, "cpu")
+    if torch.backends.cuda.is_built():
+        assert why is None
+    else:
+        assert why.startswith("needs a CUDA build of torch") and why.endswith("before it sizes step_logits)")
+
+
+def _folded_session(adapter, sglang, head, max_bs=4, gamma=3):
+    if adapter.unmet(c.FoldedDraft, "cpu") is not None:
+        pytest.skip(f"FoldedDraft of {adapter.name}: {adapter.unmet(c.FoldedDraft, 'cpu')}")
+    return adapter.get(c.FoldedDraft).session(head, max_bs, gamma, V, torch.float32, torch.device("cpu"), 5)
+
+
+def test_folded_session_replay_returns_views_of_sglangs_static_buffers(adapter, sglang):
+    block = adapter.get(c.MarkovBlock)
+    head = block.load_head("vanilla", _reference_head("vanilla").state_dict(), V, RANK, HIDDEN, torch.device("cpu"))
+    session = _folded_session(adapter, sglang, head)
+    gen = torch.Generator().manual_seed(8)
+    base, anchor = torch.randn(4, 3, V, generator=gen), torch.tensor([1, 2, 3, 4])
+    session.stage(4, None, None)
+    session.load_inputs(base, anchor, None)
+    session.capture()
+    first = session.replay()
+    kept = [t.clone() for t in first]
+    session.load_inputs(base.flip(0), anchor.flip(0), None)
+    second = session.replay()
+    # SGLang's own `out` buffer, and its corrected / step logits buffer, behind both replays:
+    sampler = session._sampler
+    corrected_buffer = sampler.corrected_out if sglang.generation == "folded" else sampler.step_logits
+    for got, buffer in ((first[0], sampler.out), (first[1], corrected_buffer)):
+        assert got.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+    assert [a.data_ptr() for a in first] == [b.data_ptr() for b in second]
+    assert torch.equal(first[0], kept[0].flip(0)) and torch.equal(first[1], kept[1].flip(0))  # overwritten
+
+
 def test_folded_session_runs_one_pass_per_replay(adapter, sglang):
     block = adapter.get(c.MarkovBlock)
     head = block.load_head("vanilla", _reference_head("vanilla").state_dict(), V, RANK, HIDDEN, torch.device("cpu"))
-    if sglang.generation == "philox" and not torch.backends.cuda.is_built():
+    if adapter.unmet(c.FoldedDraft, "cpu") is not None:
         with pytest.raises(c.Inconclusive, match="needs a CUDA build of torch"):
             adapter.get(c.FoldedDraft).session(head, 4, 3, V, torch.float32, torch.device("cpu"), 5)
         return

@@ -25,3 +25,33 @@ def unmatched_ledger() -> c.Adapter:
         "toy:unmatched-ledger", c.Conventions(), {c.SimulatedAcceptance: reference.SimulatedAcceptance()},
         expected_failures=(c.ExpectedFailure("test_S6_does_not_exist", "S6", "stale entry"),),
     )
+
+
+def cuda_only_confidence() -> c.Adapter:
+    """Simulated acceptance everywhere, the confidence head declared CUDA-only: on CPU the S7
+    cases must skip with the declared reason, and S6 still runs."""
+    return c.Adapter(
+        "toy:cuda-only-confidence", c.Conventions(),
+        {c.SimulatedAcceptance: reference.SimulatedAcceptance(), c.Confidence: reference.Confidence()},
+        requirements={c.Confidence: c.Requirement(devices=("cuda",), reason="toy kernel")},
+    )
+
+
+def cuda_build_confidence() -> c.Adapter:
+    """The confidence head declared to need a CUDA build of torch (any test device)."""
+    return c.Adapter(
+        "toy:cuda-build-confidence", c.Conventions(), {c.Confidence: reference.Confidence()},
+        requirements={c.Confidence: c.Requirement(cuda_build=True, reason="toy capture query")},
+    )
+
+
+def failing_with_met_requirement() -> c.Adapter:
+    """A known-bug simulated acceptance whose requirement is met everywhere: it must fail,
+    never skip."""
+    from conformance.loading import load_adapter
+
+    mutant = load_adapter("mutant:simulated-rounded-once")
+    return mutant.replace(
+        name="toy:failing-met-requirement",
+        requirements={c.SimulatedAcceptance: c.Requirement(devices=("cpu", "cuda"), reason="met")},
+    )

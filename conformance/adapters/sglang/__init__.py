@@ -9,7 +9,7 @@ API generation maps the capabilities:
 * 0.5.22+ (Philox-keyed draft): :mod:`.v0522` (``BlockwiseRejection`` from 0.5.23);
 
 Measured on CPU: every release 0.5.17-0.5.23 (``docs/conformance/sglang-<version>-cpu.md``);
-on an H200: 0.5.21 and 0.5.23. ``DSPARK_SGLANG_LEDGER=off`` drops the expected-failure
+on an H200: 0.5.21 and 0.5.23 (whole suite), 0.5.17-0.5.20 (without the statistical cases). ``DSPARK_SGLANG_LEDGER=off`` drops the expected-failure
 ledger (:mod:`.ledger`) so that known divergences show as failures.
 * both: verification (:mod:`.verify`), simulated acceptance (:mod:`.simulated`) and the
   confidence head with STS (:mod:`.confidence`).
@@ -41,7 +41,7 @@ from . import confidence, ledger, simulated, v0517, v0522, verify
 from . import loader
 from .loader import SGLangModules, load_sglang
 
-__all__ = ["make_adapter", "make_blockwise_adapter", "capabilities"]
+__all__ = ["make_adapter", "make_blockwise_adapter", "capabilities", "requirements"]
 
 GREEDY_RULE = "top_k"
 
@@ -71,6 +71,16 @@ def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[typ
     return offered
 
 
+def requirements(modules: SGLangModules) -> dict[type, c.Requirement]:
+    """Where the capabilities of the loaded SGLang cannot run everywhere (``require`` skips
+    them elsewhere, naming the reason): 0.5.22+'s ``DsparkDraftSampler`` asks
+    ``torch.cuda.is_current_stream_capturing()`` when it sizes its step-logits buffer, which
+    a CPU-only torch build cannot answer (:mod:`.v0522`)."""
+    if modules.generation == "folded":
+        return {}
+    return {c.FoldedDraft: v0522.FOLDED_REQUIREMENT}
+
+
 def make_adapter() -> c.Adapter:
     """The adapter for the installed SGLang, named ``sglang==<version>``.
 
@@ -85,6 +95,7 @@ def make_adapter() -> c.Adapter:
         name=f"sglang=={modules.version}",
         conventions=c.Conventions(greedy_rule=GREEDY_RULE),
         capabilities=capabilities(modules),
+        requirements=requirements(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
         description=description,
     )
@@ -107,5 +118,6 @@ def make_blockwise_adapter() -> c.Adapter:
         name=f"sglang=={modules.version}+blockwise",
         conventions=c.Conventions(greedy_rule=GREEDY_RULE),
         capabilities=capabilities(modules, blockwise=True),
+        requirements=requirements(modules),
         description=f"SGLang {modules.version} DSpark, verify through BlockwiseRejection",
     )

@@ -56,8 +56,8 @@ class FoldedSession:
             ``counter`` (a proxy of the same head).
         model: the stand-in whose buffers the sampler reads.
         counter: the :class:`BlockPassCounter` installed in the sampler.
-        corrected: ``corrected(bs) -> [bs, gamma, V]``, where this SGLang keeps the
-            corrected logits of the last pass.
+        corrected: ``corrected(bs) -> [bs, gamma, V]``, a view of the static buffer where
+            this SGLang keeps the corrected logits of the last pass.
         reads_hidden: whether the head reads step hidden states (gated / rnn); the
             vanilla head's ``hidden`` is ignored, as SGLang ignores it.
         eager_rng: a fresh context for one eager pass (seeds SGLang's global RNG draws).
@@ -160,7 +160,9 @@ class FoldedSession:
         self._graph, self._graph_bs = graph, self._bs
 
     def replay(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """One proposal: ``(tokens[bs, gamma] int64, corrected[bs, gamma, V])`` (copies).
+        """One proposal: ``(tokens[bs, gamma] int64, corrected[bs, gamma, V])``, views of
+        SGLang's own static buffers (``out`` and the corrected / step logits; SPEC S4.1), so
+        the suite sees their addresses; the next replay overwrites them.
 
         Replays the captured graph when one exists for the current ``bs``, else calls the
         sampler eagerly (not counted in ``graph_replays``).
@@ -175,8 +177,7 @@ class FoldedSession:
                 self._call()
             self.sample_block_calls += self._counter.calls - before
         bs, rows = self._bs, self._bs * self._gamma
-        tokens = self._sampler.out[:rows].view(bs, self._gamma).clone()
-        return tokens, self._corrected(bs).clone()
+        return self._sampler.out[:rows].view(bs, self._gamma), self._corrected(bs)
 
     def _call(self) -> None:
         rows = self._bs * self._gamma

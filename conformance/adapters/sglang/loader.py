@@ -16,9 +16,13 @@ components are plain modules inside that wheel, so this loader imports them dire
   own default), so SGLang picks its CUDA kernels or its torch reference paths by tensor
   device, as in a normal install.
 * **Third-party packages a ``--no-deps`` install lacks** are stubbed only while loading and
-  only when missing: ``huggingface_hub`` (imported, never called, by ``spec_utils``) and
+  only when missing (``_MISSING_THIRD_PARTY``, each with its reason in
+  ``_THIRD_PARTY_REASONS``): ``huggingface_hub`` (imported, never called, by ``spec_utils``),
   FlashInfer's renorm kernels (``None``: SGLang then uses its own torch renorm fallback,
-  exactly as on a platform without FlashInfer).
+  exactly as on a platform without FlashInfer) and ``sgl_kernel``, SGLang's compiled CUDA
+  kernels, of which 0.5.17-0.5.20's ``spec_utils`` imports ``fast_topk`` when CUDA is
+  present (for EAGLE's tree top-k, a path DSpark never takes): a placeholder that raises
+  :class:`StubCalled` if it is ever called. Without it those releases do not load on CUDA.
 
 If SGLang was already imported the normal way, its modules are used as they are.
 
@@ -178,6 +182,16 @@ _MISSING_THIRD_PARTY: dict[str, dict[str, Any]] = {
     "huggingface_hub": {"snapshot_download": None},
     "flashinfer": {},
     "flashinfer.sampling": {"top_k_renorm_probs": None, "top_p_renorm_probs": None},
+    # "sgl_kernel": placeholders, added below _PlaceholderMeta.
+}
+
+#: Why each module of ``_MISSING_THIRD_PARTY`` may be a stub (the message of ``StubCalled``).
+_THIRD_PARTY_REASONS: dict[str, str] = {
+    "huggingface_hub": "checkpoint download in spec_utils; weights come as tensors",
+    "flashinfer": "FlashInfer package hub; no name of it is used",
+    "flashinfer.sampling": "renorm kernels; None selects SGLang's torch fallback",
+    "sgl_kernel": "compiled CUDA kernels; 0.5.17-0.5.20 spec_utils imports fast_topk on CUDA "
+                  "for EAGLE tree top-k selection, which DSpark never runs",
 }
 
 
@@ -188,9 +202,21 @@ class StubCalled(RuntimeError):
 class _PlaceholderMeta(type):
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         raise StubCalled(
-            f"{cls.__module__}.{cls.__qualname__} is a stub of the SGLang server stack "
-            f"({_SERVER_STUBS.get(cls.__module__, 'platform stub')}); this DSpark path needs it"
+            f"{cls.__module__}.{cls.__qualname__} is a stub of a module SGLang's server or platform "
+            f"provides ({_stub_reason(cls.__module__)}); this DSpark path needs it"
         )
+
+
+def _stub_reason(module: str) -> str:
+    return _SERVER_STUBS.get(module) or _THIRD_PARTY_REASONS.get(module) or "platform stub"
+
+
+def _placeholder(module: str, name: str) -> type:
+    """A stand-in for ``module.name`` that raises :class:`StubCalled` when called."""
+    return _PlaceholderMeta(name, (), {"__module__": module})
+
+
+_MISSING_THIRD_PARTY["sgl_kernel"] = {"fast_topk": _placeholder("sgl_kernel", "fast_topk")}  # StubCalled if called
 
 
 class _StubModule(types.ModuleType):
@@ -400,7 +426,8 @@ def _import(version_text: str, module_name: str) -> types.ModuleType:
         raise AdapterLoadError(
             f"sglang=={version_text}: cannot import {module_name}: missing {missing!r} ({exc}). "
             "If it is a server module, add a stub to "
-            "conformance/adapters/sglang/loader.py:_SERVER_STUBS"
+            "conformance/adapters/sglang/loader.py:_SERVER_STUBS (a third-party one: "
+            "_MISSING_THIRD_PARTY, with its reason)"
         ) from exc
     except StubCalled as exc:
         raise AdapterLoadError(

@@ -18,7 +18,8 @@ What maps to what:
   ``MarkovSampleStep(logits_out=...)``, which writes the step logits exactly as the
   sampling pass does.
 * ``FoldedDraft`` (S4): ``DsparkDraftSampler`` (``greedy_draft=False``) with SGLang's own
-  ``DraftNoise(draft_noise_key(seed), offset)``; corrected logits from ``step_logits``.
+  ``DraftNoise(draft_noise_key(seed), offset)``; tokens from ``out``, corrected logits from
+  ``step_logits`` (views of both). Needs a CUDA build of torch (``FOLDED_REQUIREMENT``).
 * ``FoldGate``: not offered; 0.5.22 removed the OFF/AUTO/FORCE folded-sampling gate.
 """
 
@@ -26,16 +27,22 @@ from __future__ import annotations
 
 import torch
 
-from conformance.contract import Inconclusive
+from conformance.contract import Inconclusive, Requirement
 
 from .engine_inputs import DraftModelStandIn, sampling_info, seed_from, single_rank_tp_sync
 from .folded_session import BlockPassCounter, FoldedSession
 from .heads import SGLangHead, load_head
 from .loader import SGLangModules
 
-__all__ = ["draft_params", "StepSampler", "MarkovBlock", "FoldedDraft"]
+__all__ = ["draft_params", "StepSampler", "MarkovBlock", "FoldedDraft", "FOLDED_REQUIREMENT"]
 
 _OFFSET_MASK = 0xFFFFFFFF  # the kernel reads the low 32 bits of the counter offset
+
+#: ``DsparkDraftSampler._step_logits`` asks ``torch.cuda.is_current_stream_capturing()``
+#: before it allocates its buffer: a CPU-only torch cannot answer (any test device).
+FOLDED_REQUIREMENT = Requirement(
+    cuda_build=True, reason="DsparkDraftSampler queries torch.cuda capture state before it sizes step_logits"
+)
 
 
 def draft_params(
@@ -122,8 +129,9 @@ class FoldedDraft:
 
     The sampler sizes its step-logits buffer on first use and asserts that no CUDA graph is
     capturing then, through ``torch.cuda.is_current_stream_capturing()``, which a torch
-    build without CUDA cannot answer: there the folded path cannot run, and the session
-    raises ``Inconclusive`` (the path under test never executes).
+    build without CUDA cannot answer: the adapter declares ``FOLDED_REQUIREMENT``, so the
+    suite skips these cases there. A session opened there anyway (outside ``require``)
+    raises ``Inconclusive``.
     """
 
     def __init__(self, modules: SGLangModules) -> None:
