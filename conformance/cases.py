@@ -19,6 +19,7 @@ from typing import Iterable
 from .sections import SECTIONS
 
 SPEC_CLAUSES: dict[str, str] = {
+    "S0.numerically-equal": "reordered float arithmetic agrees within a derived roundoff bound; bit identity apart",
     "S1.base-logits": "U = h @ W_lm.T cropped to org_vocab_size",
     "S2.vanilla": "vanilla head bias = W2(W1[prev])",
     "S2.gated": "gated head bias = W2(sigmoid(Wg [h; W1[prev]] + bg) * W1[prev])",

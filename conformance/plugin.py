@@ -22,13 +22,15 @@ Options:
 Fixtures: ``dspark_adapter``, ``require`` (capability, or a skip: not offered, or declared
 unable to run on this device / torch build), ``dspark_device``,
 ``case_seed`` and ``case_generator`` (seeded from the case key), ``stat_check`` (asserts a
-:class:`~conformance.stats.StatResult` and records it for the report), ``record_reliability``
-(keeps reliability-diagram bins for the report).
+:class:`~conformance.stats.StatResult` and records it for the report), ``numeric_check``
+(asserts a bounded :class:`~conformance.numerics.Comparison`, SPEC S0, and records it with
+its bit identity), ``record_reliability`` (keeps reliability-diagram bins for the report).
 
 A record of ``--dspark-report-json`` holds ``case`` (the case key: the test's identity
 wherever the suite is installed), ``nodeid`` (pytest's, which depends on the rootdir),
-``section``, ``outcome``, ``duration_s``, ``reason``, ``stats``, ``reliability``, ``replay``
-(one command that reruns it) and ``failure``.
+``section``, ``outcome``, ``duration_s``, ``reason``, ``stats``, ``numerics`` (the bounded
+comparisons), ``bit_identical`` (all of them bit-identical: true / false; null when the test
+made none), ``reliability``, ``replay`` (one command that reruns it) and ``failure``.
 """
 
 from __future__ import annotations
@@ -244,6 +246,19 @@ def stat_check(request: pytest.FixtureRequest) -> Callable[[Any], Any]:
         request.node.user_properties.append(("dspark_stat", json.dumps(result.to_dict())))
         result.assert_ok()
         return result
+
+    return _check
+
+
+@pytest.fixture
+def numeric_check(request: pytest.FixtureRequest) -> Callable[[Any], Any]:
+    """``numeric_check(comparison)``: record a :class:`~conformance.numerics.Comparison` for
+    the report (its bit identity is the stricter SPEC S0 level, shown apart and never a
+    failure), then assert it is within its bound."""
+
+    def _check(comparison: Any) -> Any:
+        request.node.user_properties.append(("dspark_numeric", json.dumps(comparison.to_dict())))
+        return comparison.assert_ok()
 
     return _check
 

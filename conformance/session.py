@@ -83,6 +83,7 @@ class RunSession:
         if not final or CASE_PROPERTY not in props:
             return
         key = props[CASE_PROPERTY]
+        numerics = [json.loads(v) for k, v in report.user_properties if k == "dspark_numeric"]
         self.records.append({
             "case": key,
             "nodeid": report.nodeid,
@@ -91,6 +92,8 @@ class RunSession:
             "duration_s": round(report.duration, 4),
             "reason": _reason(report),
             "stats": [json.loads(v) for k, v in report.user_properties if k == "dspark_stat"],
+            "numerics": numerics,
+            "bit_identical": all(n["bit_identical"] for n in numerics) if numerics else None,
             "reliability": [json.loads(v) for k, v in report.user_properties if k == "dspark_reliability"],
             "replay": self.replay_command(key),
             "failure": next((json.loads(v) for k, v in report.user_properties if k == "dspark_failure"), None),

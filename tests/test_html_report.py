@@ -84,7 +84,7 @@ def _check_common(page: str, payload: dict) -> None:
     assert "<link" not in page and "<script" not in page  # CSS inline, no JS at all
     for row in report.summarize(payload["tests"]):
         expected = [str(row.counts[o]) for o in report.OUTCOMES]
-        expected += ["-" if row.min_p is None else f"{row.min_p:.2g}", f"{row.seconds:.1f}"]
+        expected += ["-" if row.min_p is None else f"{row.min_p:.2g}", row.bit_identity, f"{row.seconds:.1f}"]
         assert _matrix_row(page, row.section) == expected
     assert 'class="badge big FAIL">FAIL<' in page  # the failed S3 test makes the run FAIL
     failed = payload["tests"][1]

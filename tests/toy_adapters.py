@@ -1,7 +1,13 @@
-"""Small adapters used by tests/test_cli.py to exercise the plugin and the main job."""
+"""Small adapters used by tests/test_cli.py (the plugin and the main job) and
+tests/test_numerics.py (the two SPEC S0 levels)."""
+
+import copy
+
+import torch
 
 from conformance import contract as c
 from conformance.adapters import reference
+from dspark_ref import markov
 
 
 class _InconclusiveSimulated(reference.SimulatedAcceptance):
@@ -54,4 +60,31 @@ def failing_with_met_requirement() -> c.Adapter:
     return mutant.replace(
         name="toy:failing-met-requirement",
         requirements={c.SimulatedAcceptance: c.Requirement(devices=("cpu", "cuda"), reason="met")},
+    )
+
+
+class _Float64TeacherForcing(reference.MarkovBlock):
+    """Teacher forcing accumulated in float64 and rounded once to float32: the same
+    arithmetic as the reference's float32 step-by-step adds in another precision (SPEC S0)."""
+
+    @torch.no_grad()
+    def apply_block_logits(self, head, base_logits, token_ids, hidden):
+        wide = copy.deepcopy(head).double()
+        hidden = None if hidden is None else hidden.double()
+        return markov.apply_block_logits(wide, base_logits.double(), token_ids, hidden).float()
+
+
+class _Float32Survival(reference.Confidence):
+    """Prefix survival as a float32 cumulative product, whatever the input dtype (as SGLang's
+    ``compute_sort_survival``)."""
+
+    def prefix_survival(self, confidences):
+        return torch.cumprod(confidences.float(), dim=-1)
+
+
+def reordered() -> c.Adapter:
+    """The reference with float64 teacher forcing and float32 survival: conformant, not
+    bit-identical (SPEC S0)."""
+    return reference.make_adapter().replace(
+        name="toy:reordered", capabilities={c.MarkovBlock: _Float64TeacherForcing(), c.Confidence: _Float32Survival()},
     )

@@ -3,7 +3,8 @@
 ``write_html(payload, report_dir)`` renders the plugin's JSON payload (``results.json``):
 
 1. a header (implementation, device, base seed, wall time, overall verdict);
-2. the conformance matrix by SPEC section (``report.summarize``: the numbers of report.md);
+2. the conformance matrix by SPEC section (``report.summarize``: the numbers of report.md,
+   with the SPEC S0 bit-identity column);
 3. the tests that did not pass, with their reasons and one-line replay commands;
 4. the statistical assertions, one row per :class:`~conformance.stats.StatResult`;
 5. plots of every statistical record carrying ``observed`` / ``expected`` bin counts,
@@ -245,14 +246,16 @@ def _header(payload: dict, verdict: str) -> str:
 
 
 def _matrix(rows: list[report.SectionRow]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("section", "topic", "verdict", *report.OUTCOMES, "min p", "time s"))
+    head = "".join(f"<th>{h}</th>" for h in ("section", "topic", "verdict", *report.OUTCOMES, "min p",
+                                              "bit-identical", "time s"))
     body = []
     for row in rows:
         counts = "".join(f'<td class="num">{row.counts[o]}</td>' for o in report.OUTCOMES)
         body.append(
             f"<tr><td>{_e(row.section)}</td><td>{_e(SECTION_TITLES.get(row.section, ''))}</td>"
             f'<td><span class="badge {row.verdict}">{row.verdict}</span></td>{counts}'
-            f'<td class="num">{_num(row.min_p, ".2g")}</td><td class="num">{row.seconds:.1f}</td></tr>'
+            f'<td class="num">{_num(row.min_p, ".2g")}</td><td class="num">{row.bit_identity}</td>'
+            f'<td class="num">{row.seconds:.1f}</td></tr>'
         )
     return f'<h2 id="matrix">Conformance matrix by SPEC section</h2><table><tr>{head}</tr>{"".join(body)}</table>'
 

@@ -1,5 +1,6 @@
-"""``report.md``: the matrix, every non-passing test with its reason and replay line, and
-every statistical assertion (p-value, effect with its bound)."""
+"""``report.md``: the matrix, every non-passing test with its reason and replay line, the
+passing tests that are within their SPEC S0 bound but not bit-identical, and every
+statistical assertion (p-value, effect with its bound)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,16 @@ def _stat_lines(payload: dict[str, Any]) -> list[str]:
                 f"{'pass' if s.get('passed') else 'FAIL'} |"
             )
     return lines
+
+
+def _numeric_lines(payload: dict[str, Any]) -> list[str]:
+    lines = []
+    for record in payload["tests"]:
+        if record["outcome"] == "passed" and record.get("bit_identical") is False:
+            worst = max(record["numerics"], key=lambda n: float(n["worst_ratio"]))
+            lines.append(f"- `{record['case']}`: max |diff| {worst['max_abs_diff']:.3g}, "
+                         f"{float(worst['worst_ratio']):.3g} x its bound ({worst['name']})")
+    return lines or ["None: every passing bounded comparison was bit-identical."]
 
 
 def write_markdown(payload: dict[str, Any], path: Path) -> None:
@@ -51,5 +62,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
             out.append(f"- **{record['outcome']}** `{record['case']}`: {reason}")
             if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
                 out.append(f"  - replay: `{record['replay']}`")
+    out += ["", "## Within the bound, not bit-identical (SPEC S0: a stricter level, not a failure)", "",
+            *_numeric_lines(payload)]
     out += ["", "## Statistical assertions", "", *_stat_lines(payload), ""]
     path.write_text("\n".join(out))

@@ -2,7 +2,9 @@
 
 ``summarize(payload)`` counts outcomes per section; ``format_matrix`` renders the text
 table the main job prints (``conformance.report.markdown`` and ``.html`` render the same
-rows).
+rows). The ``bit-identical`` column is SPEC S0's stricter level, shown apart: of the tests
+that made bounded comparisons (``numeric_check``), how many were bit-identical; missing
+it never changes a verdict.
 """
 
 from __future__ import annotations
@@ -31,12 +33,20 @@ def is_suite_bug(record: dict[str, Any]) -> bool:
 
 @dataclasses.dataclass
 class SectionRow:
-    """Outcome counts, wall time and the smallest p-value of one SPEC section."""
+    """Outcome counts, wall time, the smallest p-value and the bit-identity count (tests
+    bit-identical of those with bounded comparisons, SPEC S0) of one SPEC section."""
 
     section: str
     counts: Counter
     seconds: float
     min_p: float | None
+    bit_identical: int = 0
+    compared: int = 0
+
+    @property
+    def bit_identity(self) -> str:
+        """``"k/n"``: k of the section's n tests with bounded comparisons were bit-identical."""
+        return f"{self.bit_identical}/{self.compared}" if self.compared else "-"
 
     @property
     def verdict(self) -> str:
@@ -56,6 +66,9 @@ def summarize(tests: Iterable[dict[str, Any]]) -> list[SectionRow]:
         row = rows.setdefault(record["section"], SectionRow(record["section"], Counter(), 0.0, None))
         row.counts[record["outcome"]] += 1
         row.seconds += record["duration_s"]
+        if record.get("bit_identical") is not None:
+            row.compared += 1
+            row.bit_identical += bool(record["bit_identical"])
         for stat in record.get("stats", []):
             p = stat.get("p_value")
             if p is not None and (row.min_p is None or p < row.min_p):
@@ -75,13 +88,13 @@ def overall(rows: list[SectionRow]) -> str:
 
 def table(rows: list[SectionRow]) -> list[list[str]]:
     """Header and one row per section: the cells of every rendering of the matrix."""
-    header = ["section", "topic", "verdict", *OUTCOMES[:6], "min p", "time s"]
+    header = ["section", "topic", "verdict", *OUTCOMES[:6], "min p", "bit-identical", "time s"]
     body = [header]
     for row in rows:
         body.append([
             row.section, SECTION_TITLES.get(row.section, ""), row.verdict,
             *(str(row.counts[o]) for o in OUTCOMES[:6]),
-            "-" if row.min_p is None else f"{row.min_p:.2g}", f"{row.seconds:.1f}",
+            "-" if row.min_p is None else f"{row.min_p:.2g}", row.bit_identity, f"{row.seconds:.1f}",
         ])
     return body
 

@@ -4,8 +4,10 @@ Covers, through :class:`~conformance.contract.MarkovBlock` only:
 
 * teacher forcing (``apply_block_logits``) against a float64 oracle of each head's formula
   (vanilla, gated, rnn) written below, within a derived float32 error bound;
-* ``sample_block`` against the IUT's own teacher forcing: bit for bit, greedy rows take the
-  argmax of the corrected logits they return (one pass: tokens and logits agree);
+* ``sample_block`` against the IUT's own teacher forcing (one pass: tokens and logits
+  agree): within the SPEC S0 bound of two float32 evaluations of the same block
+  (:func:`~conformance.suite.support.blocks.compare_block_logits`; bit identity recorded
+  apart), and greedy rows take the argmax of the corrected logits they return;
 * the joint law of ``(x_0, x_1)`` of sampled blocks against the exact Markov-chain law
   (float64 enumeration over a small vocabulary), one chi-square per head;
 * edge cases: ``gamma = 0``, gated / rnn heads without hidden states, ``markov_rank <= 0``.
@@ -33,6 +35,7 @@ from conformance.suite.support.blocks import (
     assert_within_oracle,
     check_block_shapes,
     check_greedy_rows,
+    compare_block_logits,
     input_generator,
     law_setup,
     load_random_head,
@@ -87,24 +90,25 @@ def test_S2_teacher_forcing_matches_float64_oracle(case, require, case_seed, dsp
 # case -> (head type, base dtype)
 TEACHER_CASES = {
     case("S2/teacher-forcing/vanilla-mixed", "sample_block = apply_block_logits of its tokens, "
-         "greedy rows take the argmax", ["S2.vanilla", "S2.sample-block", "S2.teacher-forcing"]):
-        ("vanilla", torch.float32),
+         "greedy rows take the argmax",
+         ["S2.vanilla", "S2.sample-block", "S2.teacher-forcing", "S0.numerically-equal"]): ("vanilla", torch.float32),
     case("S2/teacher-forcing/gated-mixed", "as vanilla-mixed, gated head",
-         ["S2.gated", "S2.sample-block", "S2.teacher-forcing"]): ("gated", torch.float32),
+         ["S2.gated", "S2.sample-block", "S2.teacher-forcing", "S0.numerically-equal"]): ("gated", torch.float32),
     case("S2/teacher-forcing/rnn-mixed", "as vanilla-mixed, rnn head (state carried)",
-         ["S2.rnn", "S2.sample-block", "S2.teacher-forcing"]): ("rnn", torch.float32),
-    case("S2/teacher-forcing/rnn-bf16-base", "bf16 base logits: the two paths still agree bit for bit",
-         ["S2.rnn", "S2.sample-block", "S2.teacher-forcing"]): ("rnn", torch.bfloat16),
+         ["S2.rnn", "S2.sample-block", "S2.teacher-forcing", "S0.numerically-equal"]): ("rnn", torch.float32),
+    case("S2/teacher-forcing/rnn-bf16-base", "bf16 base logits: the two paths still agree (SPEC S0 bound)",
+         ["S2.rnn", "S2.sample-block", "S2.teacher-forcing", "S0.numerically-equal"]): ("rnn", torch.bfloat16),
 }
 
 
 @pytest.mark.parametrize("case", TEACHER_CASES, ids=case_id)
-def test_S2_sample_block_equals_teacher_forcing(case, require, case_seed, case_generator, dspark_device):
+def test_S2_sample_block_equals_teacher_forcing(case, require, case_seed, case_generator, dspark_device,
+                                                numeric_check):
     iut = require(MarkovBlock)
     head_type, dtype = TEACHER_CASES[case]
     batch, gamma, vocab, rank, d = 6, 5, 64, 8, 6
     greedy = [True, False, True, False, False, True]
-    head, _ = load_random_head(iut, head_type, vocab=vocab, rank=rank, hidden_size=d,
+    head, state = load_random_head(iut, head_type, vocab=vocab, rank=rank, hidden_size=d,
                                seed=sub_seed(case_seed, "head"), device=dspark_device)
     base, first_prev, hidden = random_block_inputs(
         head_type, batch=batch, gamma=gamma, vocab=vocab, hidden_size=d,
@@ -116,12 +120,16 @@ def test_S2_sample_block_equals_teacher_forcing(case, require, case_seed, case_g
     tokens, corrected = iut.sample_block(head, base, first_prev, hidden, temps, top_k, case_generator)
 
     check_block_shapes(case, tokens, corrected, batch, gamma, vocab)
-    forced = iut.apply_block_logits(head, base, prev_tokens(first_prev, tokens), hidden).detach()
-    assert forced.dtype == corrected.dtype and torch.equal(forced, corrected), (
-        f"{case.id}: apply_block_logits of the drawn tokens differs from sample_block's corrected "
-        f"logits (max |diff| {float((forced.double() - corrected.double()).abs().max()):.3g}); the "
-        f"tokens and the logits do not come from one pass with prev_k = x_(k-1)"
+    prev = prev_tokens(first_prev, tokens)
+    forced = iut.apply_block_logits(head, base, prev, hidden).detach()
+    assert forced.dtype == corrected.dtype, (
+        f"{case.id}: apply_block_logits returns {forced.dtype}, sample_block's corrected logits {corrected.dtype}"
     )
+    numeric_check(compare_block_logits(
+        case, "apply_block_logits of the drawn tokens against sample_block's corrected logits (do the tokens "
+        "and the logits come from one pass with prev_k = x_(k-1)?)", forced, corrected, head_type, state, base,
+        prev, hidden,
+    ))
     check_greedy_rows(case, tokens, corrected, [i for i, g in enumerate(greedy) if g])
 
 

@@ -8,7 +8,9 @@ position ``k`` drive step ``k`` (the anchor is position 0 and every position pre
 shift) and reach the corrected logits unchanged, through the eager block sampler
 (:class:`~conformance.contract.MarkovBlock`) and the folded sampler
 (:class:`~conformance.contract.FoldedDraft`): under a zero Markov head the bias is exactly
-0, so ``L_k = U_k`` bit for bit and greedy rows take ``argmax U_k``.
+0, so ``L_k = U_k`` bit for bit and greedy rows take ``argmax U_k``. No rounding happens in
+any order of that arithmetic (every product is 0, ``U + 0 = U``, a bf16 ``U`` is exact in
+float32), so the comparison stays exact under SPEC S0.
 
 To add a case: add ``case(...): parameters`` to the dict of its family below.
 """

@@ -33,8 +33,6 @@ def ledger_enabled() -> bool:
     return value in ("on", "1")
 
 _CAP0 = "F1: cap 0 gives accepted = -1 (min(raw, cap - 1) without the clamp at 0); IndexError on CPU"
-_SURVIVAL = "F2: prefix survival computed in float32 (compute_sort_survival casts), error 4e-8 on float64 input"
-_TEACHER = "F3: apply_block_logits adds the bias in one batched GEMM, 1 ulp from sample_block's step logits"
 _ZERO_NOISE = "F4: torch path divides p / E with E = 0 on a -inf logit: 0/0 = NaN wins the argmax"
 _HOT_GREEDY = "F7: greedy rows take argmax softmax(L / T); at T = 1e3 near-tied maxima collapse to the lowest id"
 _GAMMA0 = "F5: draft_markov_block calls torch.stack([]) for gamma = 0"
@@ -45,6 +43,8 @@ _BOTH = ("cpu", "cuda")
 _CPU = ("cpu",)
 _CUDA = ("cuda",)
 _FOLDED = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")
+#: F2 and F3 have no entry: under the SPEC S0 bound they are within bound, not bit-identical
+#: (see the findings); a run that shows them beyond the bound would be a new finding.
 
 
 def _on(devices: tuple[str, ...], *versions: str) -> dict[str, tuple[str, ...]]:
@@ -63,22 +63,6 @@ _LEDGER: tuple[tuple[str, str, str, Mapping[str, tuple[str, ...]]], ...] = (
     ),
     ("test_S5_greedy_verify_matches_argmax_oracle[S5/greedy/production-V151936-l7]", "S5", _CAP0,
      _on(_CUDA, *_FOLDED, "0.5.23")),
-    ("test_S7_prefix_survival_is_cumulative_product[S7/prefix-survival/sigmoid-batched]", "S7", _SURVIVAL,
-     {**_on(_BOTH, *_FOLDED, "0.5.23"), "0.5.22": _CPU}),
-    # F3: with the current case seeds (checked at 3540b15) the vanilla cases fail on CPU
-    # too; confirmed on CPU and on the H200 for every folded release.
-    *(
-        (test, section, _TEACHER, _on(_BOTH, *_FOLDED))
-        for test, section in (
-            ("test_S2_sample_block_equals_teacher_forcing[S2/teacher-forcing/vanilla-mixed]", "S2"),
-            ("test_S2_sample_block_equals_teacher_forcing[S2/teacher-forcing/gated-mixed]", "S2"),
-            ("test_S4_folded_matches_eager_and_teacher_forcing[S4/folded-vs-eager/vanilla-float32]", "S4"),
-            ("test_S4_folded_matches_eager_and_teacher_forcing[S4/folded-vs-eager/gated-float32]", "S4"),
-            ("test_S4_stage_applies_greedy_rule_and_temperature_clamp[S4/stage/greedy-rule-and-clamp]", "S4"),
-        )
-    ),
-    ("test_S4_folded_matches_eager_and_teacher_forcing[S4/folded-vs-eager/vanilla-bfloat16]", "S4", _TEACHER,
-     _on(_CUDA, *_FOLDED)),
     ("test_S3_zero_probability[S3/vocab-crop/neg-inf-zero-noise]", "S3", _ZERO_NOISE, _on(_CPU, *_FOLDED)),
     *(
         (f"test_S3_greedy_near_tie_at_high_temperature[S3/greedy/near-tie-hot-{cap}]", "S3", _HOT_GREEDY,

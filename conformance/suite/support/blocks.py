@@ -2,14 +2,16 @@
 
 Random heads in the reference layout (:func:`conformance.suite.support.inputs.markov_head_state`),
 block inputs, row parameters, shape and greedy checks, the float64 teacher-forcing oracle of
-each head's formula (vanilla, gated, rnn) with its float32 error bound, and the exact joint
-law of ``(x_0, x_1)`` by enumeration. It shares no code with ``dspark_ref``.
+each head's formula (vanilla, gated, rnn) with its float32 error bound, the SPEC S0 bound
+between two evaluations of the same block (:func:`compare_block_logits`), and the exact
+joint law of ``(x_0, x_1)`` by enumeration. It shares no code with ``dspark_ref``.
 """
 
 from __future__ import annotations
 
 import torch
 
+from conformance import numerics
 from conformance.seeds import derive_seed
 from conformance.suite.support.inputs import markov_head_state
 
@@ -161,6 +163,38 @@ def oracle_block_logits(head_type, state, base, prev, hidden):
         logits.append(step)
         bounds.append(2 * dstep)
     return torch.stack(logits, dim=1), torch.stack(bounds, dim=1)
+
+
+def compare_block_logits(case, what, got, expected, head_type, state, base, prev, hidden) -> numerics.Comparison:
+    """SPEC S0 comparison of two evaluations of the corrected logits of the same block.
+
+    Both evaluate ``L`` of :func:`oracle_block_logits` for the same ``prev``, possibly in
+    another order (one batched GEMM against step-by-step adds, a float64 accumulation):
+    each is float32 arithmetic within that oracle's running bound ``B`` of the exact ``L``
+    (the dot-product term holds for any summation order), then rounded into its result
+    dtype, ``u_t |L|`` more for a dtype ``t`` other than float32 (a float32 result's last
+    rounding is inside ``B``). By the triangle inequality
+
+        ``|got - expected| <= 2 B + (u_got + u_expected) |L|``.
+
+    On the S2 / S4 cases (r 8, weights 0.5 randn, V 64-1024) that is, per logit, a median
+    of 2e-6 (vanilla) to 1e-4 (rnn: its worst-case bound grows through the recurrence) for
+    float32 results and ~3e-3 (``u |L|``) for bf16 ones, while a second ``sample_block``
+    pass moves logits by O(1) (2.6 to 5.4 there) wherever it drew another token (S4.4): the
+    duplicate-pass mutant exceeds the bound 2e4 to 4e6 times (``tests/test_numerics.py``).
+    Bit identity is recorded apart (:func:`conformance.numerics.compare`).
+
+    Args:
+        what: the two evaluations, in words (after the case id in a failure).
+        got / expected: ``[B, gamma, V]``, any float dtype and device.
+        head_type, state: the head (reference layout); base ``[B, gamma, V]``; prev
+            ``[B, gamma]`` ids ``[x0, x_0 .. x_{gamma-2}]``; hidden ``[B, gamma, d]`` or None.
+    Returns:
+        The :class:`~conformance.numerics.Comparison`, not yet asserted (``numeric_check``).
+    """
+    exact, bound = oracle_block_logits(head_type, state, base, prev, hidden)
+    rounding = sum(UNIT_ROUNDOFF[t] for t in (got.dtype, expected.dtype) if t != torch.float32)
+    return numerics.compare(f"{case.id}: {what}", got, expected, 2 * bound + rounding * exact.abs())
 
 
 def joint_law(head_type, state, base, anchor, hidden, temperature):
