@@ -19,7 +19,8 @@ Options:
   (the main job sets it; a partial run only warns);
 * ``--dspark-budget FACTOR``   scale statistical sample sizes (runtime vs power; alpha fixed).
 
-Fixtures: ``dspark_adapter``, ``require`` (capability or skip), ``dspark_device``,
+Fixtures: ``dspark_adapter``, ``require`` (capability behind the boundary checks of
+``conformance.boundary``, or skip), ``dspark_device``,
 ``case_seed`` and ``case_generator`` (seeded from the case key), ``stat_check`` (asserts a
 :class:`~conformance.stats.StatResult` and records it for the report), ``record_reliability``
 (keeps reliability-diagram bins for the report).
@@ -197,13 +198,17 @@ def dspark_device(pytestconfig: pytest.Config) -> "torch.device":
 
 @pytest.fixture
 def require(dspark_adapter: "Adapter") -> Callable[[type], Any]:
-    """``require(Capability)`` -> the adapter's implementation, or skip naming the capability."""
+    """``require(Capability)`` -> the adapter's implementation behind the boundary checks
+    (``conformance.boundary``: every value it returns is validated before the test sees
+    it), or skip naming the capability."""
 
     def _require(capability: type) -> Any:
+        from .boundary import validating
+
         impl = dspark_adapter.get(capability)
         if impl is None:
             pytest.skip(f"capability {capability.__name__} not offered by {dspark_adapter.name}")
-        return impl
+        return validating(capability, impl)
 
     return _require
 
