@@ -1,4 +1,7 @@
-"""Small adapters used by tests/test_cli.py to exercise the plugin and the main job."""
+"""Small adapters used by tests/test_cli.py and tests/test_boundary.py to exercise the plugin
+and the main job."""
+
+import torch
 
 from conformance import contract as c
 from conformance.adapters import reference
@@ -25,3 +28,16 @@ def unmatched_ledger() -> c.Adapter:
         "toy:unmatched-ledger", c.Conventions(), {c.SimulatedAcceptance: reference.SimulatedAcceptance()},
         expected_failures=(c.ExpectedFailure("test_S6_does_not_exist", "S6", "stale entry"),),
     )
+
+
+class _FloatLongStepSampler(reference.StepSampler):
+    """Returns its ids as float32, one row too many (the broken adapter of issue 12)."""
+
+    def sample(self, logits, temperatures, top_k, vocab_size, generator):
+        tokens = super().sample(logits, temperatures, top_k, vocab_size, generator)
+        return torch.cat([tokens, tokens[:1]]).float()
+
+
+def float_long_step_sampler() -> c.Adapter:
+    """Its StepSampler breaks the contract: the boundary must name what came back."""
+    return c.Adapter("toy:float-long-step-sampler", c.Conventions(), {c.StepSampler: _FloatLongStepSampler()})
