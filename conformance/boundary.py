@@ -2,10 +2,10 @@
 
 :func:`validating` wraps the object an adapter offers for one capability of
 :mod:`conformance.contract` in a proxy with the Protocol's methods. Each call goes to the
-adapter's object unchanged; what comes back is checked against the Protocol's canonical
-form (type, dtype, shape from the call's arguments, device, id range, finiteness where the
-SPEC requires it) and then handed to the test as is (views stay views: SPEC S4 reads buffer
-addresses). A violation raises :class:`BoundaryViolation`, an ``AssertionError``, so the
+adapter's object with the arguments it was given (no optional argument added); what comes
+back is checked against the Protocol's canonical form (type, dtype, shape from the call's
+arguments, device, id range, finiteness where the SPEC requires it) and then handed to the
+test as is (views stay views: SPEC S4 reads buffer addresses). A violation raises :class:`BoundaryViolation`, an ``AssertionError``, so the
 case fails (it is not an error of the suite) with a message naming the capability, the
 method, what was expected and what came back::
 
@@ -19,8 +19,8 @@ elements, and run after a call has returned, never inside a CUDA-graph capture
 them, so no test has to.
 
 To add a capability: write a ``_Validating<Name>`` class below (one method per Protocol
-method, ``Expected`` records built from the call's arguments) and list it in
-``_VALIDATORS``.
+method, naming only the arguments its checks read and forwarding the rest as given;
+``Expected`` records built from those arguments) and list it in ``_VALIDATORS``.
 """
 
 from __future__ import annotations
@@ -223,16 +223,16 @@ class _Validating:
 class _ValidatingStepSampler(_Validating):
     capability = c.StepSampler
 
-    def sample(self, logits, temperatures, top_k, vocab_size, generator):
-        out = self._impl.sample(logits, temperatures, top_k, vocab_size, generator)
+    def sample(self, logits, temperatures, top_k, vocab_size, *args, **kwargs):
+        out = self._impl.sample(logits, temperatures, top_k, vocab_size, *args, **kwargs)
         return _ints(logits.shape[0], device=logits.device, values=Ids(0, vocab_size)).check(self._where("sample"), out)
 
 
 class _ValidatingNoiseStepSampler(_Validating):
     capability = c.NoiseStepSampler
 
-    def sample_with_noise(self, logits, temperatures, top_k, noise):
-        out = self._impl.sample_with_noise(logits, temperatures, top_k, noise)
+    def sample_with_noise(self, logits, *args, **kwargs):
+        out = self._impl.sample_with_noise(logits, *args, **kwargs)
         expected = _ints(logits.shape[0], device=logits.device, values=Ids(0, logits.shape[-1]))
         return expected.check(self._where("sample_with_noise"), out)
 
@@ -240,8 +240,8 @@ class _ValidatingNoiseStepSampler(_Validating):
 class _ValidatingTruncatedStepSampler(_Validating):
     capability = c.TruncatedStepSampler
 
-    def sample_truncated(self, logits, temperatures, top_k, top_p, min_p, generator):
-        out = self._impl.sample_truncated(logits, temperatures, top_k, top_p, min_p, generator)
+    def sample_truncated(self, logits, *args, **kwargs):
+        out = self._impl.sample_truncated(logits, *args, **kwargs)
         expected = _ints(logits.shape[0], device=logits.device, values=Ids(0, logits.shape[-1]))
         return expected.check(self._where("sample_truncated"), out)
 
@@ -254,12 +254,12 @@ def _corrected(base_logits: torch.Tensor, dtypes: tuple[torch.dtype, ...], devic
 class _ValidatingMarkovBlock(_Validating):
     capability = c.MarkovBlock
 
-    def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device):
-        return self._impl.load_head(head_type, state_dict, vocab_size, rank, hidden_size, device)  # opaque handle
+    def load_head(self, *args, **kwargs):
+        return self._impl.load_head(*args, **kwargs)  # an opaque handle
 
-    def sample_block(self, head, base_logits, first_prev, hidden, temperatures, top_k, generator):
+    def sample_block(self, head, base_logits, *args, **kwargs):
         where = self._where("sample_block")
-        out = self._impl.sample_block(head, base_logits, first_prev, hidden, temperatures, top_k, generator)
+        out = self._impl.sample_block(head, base_logits, *args, **kwargs)
         tokens, corrected = _pair(where, out, ("tokens", "corrected_logits"))
         batch, gamma, vocab = base_logits.shape
         device = base_logits.device
@@ -267,8 +267,8 @@ class _ValidatingMarkovBlock(_Validating):
         _corrected(base_logits, (torch.float32, base_logits.dtype), device).check(where, corrected, "corrected_logits")
         return out
 
-    def apply_block_logits(self, head, base_logits, token_ids, hidden):
-        out = self._impl.apply_block_logits(head, base_logits, token_ids, hidden)
+    def apply_block_logits(self, head, base_logits, *args, **kwargs):
+        out = self._impl.apply_block_logits(head, base_logits, *args, **kwargs)
         expected = _corrected(base_logits, (torch.float32, base_logits.dtype), base_logits.device)
         return expected.check(self._where("apply_block_logits"), out)
 
@@ -295,20 +295,20 @@ class _ValidatingFoldedSession(_Validating):
         calls = self._impl.sample_block_calls
         return None if calls is None else _integer(self._where("sample_block_calls"), calls, 0)
 
-    def stage(self, bs, temperatures, top_k):
+    def stage(self, bs, *args, **kwargs):
         self._bs = bs
-        return self._impl.stage(bs, temperatures, top_k)
+        return self._impl.stage(bs, *args, **kwargs)
 
-    def load_inputs(self, base_logits, first_prev, hidden):
+    def load_inputs(self, base_logits, *args, **kwargs):
         self._bs, self._base = base_logits.shape[0], base_logits
-        return self._impl.load_inputs(base_logits, first_prev, hidden)
+        return self._impl.load_inputs(base_logits, *args, **kwargs)
 
-    def capture(self):
-        return self._impl.capture()
+    def capture(self, *args, **kwargs):
+        return self._impl.capture(*args, **kwargs)
 
-    def replay(self):
+    def replay(self, *args, **kwargs):
         where = self._where("replay")
-        out = self._impl.replay()
+        out = self._impl.replay(*args, **kwargs)
         tokens, corrected = _pair(where, out, ("tokens", "corrected"))
         shape = (self._bs, self._gamma)
         _ints(*shape, device=self._device, values=Ids(0, self._vocab)).check(where, tokens, "tokens")
@@ -320,8 +320,8 @@ class _ValidatingFoldedSession(_Validating):
 class _ValidatingFoldedDraft(_Validating):
     capability = c.FoldedDraft
 
-    def session(self, head, max_bs, gamma, vocab_size, lm_dtype, device, seed):
-        out = self._impl.session(head, max_bs, gamma, vocab_size, lm_dtype, device, seed)
+    def session(self, head, max_bs, gamma, vocab_size, lm_dtype, device, *args, **kwargs):
+        out = self._impl.session(head, max_bs, gamma, vocab_size, lm_dtype, device, *args, **kwargs)
         if not isinstance(out, c.FoldedSession):
             raise BoundaryViolation(
                 f"{self._where('session')} returned {type(out).__name__}, expected a FoldedSession (stage, "
@@ -334,20 +334,19 @@ class _ValidatingFoldedDraft(_Validating):
 class _ValidatingFoldGate(_Validating):
     capability = c.FoldGate
 
-    def buffer_bytes(self, max_bs, gamma, vocab_size, lm_dtype):
-        return _integer(self._where("buffer_bytes"), self._impl.buffer_bytes(max_bs, gamma, vocab_size, lm_dtype), 0)
+    def buffer_bytes(self, *args, **kwargs):
+        return _integer(self._where("buffer_bytes"), self._impl.buffer_bytes(*args, **kwargs), 0)
 
-    def folds_sampling(self, mode, max_bs, gamma, vocab_size, lm_dtype, free_bytes):
-        out = self._impl.folds_sampling(mode, max_bs, gamma, vocab_size, lm_dtype, free_bytes)
-        return _flag(self._where("folds_sampling"), out)
+    def folds_sampling(self, *args, **kwargs):
+        return _flag(self._where("folds_sampling"), self._impl.folds_sampling(*args, **kwargs))
 
 
 class _ValidatingFoldRouting(_Validating):
     capability = c.FoldRouting
 
-    def route(self, all_greedy, folded_sampling_on):
+    def route(self, *args, **kwargs):
         where = self._where("route")
-        out = self._impl.route(all_greedy, folded_sampling_on)
+        out = self._impl.route(*args, **kwargs)
         for name, flag in zip(("folded_draft", "eager_accept"), _pair(where, out, ("folded_draft", "eager_accept"))):
             _flag(where, flag, name)
         return out
@@ -366,20 +365,16 @@ def _committed(where: str, out: Any, draft_tokens: torch.Tensor, vocab: int) -> 
 class _ValidatingChainVerifier(_Validating):
     capability = c.ChainVerifier
 
-    def verify(self, draft_tokens, target_logits, draft_logits, temperatures, top_k, *, generator=None,
-               accept_uniforms=None, final_uniforms=None, seeds=None, positions=None, cap=None):
-        out = self._impl.verify(
-            draft_tokens, target_logits, draft_logits, temperatures, top_k, generator=generator,
-            accept_uniforms=accept_uniforms, final_uniforms=final_uniforms, seeds=seeds, positions=positions, cap=cap,
-        )
+    def verify(self, draft_tokens, target_logits, *args, **kwargs):
+        out = self._impl.verify(draft_tokens, target_logits, *args, **kwargs)
         return _committed(self._where("verify"), out, draft_tokens, target_logits.shape[-1])
 
 
 class _ValidatingGreedyVerifier(_Validating):
     capability = c.GreedyVerifier
 
-    def verify_greedy(self, draft_tokens, target_logits, cap=None):
-        out = self._impl.verify_greedy(draft_tokens, target_logits, cap)
+    def verify_greedy(self, draft_tokens, target_logits, *args, **kwargs):
+        out = self._impl.verify_greedy(draft_tokens, target_logits, *args, **kwargs)
         return _committed(self._where("verify_greedy"), out, draft_tokens, target_logits.shape[-1])
 
 
@@ -410,12 +405,12 @@ class _ValidatingExecutor:
 class _ValidatingSimulatedAcceptance(_Validating):
     capability = c.SimulatedAcceptance
 
-    def sample_acc_len(self, value, method, max_len, generator):
-        return _integer(self._where("sample_acc_len"), self._impl.sample_acc_len(value, method, max_len, generator),
-                        1, max_len)
+    def sample_acc_len(self, value, method, max_len, *args, **kwargs):
+        out = self._impl.sample_acc_len(value, method, max_len, *args, **kwargs)
+        return _integer(self._where("sample_acc_len"), out, 1, max_len)
 
-    def executor(self, value, method, gamma, seed):
-        out = self._impl.executor(value, method, gamma, seed)
+    def executor(self, value, method, gamma, *args, **kwargs):
+        out = self._impl.executor(value, method, gamma, *args, **kwargs)
         if not callable(getattr(out, "step", None)):
             raise BoundaryViolation(
                 f"{self._where('executor')} returned {type(out).__name__}, expected an object with "
@@ -427,9 +422,8 @@ class _ValidatingSimulatedAcceptance(_Validating):
 class _ValidatingConfidence(_Validating):
     capability = c.Confidence
 
-    def confidences(self, state_dict, hidden, markov_features, temperatures, *, checkpoint_gamma):
-        out = self._impl.confidences(state_dict, hidden, markov_features, temperatures,
-                                     checkpoint_gamma=checkpoint_gamma)
+    def confidences(self, state_dict, hidden, *args, **kwargs):
+        out = self._impl.confidences(state_dict, hidden, *args, **kwargs)
         expected = Expected((), tuple(hidden.shape[:2]), hidden.device, Probabilities())
         return expected.check(self._where("confidences"), out)
 
@@ -438,16 +432,16 @@ class _ValidatingConfidence(_Validating):
         expected = Expected((), tuple(confidences.shape), confidences.device, Probabilities())
         return expected.check(self._where("prefix_survival"), out)
 
-    def fit_sts(self, raw, accepted):
-        out = self._impl.fit_sts(raw, accepted)
+    def fit_sts(self, raw, *args, **kwargs):
+        out = self._impl.fit_sts(raw, *args, **kwargs)
         return Expected((), (raw.shape[-1],), raw.device, Positive()).check(self._where("fit_sts"), out)
 
 
 class _ValidatingPrefixScheduler(_Validating):
     capability = c.PrefixScheduler
 
-    def schedule(self, confidences, sps):
-        out = self._impl.schedule(confidences, sps)
+    def schedule(self, confidences, *args, **kwargs):
+        out = self._impl.schedule(confidences, *args, **kwargs)
         rows, gamma = confidences.shape
         return _ints(rows, device=confidences.device, values=Counts(0, gamma)).check(self._where("schedule"), out)
 
@@ -455,10 +449,11 @@ class _ValidatingPrefixScheduler(_Validating):
 class _ValidatingSpeculativeLoop(_Validating):
     capability = c.SpeculativeLoop
 
-    def generate(self, target, draft, prompt, max_new_tokens, temperature, generator, *, gamma=None, sps=None):
+    def generate(self, target, draft, prompt, max_new_tokens, *args, **kwargs):
         where = self._where("generate")
-        out = self._impl.generate(target, draft, prompt, max_new_tokens, temperature, generator, gamma=gamma, sps=sps)
+        out = self._impl.generate(target, draft, prompt, max_new_tokens, *args, **kwargs)
         tokens, taus, lengths = _pair(where, out, ("tokens", "accept_lengths", "verify_lengths"))
+        gamma = kwargs.get("gamma")
         rows, device, block = prompt.shape[0], prompt.device, draft.gamma if gamma is None else gamma
         _ints(rows, max_new_tokens, device=device, values=Ids(0, target.vocab_size)).check(where, tokens, "tokens")
         _ints(rows, "rounds", device=device, values=Counts(0, block + 1)).check(where, taus, "accept_lengths")

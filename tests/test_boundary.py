@@ -89,6 +89,20 @@ def test_violation_is_an_assertion_error_and_adapter_errors_pass_through():
         validating(c.GreedyVerifier, Unsupported()).verify_greedy(ids(0)[None], torch.zeros(1, 2, 4))
 
 
+def test_calls_reach_the_adapter_with_the_arguments_given_and_no_others():
+    seen = []
+
+    class Recorder:
+        def verify(self, *args, **options):
+            seen.append(options)
+            return ids(0), ids(5, -1)[None]
+
+    verifier = validating(c.ChainVerifier, Recorder())
+    verifier.verify(ids(1)[None], torch.zeros(1, 2, 6), torch.zeros(1, 1, 6), torch.ones(1), ids(6))
+    verifier.verify(ids(1)[None], torch.zeros(1, 2, 6), torch.zeros(1, 1, 6), torch.ones(1), ids(6), cap=1)
+    assert seen == [{}, {"cap": 1}]
+
+
 # ----------------------------------------------------------------------------- S3 samplers
 STEP_ARGS = (torch.zeros(4, 10), torch.ones(4), torch.full((4,), 10, dtype=I64), 8, torch.Generator())
 STEP_BROKEN = [
