@@ -5,11 +5,12 @@
 adapter's object with the arguments it was given (no optional argument added); what comes
 back is checked against the Protocol's canonical form (type, dtype, shape from the call's
 arguments, device, id range, finiteness where the SPEC requires it) and then handed to the
-test as is (views stay views: SPEC S4 reads buffer addresses). A violation raises :class:`BoundaryViolation`, an ``AssertionError``, so the
-case fails (it is not an error of the suite) with a message naming the capability, the
-method, what was expected and what came back::
+test as is (views stay views: SPEC S4 reads buffer addresses). A violation raises
+:class:`BoundaryViolation`, an ``AssertionError``, so the case fails (it is not an error
+of the suite) with a message naming the capability, the method, what was expected and
+what came back::
 
-    StepSampler.sample returned float32 [5], expected int64 [4] on cpu
+    StepSampler.sample returned float32 [5], expected int64 [4] on cpu with ids in [0, 8)
 
 Exceptions raised by the adapter (``NotImplementedError`` for an unsupported feature,
 ``ValueError`` for a rejected input, ``Inconclusive``) pass through untouched. The checks
@@ -33,7 +34,7 @@ import torch
 
 from . import contract as c
 
-__all__ = ["BoundaryViolation", "Expected", "validating"]
+__all__ = ["BoundaryViolation", "validating"]
 
 
 class BoundaryViolation(AssertionError):
@@ -246,9 +247,11 @@ class _ValidatingTruncatedStepSampler(_Validating):
         return expected.check(self._where("sample_truncated"), out)
 
 
-def _corrected(base_logits: torch.Tensor, dtypes: tuple[torch.dtype, ...], device: torch.device) -> Expected:
-    """Corrected logits ``[B, gamma, V]`` of ``base_logits`` (SPEC S2)."""
-    return Expected(dtypes, tuple(base_logits.shape), device, LogitsOf(base_logits))
+def _corrected(base_logits: torch.Tensor) -> Expected:
+    """Corrected logits of ``base_logits [B, gamma, V]`` (SPEC S2): float32 or the base
+    logits' dtype, on their device."""
+    return Expected((torch.float32, base_logits.dtype), tuple(base_logits.shape), base_logits.device,
+                    LogitsOf(base_logits))
 
 
 class _ValidatingMarkovBlock(_Validating):
@@ -262,15 +265,13 @@ class _ValidatingMarkovBlock(_Validating):
         out = self._impl.sample_block(head, base_logits, *args, **kwargs)
         tokens, corrected = _pair(where, out, ("tokens", "corrected_logits"))
         batch, gamma, vocab = base_logits.shape
-        device = base_logits.device
-        _ints(batch, gamma, device=device, values=Ids(0, vocab)).check(where, tokens, "tokens")
-        _corrected(base_logits, (torch.float32, base_logits.dtype), device).check(where, corrected, "corrected_logits")
+        _ints(batch, gamma, device=base_logits.device, values=Ids(0, vocab)).check(where, tokens, "tokens")
+        _corrected(base_logits).check(where, corrected, "corrected_logits")
         return out
 
     def apply_block_logits(self, head, base_logits, *args, **kwargs):
         out = self._impl.apply_block_logits(head, base_logits, *args, **kwargs)
-        expected = _corrected(base_logits, (torch.float32, base_logits.dtype), base_logits.device)
-        return expected.check(self._where("apply_block_logits"), out)
+        return _corrected(base_logits).check(self._where("apply_block_logits"), out)
 
 
 class _ValidatingFoldedSession(_Validating):
