@@ -7,7 +7,12 @@ gets a skip that names the capability (never a pass, never a ``hasattr`` probe).
 
 Canonical forms (SPEC notation): token ids ``int64``; logits ``float32`` unless a dtype is
 passed; temperatures ``float32 [B]``; ``top_k`` ``int64 [B]``; all tensors on the device
-the test chose. Randomness reaches an IUT only through a ``torch.Generator`` (or explicit
+the test chose (what an IUT returns lives where its inputs do).
+
+Boundary: every value an IUT returns is checked against its Protocol's docstring (type,
+dtype, shape from the call's arguments, device, id range, finiteness) by
+:mod:`conformance.boundary` before a test uses it; a violation fails the case with a
+message naming the capability, the method, what was expected and what came back. Randomness reaches an IUT only through a ``torch.Generator`` (or explicit
 noise/uniforms), so the suite controls seeds; an IUT with its own RNG derives its seed from
 draws of that generator.
 
@@ -202,8 +207,9 @@ class StepSampler(Protocol):
     """SPEC S3: one sampling step with fresh noise from ``generator``.
 
     ``sample(logits[B, V_pad] f32, temperatures[B] f32, top_k[B] i64, vocab_size,
-    generator) -> tokens[B] i64``. Greedy rows follow the declared ``greedy_rule``; ids
-    are ``< vocab_size`` even when logits are padded wider. Successive calls with one
+    generator) -> tokens[B] i64`` on the logits' device. Greedy rows follow the declared
+    ``greedy_rule``; ids are in ``[0, vocab_size)`` even when logits are padded wider, and
+    for every input (SPEC S3 degenerate inputs: NaN or all -inf rows too). Successive calls with one
     generator must use fresh noise. ``top_k`` feeds the greedy rule only: no truncation
     is applied here (that is :class:`TruncatedStepSampler`).
     """
@@ -223,8 +229,9 @@ class NoiseStepSampler(Protocol):
     """SPEC S3: exponential race with explicit noise (exact parity path).
 
     ``sample_with_noise(logits[B, V] f32, temperatures[B] f32, top_k[B] i64,
-    noise[B, V] f32 Exp(1)) -> tokens[B] i64``: ``argmax_v softmax(L/T)_v / noise_v`` for
-    sampling rows, ``argmax L`` (lowest index) for greedy rows.
+    noise[B, V] f32 Exp(1)) -> tokens[B] i64`` in ``[0, V)`` on the logits' device:
+    ``argmax_v softmax(L/T)_v / noise_v`` for sampling rows, ``argmax L`` (lowest index)
+    for greedy rows.
     """
 
     def sample_with_noise(
@@ -241,7 +248,7 @@ class TruncatedStepSampler(Protocol):
     """SPEC S3 optional truncation: one step from the renormalised truncated softmax.
 
     ``sample_truncated(logits[B, V] f32, temperatures[B] f32, top_k[B] i64, top_p[B] f32,
-    min_p[B] f32, generator) -> tokens[B] i64`` draws from ``softmax(L / T)`` restricted
+    min_p[B] f32, generator) -> tokens[B] i64`` (in ``[0, V)``, on the logits' device) draws from ``softmax(L / T)`` restricted
     to the top-k set, the top-p set (the smallest prefix of the sorted law whose mass
     reaches ``top_p``) and the min-p set (``p >= min_p * max p``), renormalised. Neutral
     values: ``top_k = V``, ``top_p = 1``, ``min_p = 0``. The suite sends sampling rows
@@ -266,10 +273,13 @@ class MarkovBlock(Protocol):
     """SPEC S2: Markov heads, block sampling and teacher forcing.
 
     ``load_head(head_type, state_dict, vocab_size, rank, hidden_size, device) -> handle``
-    builds the IUT's head from reference-layout weights. ``sample_block(handle,
-    base_logits[B, gamma, V], first_prev[B], hidden[B, gamma, d] | None, temperatures[B],
-    top_k[B], generator) -> (tokens[B, gamma] i64, corrected_logits[B, gamma, V])``.
-    ``apply_block_logits(handle, base_logits, token_ids[B, gamma], hidden) -> corrected``.
+    builds the IUT's head from reference-layout weights (the handle is opaque to the
+    suite). ``sample_block(handle, base_logits[B, gamma, V], first_prev[B], hidden[B,
+    gamma, d] | None, temperatures[B], top_k[B], generator) -> (tokens[B, gamma] i64,
+    corrected_logits[B, gamma, V])``. ``apply_block_logits(handle, base_logits,
+    token_ids[B, gamma], hidden) -> corrected[B, gamma, V]``. Tokens are ids in ``[0, V)``;
+    corrected logits are float32 or in the base logits' dtype, with no NaN or +inf where
+    the base logits have none (-inf stays -inf); all on the base logits' device.
     """
 
     def load_head(
@@ -311,9 +321,13 @@ class FoldedSession(Protocol):
     replay; ``load_inputs(base_logits[bs, gamma, V], first_prev[bs], hidden | None)``
     copies inputs into static buffers; ``capture()`` records the graph (CUDA; no-op on
     CPU); ``replay() -> (tokens[bs, gamma] i64, corrected[bs, gamma, V])`` (views or
-    copies of ``out`` / ``corrected_out``). ``graph_replays`` counts replays that really
-    ran a captured graph (0 on CPU), so a silent eager fallback is INCONCLUSIVE.
-    ``sample_block_calls`` counts block passes (None when the IUT cannot be spied on).
+    copies of ``out`` / ``corrected_out``) with ``bs`` the batch of the last ``stage`` /
+    ``load_inputs``, ids in ``[0, V)``, corrected logits in ``lm_dtype`` (no NaN or +inf
+    where the inputs have none), both on the session's ``device``. ``graph_replays``
+    (int >= 0) counts replays that really ran a captured graph (0 on CPU), so a silent
+    eager fallback is INCONCLUSIVE. ``sample_block_calls`` (int >= 0) counts block passes
+    (None when the IUT cannot be spied on). ``stage``, ``load_inputs`` and ``capture``
+    return nothing the suite reads.
     """
 
     graph_replays: int
@@ -355,9 +369,9 @@ class FoldedDraft(Protocol):
 class FoldGate(Protocol):
     """SPEC S4.7: the OFF/AUTO/FORCE memory gate for folded sampling.
 
-    ``buffer_bytes(max_bs, gamma, vocab_size, lm_dtype) -> int`` and
+    ``buffer_bytes(max_bs, gamma, vocab_size, lm_dtype) -> int >= 0`` and
     ``folds_sampling(mode in {"off","auto","force"}, max_bs, gamma, vocab_size, lm_dtype,
-    free_bytes) -> bool``.
+    free_bytes) -> bool`` (a Python ``bool``, not a tensor).
     """
 
     def buffer_bytes(
@@ -379,7 +393,7 @@ class FoldGate(Protocol):
 class FoldRouting(Protocol):
     """SPEC S4.5: the path of a batch around the folded draft.
 
-    ``route(all_greedy, folded_sampling_on) -> (folded_draft, eager_accept)``: whether a
+    ``route(all_greedy, folded_sampling_on) -> (folded_draft: bool, eager_accept: bool)``: whether a
     batch (all rows greedy or not) may use the folded proposal given the gate's decision
     (:class:`FoldGate`), and whether its verification then takes the eager accept path
     (the in-graph accept is greedy-only).
@@ -396,8 +410,8 @@ class ChainVerifier(Protocol):
     ``verify(draft_tokens[B, l] i64, target_logits[B, l+1, V] f32, draft_logits[B, l, V]
     f32 (corrected logits), temperatures[B] f32, top_k[B] i64, *, generator=None,
     accept_uniforms[B, l] f64 | None, final_uniforms[B] f64 | None, seeds[B] i64 | None,
-    positions[B] i64 | None, cap: int | None) -> (accepted[B] i64, tokens[B, l+1] i64
-    padded with -1)``. With explicit uniforms the result is deterministic (bit parity with
+    positions[B] i64 | None, cap: int | None) -> (accepted[B] i64 in [0, l], tokens[B, l+1]
+    i64 in [-1, V): padded with -1)``, on the drafts' device. With explicit uniforms the result is deterministic (bit parity with
     the reference); with ``seeds`` (and ``positions``, the sequence position of each row's
     first draft) the uniforms come from the IUT's hash of (seed, position, stream); otherwise
     draws come from ``generator``. An IUT that cannot take explicit uniforms or seeded rows
@@ -426,7 +440,8 @@ class GreedyVerifier(Protocol):
     """SPEC S5: greedy verification with optional cap.
 
     ``verify_greedy(draft_tokens[B, l] i64, target_logits[B, l+1, V], cap) ->
-    (accepted[B] i64, tokens[B, l+1] i64 padded with -1)``.
+    (accepted[B] i64 in [0, l], tokens[B, l+1] i64 in [-1, V): padded with -1)``, on the
+    drafts' device.
     """
 
     def verify_greedy(
@@ -439,11 +454,13 @@ class GreedyVerifier(Protocol):
 class SimulatedAcceptance(Protocol):
     """SPEC S6: simulated acceptance lengths (benchmark mode).
 
-    ``sample_acc_len(value, method, max_len, generator) -> int in [1, max_len]``;
-    ``executor(value, method, gamma, seed)`` returns an object whose
-    ``step(draft_tokens[B, gamma] i64) -> acc_len[B] i64`` is called once per verify step
-    and whose ``correct_drafts`` is then ``[B, gamma]``: each row's first ``acc_len - 1``
-    drafts, ``-1`` after them (a view of the reused buffer).
+    ``sample_acc_len(value, method, max_len, generator) -> int in [1, max_len]`` (an
+    integer, not a bool or a tensor); ``executor(value, method, gamma, seed)`` returns an
+    object whose ``step(draft_tokens[B, gamma] i64 or i32) -> acc_len[B] i64 in [1, gamma +
+    1]`` (on the drafts' device) is called once per verify step and whose
+    ``correct_drafts`` is then ``[B, gamma]`` in int64 or the drafts' dtype, on their
+    device: each row's first ``acc_len - 1`` drafts, ``-1`` after them (a view of the
+    reused buffer).
     """
 
     def sample_acc_len(
@@ -463,7 +480,9 @@ class Confidence(Protocol):
     ``sigmoid(raw / t)``; shapes follow the runtime gamma of ``hidden``, whatever block
     length ``checkpoint_gamma`` the head was trained with and its config declares);
     ``prefix_survival(c[..., gamma])``; ``fit_sts(raw[N, gamma], accepted[N, gamma] bool)
-    -> temperatures[gamma]``. The head travels in the reference layout
+    -> temperatures[gamma]``. Outputs are floating, on the device of ``hidden`` /
+    ``confidences`` / ``raw``: confidences and survivals in ``[0, 1]`` (no NaN), STS
+    temperatures finite and ``> 0``. The head travels in the reference layout
     (``dspark_ref.confidence.ConfidenceHead``): ``proj.weight [1, d + r]`` (hidden part
     first), ``proj.bias [1]``.
     """
@@ -489,7 +508,8 @@ class PrefixScheduler(Protocol):
     """SPEC S8: hardware-aware prefix scheduler (paper Algorithm 1).
 
     ``schedule(confidences[R, gamma] f64 in [0, 1], sps: Sequence[float]) -> lengths[R]
-    i64``, where ``sps[b - 1]`` is the steps-per-second at forward batch size ``b``.
+    i64 in [0, gamma]`` on the confidences' device, where ``sps[b - 1]`` is the
+    steps-per-second at forward batch size ``b``.
     """
 
     def schedule(self, confidences: torch.Tensor, sps: Sequence[float]) -> torch.Tensor: ...
@@ -501,8 +521,9 @@ class SpeculativeLoop(Protocol):
     """SPEC S9: the speculative loop (draft -> schedule -> verify -> commit) on tiny models.
 
     ``generate(target, draft, prompt[B, n] i64, max_new_tokens, temperature, generator, *,
-    gamma=None, sps=None) -> (tokens[B, max_new_tokens] i64, accept_lengths[B, rounds] i64,
-    verify_lengths[B, rounds] i64)``.
+    gamma=None, sps=None) -> (tokens[B, max_new_tokens] i64 in [0, target.vocab_size),
+    accept_lengths[B, rounds] i64 in [0, gamma + 1], verify_lengths[B, rounds] i64 in [0,
+    gamma])``, all on the prompt's device.
 
     * ``target`` is a ``dspark_ref.tiny_models.TinyTargetLM``; ``draft`` a ``TinyDSparkDraft``
       or ``OracleDraft`` (weights shared with the target); both on the test's device. An

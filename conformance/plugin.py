@@ -19,8 +19,9 @@ Options:
   (the main job sets it; a partial run only warns);
 * ``--dspark-budget FACTOR``   scale statistical sample sizes (runtime vs power; alpha fixed).
 
-Fixtures: ``dspark_adapter``, ``require`` (capability, or a skip: not offered, or declared
-unable to run on this device / torch build), ``dspark_device``,
+Fixtures: ``dspark_adapter``, ``require`` (capability behind the boundary checks of
+``conformance.boundary``, or a skip: not offered, or declared unable to run on this device /
+torch build), ``dspark_device``,
 ``case_seed`` and ``case_generator`` (seeded from the case key), ``stat_check`` (asserts a
 :class:`~conformance.stats.StatResult` and records it for the report), ``numeric_check``
 (asserts a bounded :class:`~conformance.numerics.Comparison`, SPEC S0, and records it with
@@ -201,20 +202,24 @@ def dspark_device(pytestconfig: pytest.Config) -> "torch.device":
 
 @pytest.fixture
 def require(dspark_adapter: "Adapter", pytestconfig: pytest.Config) -> Callable[[type], Any]:
-    """``require(Capability)`` -> the adapter's implementation, or a skip that names the
-    capability: not offered, or declared unable to run on this run's device or torch build
-    (``Adapter.unmet``, from ``conventions.devices`` and ``Adapter.requirements``). The one
-    place where a declared device limit becomes a skip; a test that passes ``require`` runs."""
+    """``require(Capability)`` -> the adapter's implementation behind the boundary checks
+    (``conformance.boundary``: every value it returns is validated before the test sees it),
+    or a skip that names the capability: not offered, or declared unable to run on this run's
+    device or torch build (``Adapter.unmet``, from ``conventions.devices`` and
+    ``Adapter.requirements``). The one place where a declared device limit becomes a skip; a
+    test that passes ``require`` runs."""
     device = run_session(pytestconfig).device
 
     def _require(capability: type) -> Any:
+        from .boundary import validating
+
         impl = dspark_adapter.get(capability)
         if impl is None:
             pytest.skip(f"capability {capability.__name__} not offered by {dspark_adapter.name}")
         why = dspark_adapter.unmet(capability, device)
         if why is not None:
             pytest.skip(f"capability {capability.__name__} of {dspark_adapter.name} {why}")
-        return impl
+        return validating(capability, impl)
 
     return _require
 

@@ -1,5 +1,6 @@
-"""Small adapters used by tests/test_cli.py (the plugin and the main job) and
-tests/test_numerics.py (the two SPEC S0 levels)."""
+"""Small adapters used by tests/test_cli.py (the plugin and the main job),
+tests/test_numerics.py (the two SPEC S0 levels) and tests/test_boundary.py (broken return
+values)."""
 
 import copy
 
@@ -88,3 +89,16 @@ def reordered() -> c.Adapter:
     return reference.make_adapter().replace(
         name="toy:reordered", capabilities={c.MarkovBlock: _Float64TeacherForcing(), c.Confidence: _Float32Survival()},
     )
+
+
+class _FloatLongStepSampler(reference.StepSampler):
+    """Returns its ids as float32, one row too many (the broken adapter of issue 12)."""
+
+    def sample(self, logits, temperatures, top_k, vocab_size, generator):
+        tokens = super().sample(logits, temperatures, top_k, vocab_size, generator)
+        return torch.cat([tokens, tokens[:1]]).float()
+
+
+def float_long_step_sampler() -> c.Adapter:
+    """Its StepSampler breaks the contract: the boundary must name what came back."""
+    return c.Adapter("toy:float-long-step-sampler", c.Conventions(), {c.StepSampler: _FloatLongStepSampler()})

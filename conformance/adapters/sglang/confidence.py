@@ -51,4 +51,5 @@ class Confidence:
         fitted = fitter.fit_sts_temperatures(
             logits=raw.cpu(), prefix_mask=accepted.cpu(), grid=fitter.default_temperature_grid()
         )
-        return torch.tensor(fitted["temperatures"], dtype=torch.float64)
+        # SGLang fits on the host; the contract returns on the device of ``raw``.
+        return torch.tensor(fitted["temperatures"], dtype=torch.float64, device=raw.device)

@@ -1,0 +1,501 @@
+"""Boundary validation: what an adapter returns is checked before any test uses it.
+
+:func:`validating` wraps the object an adapter offers for one capability of
+:mod:`conformance.contract` in a proxy with the Protocol's methods. Each call goes to the
+adapter's object with the arguments it was given (no optional argument added); what comes
+back is checked against the Protocol's canonical form (type, dtype, shape from the call's
+arguments, device, id range, finiteness where the SPEC requires it) and then handed to the
+test as is (views stay views: SPEC S4 reads buffer addresses). A violation raises
+:class:`BoundaryViolation`, an ``AssertionError``, so the case fails (it is not an error
+of the suite) with a message naming the capability, the method, what was expected and
+what came back::
+
+    StepSampler.sample returned float32 [5], expected int64 [4] on cpu with ids in [0, 8)
+
+Exceptions raised by the adapter (``NotImplementedError`` for an unsupported feature,
+``ValueError`` for a rejected input, ``Inconclusive``) pass through untouched. The checks
+are whole-tensor reductions (dtype, shape, min / max, NaN), never a Python loop over
+elements, and run after a call has returned, never inside a CUDA-graph capture
+(``FoldedSession.capture`` returns nothing). The plugin's ``require`` fixture applies
+them, so no test has to.
+
+To add a capability: write a ``_Validating<Name>`` class below (one method per Protocol
+method, naming only the arguments its checks read and forwarding the rest as given;
+``Expected`` records built from those arguments) and list it in ``_VALIDATORS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any, Sequence
+
+import torch
+
+from . import contract as c
+
+__all__ = ["BoundaryViolation", "validating"]
+
+
+class BoundaryViolation(AssertionError):
+    """An adapter returned a value outside its capability's contract: the case fails."""
+
+
+# ----------------------------------------------------------------------------- value rules
+@dataclasses.dataclass(frozen=True)
+class Ids:
+    """Integers in ``[low, high)`` (token ids; ``low = -1`` admits the padding sentinel)."""
+
+    low: int
+    high: int
+
+    def __str__(self) -> str:
+        return f"ids in [{self.low}, {self.high})"
+
+    def violation(self, value: torch.Tensor) -> str | None:
+        low, high = (int(x) for x in torch.aminmax(value))
+        return None if self.low <= low and high < self.high else f"ids in [{low}, {high}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Counts:
+    """Integers in the closed range ``[low, high]`` (accepted counts, lengths)."""
+
+    low: int
+    high: int
+
+    def __str__(self) -> str:
+        return f"values in [{self.low}, {self.high}]"
+
+    def violation(self, value: torch.Tensor) -> str | None:
+        low, high = (int(x) for x in torch.aminmax(value))
+        return None if self.low <= low and high <= self.high else f"values in [{low}, {high}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Probabilities:
+    """Floats in ``[0, 1]``, no NaN (confidences and survivals, SPEC S7)."""
+
+    def __str__(self) -> str:
+        return "values in [0, 1]"
+
+    def violation(self, value: torch.Tensor) -> str | None:
+        nan = int(torch.isnan(value).sum())
+        if nan:
+            return f"NaN at {nan} of {value.numel()} entries"
+        low, high = (float(x) for x in torch.aminmax(value))
+        return None if 0.0 <= low and high <= 1.0 else f"values in [{low:.6g}, {high:.6g}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Positive:
+    """Finite floats ``> 0`` (STS temperatures, SPEC S7)."""
+
+    def __str__(self) -> str:
+        return "finite values > 0"
+
+    def violation(self, value: torch.Tensor) -> str | None:
+        bad = ~torch.isfinite(value) | (value <= 0)
+        count = int(bad.sum())
+        return f"{count} of {value.numel()} entries not finite and > 0, e.g. {float(value[bad][0])}" if count else None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LogitsOf:
+    """Logits with no NaN and no +inf where ``inputs`` (the base logits) have none; -inf
+    (a masked token) is allowed (SPEC S2: ``L_k = U_k + bias_k`` with a finite bias)."""
+
+    inputs: torch.Tensor
+
+    def __str__(self) -> str:
+        return "no NaN or +inf (the base logits have none)"
+
+    def violation(self, value: torch.Tensor) -> str | None:
+        bad = int((torch.isnan(value) | torch.isposinf(value)).sum())
+        if not bad or bool((torch.isnan(self.inputs) | torch.isposinf(self.inputs)).any()):
+            return None
+        return f"NaN or +inf at {bad} of {value.numel()} entries"
+
+
+# ----------------------------------------------------------------------------- tensors
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _same_device(got: torch.device, want: torch.device) -> bool:
+    """Same type, and the same index where ``want`` names one (``cuda`` matches ``cuda:0``)."""
+    return got.type == want.type and (want.index is None or got.index == want.index)
+
+
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    """The canonical form of one returned tensor.
+
+    Attributes:
+        dtypes: the allowed dtypes; empty means any floating dtype.
+        shape: sizes; a ``str`` entry names a size that any value matches (e.g. ``"rounds"``).
+        device: where it must live (an index-free ``cuda`` matches any CUDA device).
+        values: a value rule (:class:`Ids`, :class:`Counts`, :class:`Probabilities`,
+            :class:`Positive`, :class:`LogitsOf`) or None.
+    """
+
+    dtypes: tuple[torch.dtype, ...]
+    shape: tuple[int | str, ...]
+    device: torch.device
+    values: Any = None
+
+    def __str__(self) -> str:
+        dtypes = " or ".join(_name(d) for d in dict.fromkeys(self.dtypes)) or "a floating dtype"
+        text = f"{dtypes} [{', '.join(str(s) for s in self.shape)}] on {self.device}"
+        return text if self.values is None else f"{text} with {self.values}"
+
+    def check(self, where: str, value: Any, what: str = "") -> torch.Tensor:
+        """``value`` if it has this form; ``what`` names it among a call's outputs.
+
+        Raises:
+            BoundaryViolation: ``{where} returned [what] <what came back>, expected [what]
+                <this form>``.
+        """
+        what = f"{what} " if what else ""
+        if not isinstance(value, torch.Tensor):
+            raise BoundaryViolation(
+                f"{where} returned {what}{type(value).__name__}, expected {what}a torch.Tensor {self}"
+            )
+        dtype_ok = value.dtype in self.dtypes if self.dtypes else value.is_floating_point()
+        shape_ok = value.dim() == len(self.shape) and all(
+            isinstance(want, str) or want == got for want, got in zip(self.shape, value.shape)
+        )
+        device_ok = _same_device(value.device, self.device)
+        got = f"{_name(value.dtype)} {list(value.shape)}" + ("" if device_ok else f" on {value.device}")
+        if not (dtype_ok and shape_ok and device_ok):
+            raise BoundaryViolation(f"{where} returned {what}{got}, expected {what}{self}")
+        problem = None if self.values is None or value.numel() == 0 else self.values.violation(value.detach())
+        if problem is not None:
+            raise BoundaryViolation(f"{where} returned {what}{got} with {problem}, expected {what}{self}")
+        return value
+
+
+def _pair(where: str, value: Any, names: Sequence[str]) -> tuple:
+    """``value`` as a tuple of ``len(names)`` items, or a violation naming them."""
+    if not isinstance(value, (tuple, list)) or len(value) != len(names):
+        shown = type(value).__name__ + (f" of {len(value)}" if isinstance(value, (tuple, list)) else "")
+        raise BoundaryViolation(f"{where} returned {shown}, expected a tuple ({', '.join(names)})")
+    return tuple(value)
+
+
+def _integer(where: str, value: Any, low: int, high: int | None = None) -> Any:
+    """``value`` if it is an integer (not a bool) in ``[low, high]`` (``high`` None: no bound)."""
+    bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise BoundaryViolation(f"{where} returned {type(value).__name__} {value!r}, expected an int {bound}")
+    if value < low or (high is not None and value > high):
+        raise BoundaryViolation(f"{where} returned {value}, expected an int {bound}")
+    return value
+
+
+def _flag(where: str, value: Any, what: str = "") -> bool:
+    """``value`` if it is a bool; ``what`` names it among a call's outputs."""
+    what = f"{what} " if what else ""
+    if not isinstance(value, bool):
+        raise BoundaryViolation(f"{where} returned {what}{type(value).__name__} {value!r}, expected {what}a bool")
+    return value
+
+
+def _ints(*shape: int | str, device: torch.device, values: Any) -> Expected:
+    return Expected((torch.int64,), shape, device, values)
+
+
+# ----------------------------------------------------------------------------- proxies
+class _Validating:
+    """Base proxy: holds the adapter's object; ``_where(method)`` names a call."""
+
+    capability: type
+
+    def __init__(self, impl: Any) -> None:
+        self._impl = impl
+
+    def _where(self, method: str) -> str:
+        return f"{self.capability.__name__}.{method}"
+
+    def __repr__(self) -> str:
+        return f"validating({self.capability.__name__}, {self._impl!r})"
+
+
+class _ValidatingStepSampler(_Validating):
+    capability = c.StepSampler
+
+    def sample(self, logits, temperatures, top_k, vocab_size, *args, **kwargs):
+        out = self._impl.sample(logits, temperatures, top_k, vocab_size, *args, **kwargs)
+        return _ints(logits.shape[0], device=logits.device, values=Ids(0, vocab_size)).check(self._where("sample"), out)
+
+
+class _ValidatingNoiseStepSampler(_Validating):
+    capability = c.NoiseStepSampler
+
+    def sample_with_noise(self, logits, *args, **kwargs):
+        out = self._impl.sample_with_noise(logits, *args, **kwargs)
+        expected = _ints(logits.shape[0], device=logits.device, values=Ids(0, logits.shape[-1]))
+        return expected.check(self._where("sample_with_noise"), out)
+
+
+class _ValidatingTruncatedStepSampler(_Validating):
+    capability = c.TruncatedStepSampler
+
+    def sample_truncated(self, logits, *args, **kwargs):
+        out = self._impl.sample_truncated(logits, *args, **kwargs)
+        expected = _ints(logits.shape[0], device=logits.device, values=Ids(0, logits.shape[-1]))
+        return expected.check(self._where("sample_truncated"), out)
+
+
+def _corrected(base_logits: torch.Tensor) -> Expected:
+    """Corrected logits of ``base_logits [B, gamma, V]`` (SPEC S2): float32 or the base
+    logits' dtype, on their device."""
+    return Expected((torch.float32, base_logits.dtype), tuple(base_logits.shape), base_logits.device,
+                    LogitsOf(base_logits))
+
+
+class _ValidatingMarkovBlock(_Validating):
+    capability = c.MarkovBlock
+
+    def load_head(self, *args, **kwargs):
+        return self._impl.load_head(*args, **kwargs)  # an opaque handle
+
+    def sample_block(self, head, base_logits, *args, **kwargs):
+        where = self._where("sample_block")
+        out = self._impl.sample_block(head, base_logits, *args, **kwargs)
+        tokens, corrected = _pair(where, out, ("tokens", "corrected_logits"))
+        batch, gamma, vocab = base_logits.shape
+        _ints(batch, gamma, device=base_logits.device, values=Ids(0, vocab)).check(where, tokens, "tokens")
+        _corrected(base_logits).check(where, corrected, "corrected_logits")
+        return out
+
+    def apply_block_logits(self, head, base_logits, *args, **kwargs):
+        out = self._impl.apply_block_logits(head, base_logits, *args, **kwargs)
+        return _corrected(base_logits).check(self._where("apply_block_logits"), out)
+
+
+class _ValidatingFoldedSession(_Validating):
+    """A session of :class:`_ValidatingFoldedDraft`: ``replay`` is checked against the
+    session's ``gamma``, ``vocab_size``, ``lm_dtype``, ``device`` and the batch size of
+    the last ``stage`` / ``load_inputs`` (``max_bs`` before either)."""
+
+    capability = c.FoldedSession
+
+    def __init__(self, impl: Any, *, max_bs: int, gamma: int, vocab_size: int, lm_dtype: torch.dtype,
+                 device: torch.device) -> None:
+        super().__init__(impl)
+        self._bs, self._gamma, self._vocab, self._dtype, self._device = max_bs, gamma, vocab_size, lm_dtype, device
+        self._base: torch.Tensor | None = None
+
+    @property
+    def graph_replays(self) -> int:
+        return _integer(self._where("graph_replays"), self._impl.graph_replays, 0)
+
+    @property
+    def sample_block_calls(self) -> int | None:
+        calls = self._impl.sample_block_calls
+        return None if calls is None else _integer(self._where("sample_block_calls"), calls, 0)
+
+    def stage(self, bs, *args, **kwargs):
+        self._bs = bs
+        return self._impl.stage(bs, *args, **kwargs)
+
+    def load_inputs(self, base_logits, *args, **kwargs):
+        self._bs, self._base = base_logits.shape[0], base_logits
+        return self._impl.load_inputs(base_logits, *args, **kwargs)
+
+    def capture(self, *args, **kwargs):
+        return self._impl.capture(*args, **kwargs)
+
+    def replay(self, *args, **kwargs):
+        where = self._where("replay")
+        out = self._impl.replay(*args, **kwargs)
+        tokens, corrected = _pair(where, out, ("tokens", "corrected"))
+        shape = (self._bs, self._gamma)
+        _ints(*shape, device=self._device, values=Ids(0, self._vocab)).check(where, tokens, "tokens")
+        rule = None if self._base is None else LogitsOf(self._base)
+        Expected((self._dtype,), (*shape, self._vocab), self._device, rule).check(where, corrected, "corrected")
+        return out
+
+
+class _ValidatingFoldedDraft(_Validating):
+    capability = c.FoldedDraft
+
+    def session(self, head, max_bs, gamma, vocab_size, lm_dtype, device, *args, **kwargs):
+        out = self._impl.session(head, max_bs, gamma, vocab_size, lm_dtype, device, *args, **kwargs)
+        if not isinstance(out, c.FoldedSession):
+            raise BoundaryViolation(
+                f"{self._where('session')} returned {type(out).__name__}, expected a FoldedSession (stage, "
+                "load_inputs, capture, replay, graph_replays, sample_block_calls)"
+            )
+        return _ValidatingFoldedSession(out, max_bs=max_bs, gamma=gamma, vocab_size=vocab_size,
+                                        lm_dtype=lm_dtype, device=torch.device(device))
+
+
+class _ValidatingFoldGate(_Validating):
+    capability = c.FoldGate
+
+    def buffer_bytes(self, *args, **kwargs):
+        return _integer(self._where("buffer_bytes"), self._impl.buffer_bytes(*args, **kwargs), 0)
+
+    def folds_sampling(self, *args, **kwargs):
+        return _flag(self._where("folds_sampling"), self._impl.folds_sampling(*args, **kwargs))
+
+
+class _ValidatingFoldRouting(_Validating):
+    capability = c.FoldRouting
+
+    def route(self, *args, **kwargs):
+        where = self._where("route")
+        out = self._impl.route(*args, **kwargs)
+        for name, flag in zip(("folded_draft", "eager_accept"), _pair(where, out, ("folded_draft", "eager_accept"))):
+            _flag(where, flag, name)
+        return out
+
+
+def _committed(where: str, out: Any, draft_tokens: torch.Tensor, vocab: int) -> Any:
+    """SPEC S5 result: ``accepted[B]`` int64 in ``[0, l]``, ``tokens[B, l+1]`` int64 ids
+    in ``[-1, V)`` (-1 pads after the emitted token), on the drafts' device."""
+    accepted, tokens = _pair(where, out, ("accepted", "tokens"))
+    batch, num_drafts = draft_tokens.shape
+    _ints(batch, device=draft_tokens.device, values=Counts(0, num_drafts)).check(where, accepted, "accepted")
+    _ints(batch, num_drafts + 1, device=draft_tokens.device, values=Ids(-1, vocab)).check(where, tokens, "tokens")
+    return out
+
+
+class _ValidatingChainVerifier(_Validating):
+    capability = c.ChainVerifier
+
+    def verify(self, draft_tokens, target_logits, *args, **kwargs):
+        out = self._impl.verify(draft_tokens, target_logits, *args, **kwargs)
+        return _committed(self._where("verify"), out, draft_tokens, target_logits.shape[-1])
+
+
+class _ValidatingGreedyVerifier(_Validating):
+    capability = c.GreedyVerifier
+
+    def verify_greedy(self, draft_tokens, target_logits, *args, **kwargs):
+        out = self._impl.verify_greedy(draft_tokens, target_logits, *args, **kwargs)
+        return _committed(self._where("verify_greedy"), out, draft_tokens, target_logits.shape[-1])
+
+
+class _ValidatingExecutor:
+    """The verify-step executor of :class:`_ValidatingSimulatedAcceptance` (SPEC S6)."""
+
+    def __init__(self, impl: Any, gamma: int) -> None:
+        self._impl, self._gamma = impl, gamma
+        self._drafts: torch.Tensor | None = None
+
+    def step(self, draft_tokens):
+        out = self._impl.step(draft_tokens)
+        self._drafts = draft_tokens
+        expected = _ints(draft_tokens.shape[0], device=draft_tokens.device, values=Counts(1, self._gamma + 1))
+        return expected.check("SimulatedAcceptance.executor().step", out)
+
+    @property
+    def correct_drafts(self):
+        out = self._impl.correct_drafts
+        if self._drafts is None:  # defined only after a step
+            return out
+        drafts = self._drafts
+        highest = int(drafts.max()) if drafts.numel() else -1
+        expected = Expected((torch.int64, drafts.dtype), tuple(drafts.shape), drafts.device, Counts(-1, highest))
+        return expected.check("SimulatedAcceptance.executor().correct_drafts", out)
+
+
+class _ValidatingSimulatedAcceptance(_Validating):
+    capability = c.SimulatedAcceptance
+
+    def sample_acc_len(self, value, method, max_len, *args, **kwargs):
+        out = self._impl.sample_acc_len(value, method, max_len, *args, **kwargs)
+        return _integer(self._where("sample_acc_len"), out, 1, max_len)
+
+    def executor(self, value, method, gamma, *args, **kwargs):
+        out = self._impl.executor(value, method, gamma, *args, **kwargs)
+        if not callable(getattr(out, "step", None)):
+            raise BoundaryViolation(
+                f"{self._where('executor')} returned {type(out).__name__}, expected an object with "
+                "step(draft_tokens) and correct_drafts"
+            )
+        return _ValidatingExecutor(out, gamma)
+
+
+class _ValidatingConfidence(_Validating):
+    capability = c.Confidence
+
+    def confidences(self, state_dict, hidden, *args, **kwargs):
+        out = self._impl.confidences(state_dict, hidden, *args, **kwargs)
+        expected = Expected((), tuple(hidden.shape[:2]), hidden.device, Probabilities())
+        return expected.check(self._where("confidences"), out)
+
+    def prefix_survival(self, confidences):
+        out = self._impl.prefix_survival(confidences)
+        expected = Expected((), tuple(confidences.shape), confidences.device, Probabilities())
+        return expected.check(self._where("prefix_survival"), out)
+
+    def fit_sts(self, raw, *args, **kwargs):
+        out = self._impl.fit_sts(raw, *args, **kwargs)
+        return Expected((), (raw.shape[-1],), raw.device, Positive()).check(self._where("fit_sts"), out)
+
+
+class _ValidatingPrefixScheduler(_Validating):
+    capability = c.PrefixScheduler
+
+    def schedule(self, confidences, *args, **kwargs):
+        out = self._impl.schedule(confidences, *args, **kwargs)
+        rows, gamma = confidences.shape
+        return _ints(rows, device=confidences.device, values=Counts(0, gamma)).check(self._where("schedule"), out)
+
+
+class _ValidatingSpeculativeLoop(_Validating):
+    capability = c.SpeculativeLoop
+
+    def generate(self, target, draft, prompt, max_new_tokens, *args, **kwargs):
+        where = self._where("generate")
+        out = self._impl.generate(target, draft, prompt, max_new_tokens, *args, **kwargs)
+        tokens, taus, lengths = _pair(where, out, ("tokens", "accept_lengths", "verify_lengths"))
+        gamma = kwargs.get("gamma")
+        rows, device, block = prompt.shape[0], prompt.device, draft.gamma if gamma is None else gamma
+        _ints(rows, max_new_tokens, device=device, values=Ids(0, target.vocab_size)).check(where, tokens, "tokens")
+        _ints(rows, "rounds", device=device, values=Counts(0, block + 1)).check(where, taus, "accept_lengths")
+        rounds = taus.shape[1]
+        _ints(rows, rounds, device=device, values=Counts(0, block)).check(where, lengths, "verify_lengths")
+        return out
+
+
+_VALIDATORS: dict[type, type[_Validating]] = {
+    proxy.capability: proxy
+    for proxy in (
+        _ValidatingStepSampler, _ValidatingNoiseStepSampler, _ValidatingTruncatedStepSampler,
+        _ValidatingMarkovBlock, _ValidatingFoldedDraft, _ValidatingFoldGate, _ValidatingFoldRouting,
+        _ValidatingChainVerifier, _ValidatingGreedyVerifier, _ValidatingSimulatedAcceptance,
+        _ValidatingConfidence, _ValidatingPrefixScheduler, _ValidatingSpeculativeLoop,
+    )
+}
+
+
+def validating(capability: type, impl: Any) -> Any:
+    """``impl`` (the adapter's object for ``capability``) behind the boundary checks.
+
+    Args:
+        capability: a Protocol of ``conformance.contract.CAPABILITIES``.
+        impl: the object implementing it.
+
+    Returns:
+        A proxy with the Protocol's methods; each returns what ``impl`` returned, after
+        checking it (:class:`BoundaryViolation` otherwise).
+
+    Raises:
+        ValueError: ``capability`` is not a capability of the contract.
+
+    Example:
+        >>> from conformance.adapters import reference
+        >>> sampler = validating(c.StepSampler, reference.StepSampler())
+        >>> sampler.sample(torch.zeros(2, 4), torch.ones(2), torch.ones(2, dtype=torch.int64), 4,
+        ...                torch.Generator()).tolist()
+        [0, 0]
+    """
+    proxy = _VALIDATORS.get(capability)
+    if proxy is None:
+        raise ValueError(f"capability: {capability!r} is not a capability of the contract")
+    return proxy(impl)

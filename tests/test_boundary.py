@@ -1,0 +1,475 @@
+"""Tests of the boundary checks (``conformance.boundary``) on what adapters return.
+
+Per capability: a value in the canonical form passes through unchanged (the very object),
+and broken ones (wrong type, dtype, shape, device, ids out of range, NaN where the SPEC
+forbids it) fail with a :class:`BoundaryViolation` (an ``AssertionError``) whose message
+names the capability, the method, what came back and what was expected. The device case
+uses the ``meta`` device, so it runs without a GPU. One end-to-end case runs the main job
+on a toy adapter whose ``StepSampler`` returns float ids, one row too many (issue 12).
+To add a case: a ``(broken value, message fragment)`` row in the table of its capability.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conformance import contract as c
+from conformance.boundary import BoundaryViolation, _same_device, validating
+
+ROOT = Path(__file__).resolve().parents[1]
+I64, F32 = torch.int64, torch.float32
+META = torch.device("meta")
+
+
+class Canned:
+    """An adapter object whose every method returns ``value``, whatever it is called with."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self.value
+
+
+def ids(*values) -> torch.Tensor:
+    return torch.tensor(values, dtype=I64)
+
+
+def violation(message: str):
+    """``pytest.raises`` of a BoundaryViolation whose text contains ``message``."""
+    return pytest.raises(BoundaryViolation, match=re.escape(message))
+
+
+def passes(capability, method, value, *args, **kwargs):
+    """The validated call returns ``value`` itself."""
+    got = getattr(validating(capability, Canned(value)), method)(*args, **kwargs)
+    assert got is value
+    return got
+
+
+def fails(capability, method, value, message, *args, **kwargs) -> None:
+    """The validated call raises a BoundaryViolation whose text contains ``message``."""
+    with violation(message):
+        getattr(validating(capability, Canned(value)), method)(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------- module
+def test_every_capability_has_a_validator_that_implements_it():
+    for capability in c.CAPABILITIES:
+        assert isinstance(validating(capability, Canned(None)), capability), capability.__name__
+
+
+def test_unknown_capability_is_an_error_naming_the_argument():
+    with pytest.raises(ValueError, match=r"capability: <class 'int'> is not a capability"):
+        validating(int, Canned(None))
+
+
+def test_devices_match_by_type_and_by_index_where_one_is_named():
+    cuda, cuda0, cuda1 = torch.device("cuda"), torch.device("cuda:0"), torch.device("cuda:1")
+    assert _same_device(cuda0, cuda) and _same_device(cuda1, cuda) and _same_device(cuda0, cuda0)
+    assert not _same_device(cuda1, cuda0) and not _same_device(torch.device("cpu"), cuda)
+
+
+def test_violation_is_an_assertion_error_and_adapter_errors_pass_through():
+    assert issubclass(BoundaryViolation, AssertionError)
+
+    class Unsupported:
+        def verify_greedy(self, draft_tokens, target_logits, cap=None):
+            raise NotImplementedError("no greedy verify here")
+
+    with pytest.raises(NotImplementedError, match="no greedy verify here"):
+        validating(c.GreedyVerifier, Unsupported()).verify_greedy(ids(0)[None], torch.zeros(1, 2, 4))
+
+
+def test_calls_reach_the_adapter_with_the_arguments_given_and_no_others():
+    seen = []
+
+    class Recorder:
+        def verify(self, *args, **options):
+            seen.append(options)
+            return ids(0), ids(5, -1)[None]
+
+    verifier = validating(c.ChainVerifier, Recorder())
+    verifier.verify(ids(1)[None], torch.zeros(1, 2, 6), torch.zeros(1, 1, 6), torch.ones(1), ids(6))
+    verifier.verify(ids(1)[None], torch.zeros(1, 2, 6), torch.zeros(1, 1, 6), torch.ones(1), ids(6), cap=1)
+    assert seen == [{}, {"cap": 1}]
+
+
+# ----------------------------------------------------------------------------- S3 samplers
+STEP_ARGS = (torch.zeros(4, 10), torch.ones(4), torch.full((4,), 10, dtype=I64), 8, torch.Generator())
+STEP_BROKEN = [
+    (torch.zeros(5), "StepSampler.sample returned float32 [5], expected int64 [4] on cpu with ids in [0, 8)"),
+    (ids(0, 1, 2, 3).int(), "returned int32 [4], expected int64 [4]"),
+    (ids(0, 1, 2, 3)[None], "returned int64 [1, 4], expected int64 [4]"),
+    (torch.zeros(4, dtype=I64, device=META), "returned int64 [4] on meta, expected int64 [4] on cpu"),
+    (ids(0, 8, 2, 3), "returned int64 [4] with ids in [0, 8], expected int64 [4] on cpu with ids in [0, 8)"),
+    (ids(0, -1, 2, 3), "with ids in [-1, 3], expected"),
+    ([0, 1, 2, 3], "StepSampler.sample returned list, expected a torch.Tensor int64 [4]"),
+]
+
+
+@pytest.mark.parametrize("value, message", STEP_BROKEN, ids=[
+    "float-one-row-long", "int32", "extra-axis", "device", "id-at-vocab", "id-negative", "list",
+])
+def test_S3_step_sampler_rejects(value, message):
+    fails(c.StepSampler, "sample", value, message, *STEP_ARGS)
+
+
+def test_S3_samplers_pass_ids_below_the_vocabulary():
+    passes(c.StepSampler, "sample", ids(0, 7, 7, 3), *STEP_ARGS)
+    logits, temps, top_k = torch.zeros(3, 6), torch.ones(3), torch.full((3,), 6, dtype=I64)
+    passes(c.NoiseStepSampler, "sample_with_noise", ids(5, 0, 1), logits, temps, top_k, torch.ones(3, 6))
+    passes(c.TruncatedStepSampler, "sample_truncated", ids(5, 0, 1), logits, temps, top_k, torch.ones(3),
+           torch.zeros(3), torch.Generator())
+
+
+def test_S3_noise_and_truncated_samplers_bound_ids_by_the_logits_width():
+    logits, temps, top_k = torch.zeros(3, 6), torch.ones(3), torch.full((3,), 6, dtype=I64)
+    fails(c.NoiseStepSampler, "sample_with_noise", ids(6, 0, 1),
+          "NoiseStepSampler.sample_with_noise returned int64 [3] with ids in [0, 6], expected int64 [3] on cpu "
+          "with ids in [0, 6)", logits, temps, top_k, torch.ones(3, 6))
+    fails(c.TruncatedStepSampler, "sample_truncated", ids(0, 1),
+          "TruncatedStepSampler.sample_truncated returned int64 [2], expected int64 [3]",
+          logits, temps, top_k, torch.ones(3), torch.zeros(3), torch.Generator())
+
+
+# ----------------------------------------------------------------------------- S2 Markov block
+BASE = torch.zeros(2, 3, 5)  # [B, gamma, V]
+BLOCK_ARGS = (None, BASE, ids(0, 1), None, torch.ones(2), torch.ones(2, dtype=I64), torch.Generator())
+TOKENS = torch.zeros(2, 3, dtype=I64)
+
+
+def _nan_at_one(tensor: torch.Tensor) -> torch.Tensor:
+    tensor = tensor.clone()
+    tensor.view(-1)[1] = math.nan
+    return tensor
+
+
+BLOCK_BROKEN = [
+    ((TOKENS,), "MarkovBlock.sample_block returned tuple of 1, expected a tuple (tokens, corrected_logits)"),
+    ((TOKENS.float(), BASE),
+     "returned tokens float32 [2, 3], expected tokens int64 [2, 3] on cpu with ids in [0, 5)"),
+    ((TOKENS + 5, BASE), "returned tokens int64 [2, 3] with ids in [5, 5], expected tokens"),
+    ((TOKENS, BASE[:, :2]),
+     "returned corrected_logits float32 [2, 2, 5], expected corrected_logits float32 [2, 3, 5]"),
+    ((TOKENS, BASE.double()), "returned corrected_logits float64 [2, 3, 5], expected corrected_logits float32 "),
+    ((TOKENS, _nan_at_one(BASE)), "returned corrected_logits float32 [2, 3, 5] with NaN or +inf at 1 of 30 entries"),
+    ((TOKENS, BASE + math.inf), "with NaN or +inf at 30 of 30 entries"),
+]
+
+
+@pytest.mark.parametrize("value, message", BLOCK_BROKEN, ids=[
+    "not-a-pair", "float-tokens", "id-at-vocab", "short-gamma", "float64-logits", "nan", "plus-inf",
+])
+def test_S2_sample_block_rejects(value, message):
+    fails(c.MarkovBlock, "sample_block", value, message, *BLOCK_ARGS)
+
+
+def test_S2_corrected_logits_may_be_float32_or_the_base_dtype_and_keep_minus_inf():
+    passes(c.MarkovBlock, "sample_block", (TOKENS + 4, BASE - math.inf), *BLOCK_ARGS)
+    bf16 = BASE.bfloat16()
+    passes(c.MarkovBlock, "apply_block_logits", bf16.clone(), None, bf16, TOKENS, None)
+    passes(c.MarkovBlock, "apply_block_logits", BASE.clone(), None, bf16, TOKENS, None)
+    fails(c.MarkovBlock, "apply_block_logits", BASE.half(),
+          "MarkovBlock.apply_block_logits returned float16 [2, 3, 5], expected float32 or bfloat16 [2, 3, 5]",
+          None, bf16, TOKENS, None)
+
+
+def test_S2_nan_passes_where_the_base_logits_have_nan():
+    base = _nan_at_one(BASE)
+    passes(c.MarkovBlock, "apply_block_logits", base.clone(), None, base, TOKENS, None)
+
+
+def test_S2_load_head_handle_is_opaque():
+    passes(c.MarkovBlock, "load_head", object(), "vanilla", {}, 5, 2, 3, torch.device("cpu"))
+
+
+# ----------------------------------------------------------------------------- S4 folded sessions
+class FakeSession:
+    """A FoldedSession whose replay returns ``out`` and whose counters are given."""
+
+    def __init__(self, out, graph_replays=0, sample_block_calls=None):
+        self.out, self.graph_replays, self.sample_block_calls = out, graph_replays, sample_block_calls
+
+    def stage(self, bs, temperatures, top_k):
+        pass
+
+    def load_inputs(self, base_logits, first_prev, hidden):
+        pass
+
+    def capture(self):
+        pass
+
+    def replay(self):
+        return self.out
+
+
+def _session(out, lm_dtype=torch.bfloat16, **counters):
+    """A validated session with max_bs 4, gamma 3, V 5 on the CPU, staged for bs 2."""
+    session = validating(c.FoldedDraft, Canned(FakeSession(out, **counters))).session(
+        None, 4, 3, 5, lm_dtype, torch.device("cpu"), 0)
+    session.stage(2, None, None)
+    return session
+
+
+def test_S4_replay_returns_the_session_buffers_themselves():
+    out = (torch.zeros(2, 3, dtype=I64), torch.zeros(2, 3, 5, dtype=torch.bfloat16))
+    session = _session(out, graph_replays=3, sample_block_calls=2)
+    assert session.replay() is out
+    assert (session.graph_replays, session.sample_block_calls) == (3, 2)
+    assert _session(out).sample_block_calls is None
+
+
+REPLAY_BROKEN = [
+    ((torch.zeros(4, 3, dtype=I64), torch.zeros(4, 3, 5, dtype=torch.bfloat16)),
+     "FoldedSession.replay returned tokens int64 [4, 3], expected tokens int64 [2, 3] on cpu with ids in [0, 5)"),
+    ((torch.zeros(2, 3, dtype=I64), torch.zeros(2, 3, 5)),
+     "returned corrected float32 [2, 3, 5], expected corrected bfloat16 [2, 3, 5] on cpu"),
+    ((torch.full((2, 3), 5, dtype=I64), torch.zeros(2, 3, 5, dtype=torch.bfloat16)), "with ids in [5, 5]"),
+]
+
+
+@pytest.mark.parametrize("out, message", REPLAY_BROKEN, ids=["max-bs-rows", "float32-not-lm-dtype", "id-at-vocab"])
+def test_S4_replay_rejects(out, message):
+    with violation(message):
+        _session(out).replay()
+
+
+def test_S4_replay_follows_the_batch_of_the_last_load_inputs():
+    session = _session((torch.zeros(3, 3, dtype=I64), torch.zeros(3, 3, 5, dtype=torch.bfloat16)))
+    session.load_inputs(torch.zeros(3, 3, 5, dtype=torch.bfloat16), ids(0, 0, 0), None)
+    session.replay()
+    session.stage(2, None, None)
+    with violation("FoldedSession.replay returned tokens int64 [3, 3], expected tokens int64 [2, 3]"):
+        session.replay()
+
+
+def test_S4_replay_checks_logits_against_the_loaded_inputs():
+    corrected = torch.full((2, 3, 5), math.nan)
+    session = _session((torch.zeros(2, 3, dtype=I64), corrected), lm_dtype=F32)
+    session.load_inputs(torch.zeros(2, 3, 5), ids(0, 0), None)
+    with violation("NaN or"):
+        session.replay()
+    session.load_inputs(corrected, ids(0, 0), None)
+    session.replay()
+
+
+@pytest.mark.parametrize("counters, message", [
+    ({"graph_replays": -1}, "FoldedSession.graph_replays returned -1, expected an int >= 0"),
+    ({"graph_replays": 1.0}, "FoldedSession.graph_replays returned float 1.0, expected an int >= 0"),
+    ({"sample_block_calls": True}, "FoldedSession.sample_block_calls returned bool True, expected an int >= 0"),
+], ids=["negative", "float", "bool"])
+def test_S4_session_counters_are_checked(counters, message):
+    session = _session(None, **counters)
+    with violation(message):
+        session.graph_replays, session.sample_block_calls
+
+
+def test_S4_session_must_be_a_folded_session():
+    fails(c.FoldedDraft, "session", object(), "FoldedDraft.session returned object, expected a FoldedSession",
+          None, 4, 3, 5, F32, torch.device("cpu"), 0)
+
+
+def test_S4_gate_and_routing_return_ints_and_bools():
+    passes(c.FoldGate, "buffer_bytes", 123, 1, 1, 1, F32)
+    passes(c.FoldGate, "folds_sampling", False, "auto", 1, 1, 1, F32, 0)
+    passes(c.FoldRouting, "route", (True, False), True, True)
+    fails(c.FoldGate, "buffer_bytes", -1, "FoldGate.buffer_bytes returned -1, expected an int >= 0", 1, 1, 1, F32)
+    fails(c.FoldGate, "buffer_bytes", 12.0, "returned float 12.0, expected an int >= 0", 1, 1, 1, F32)
+    fails(c.FoldGate, "folds_sampling", torch.tensor(True),
+          "FoldGate.folds_sampling returned Tensor tensor(True), expected a bool", "auto", 1, 1, 1, F32, 0)
+    fails(c.FoldRouting, "route", (True, 1),
+          "FoldRouting.route returned eager_accept int 1, expected eager_accept a bool", True, True)
+    fails(c.FoldRouting, "route", True, "returned bool, expected a tuple (folded_draft, eager_accept)", True, True)
+
+
+# ----------------------------------------------------------------------------- S5 verification
+DRAFTS = ids(1, 2, 3, 0, 0, 0).reshape(2, 3)  # [B = 2, l = 3]
+TARGET = torch.zeros(2, 4, 6)  # V = 6
+VERIFY_BROKEN = [
+    ((ids(3, 4), ids(1, 2, 3, 0, 5, -1, -1, -1).reshape(2, 4)),
+     "ChainVerifier.verify returned accepted int64 [2] with values in [3, 4], expected accepted int64 [2] on cpu "
+     "with values in [0, 3]"),
+    ((ids(3, 0), ids(1, 2, 3, 6, 5, -1, -1, -1).reshape(2, 4)),
+     "returned tokens int64 [2, 4] with ids in [-1, 6], expected tokens int64 [2, 4] on cpu with ids in [-1, 6)"),
+    ((ids(3, 0), ids(1, 2, 3, 0, -2, -1, -1, -1).reshape(2, 4)), "with ids in [-2, 3]"),
+    ((ids(3, 0), ids(1, 2, 3, 0, 5, -1).reshape(2, 3)), "returned tokens int64 [2, 3], expected tokens int64 [2, 4]"),
+    ((ids(3, 0).int(), ids(1, 2, 3, 0, 5, -1, -1, -1).reshape(2, 4)), "returned accepted int32 [2], expected"),
+]
+
+
+@pytest.mark.parametrize("value, message", VERIFY_BROKEN, ids=[
+    "accepted-above-l", "id-at-vocab", "below-sentinel", "short-tokens", "int32-accepted",
+])
+def test_S5_chain_verify_rejects(value, message):
+    fails(c.ChainVerifier, "verify", value, message, DRAFTS, TARGET, TARGET[:, :3], torch.ones(2),
+          torch.full((2,), 6, dtype=I64), cap=None)
+
+
+def test_S5_verifiers_pass_padded_results():
+    value = (ids(3, 0), ids(1, 2, 3, 0, 5, -1, -1, -1).reshape(2, 4))
+    passes(c.ChainVerifier, "verify", value, DRAFTS, TARGET, TARGET[:, :3], torch.ones(2), torch.ones(2, dtype=I64),
+           generator=torch.Generator())
+    passes(c.GreedyVerifier, "verify_greedy", value, DRAFTS, TARGET, None)
+    fails(c.GreedyVerifier, "verify_greedy", (value[0], value[1][:, :2]),
+          "GreedyVerifier.verify_greedy returned tokens int64 [2, 2], expected tokens int64 [2, 4]", DRAFTS, TARGET)
+
+
+# ----------------------------------------------------------------------------- S6 simulated acceptance
+@pytest.mark.parametrize("value, message", [
+    (0, "SimulatedAcceptance.sample_acc_len returned 0, expected an int in [1, 6]"),
+    (7, "returned 7, expected an int in [1, 6]"),
+    (3.0, "returned float 3.0, expected an int in [1, 6]"),
+    (True, "returned bool True, expected an int in [1, 6]"),
+    (torch.tensor(3), "returned Tensor tensor(3), expected an int in [1, 6]"),
+], ids=["zero", "above-max-len", "float", "bool", "tensor"])
+def test_S6_sample_acc_len_rejects(value, message):
+    fails(c.SimulatedAcceptance, "sample_acc_len", value, message, 3.0, "match-expected", 6, torch.Generator())
+
+
+class FakeExecutor:
+    def __init__(self, lengths, correct_drafts):
+        self.lengths, self.correct_drafts = lengths, correct_drafts
+
+    def step(self, draft_tokens):
+        return self.lengths
+
+
+def _executor(lengths, correct_drafts):
+    return validating(c.SimulatedAcceptance, Canned(FakeExecutor(lengths, correct_drafts))).executor(
+        3.5, "match-expected", 4, 0)
+
+
+def test_S6_executor_passes_lengths_and_correct_drafts_in_the_drafts_dtype():
+    drafts = ids(7, 8, 9, 10, 11, 12, 13, 14).reshape(2, 4).int()
+    lengths, correct = ids(1, 5), torch.tensor([[-1, -1, -1, -1], [11, 12, 13, 14]], dtype=torch.int32)
+    executor = _executor(lengths, correct)
+    assert executor.step(drafts) is lengths and executor.correct_drafts is correct
+
+
+@pytest.mark.parametrize("lengths, correct, message", [
+    (ids(0, 5), None, "SimulatedAcceptance.executor().step returned int64 [2] with values in [0, 5], expected "
+     "int64 [2] on cpu with values in [1, 5]"),
+    (ids(1, 6), None, "with values in [1, 6], expected"),
+    (ids(1, 5), torch.full((2, 4), -2, dtype=I64), "SimulatedAcceptance.executor().correct_drafts returned "
+     "int64 [2, 4] with values in [-2, -2], expected int64 [2, 4] on cpu with values in [-1, 14]"),
+    (ids(1, 5), torch.zeros(2, 3, dtype=I64), "correct_drafts returned int64 [2, 3], expected int64 [2, 4]"),
+], ids=["zero-length", "above-gamma-plus-one", "below-sentinel", "short-gamma"])
+def test_S6_executor_rejects(lengths, correct, message):
+    executor = _executor(lengths, correct)
+    drafts = ids(7, 8, 9, 10, 11, 12, 13, 14).reshape(2, 4)
+    with violation(message):
+        executor.step(drafts)
+        executor.correct_drafts
+
+
+def test_S6_executor_must_have_a_step():
+    fails(c.SimulatedAcceptance, "executor", object(), "SimulatedAcceptance.executor returned object, expected an "
+          "object with step(draft_tokens) and correct_drafts", 3.5, "match-expected", 4, 0)
+
+
+# ----------------------------------------------------------------------------- S7 confidence
+HIDDEN = torch.zeros(3, 5, 2)  # [B, gamma, d]
+
+
+@pytest.mark.parametrize("value, message", [
+    (torch.full((3, 5), 0.5).double().add(0.6), "Confidence.confidences returned float64 [3, 5] with values in "
+     "[1.1, 1.1], expected a floating dtype [3, 5] on cpu with values in [0, 1]"),
+    (_nan_at_one(torch.full((3, 5), 0.5)), "returned float32 [3, 5] with NaN at 1 of 15 entries"),
+    (torch.full((3, 7), 0.5), "returned float32 [3, 7], expected a floating dtype [3, 5]"),
+    (torch.ones(3, 5, dtype=I64), "returned int64 [3, 5], expected a floating dtype [3, 5]"),
+], ids=["above-one", "nan", "checkpoint-gamma", "int64"])
+def test_S7_confidences_reject(value, message):
+    fails(c.Confidence, "confidences", value, message, {}, HIDDEN, None, None, checkpoint_gamma=7)
+
+
+def test_S7_confidence_outputs_pass_in_range():
+    passes(c.Confidence, "confidences", torch.full((3, 5), 1.0), {}, HIDDEN, None, None, checkpoint_gamma=5)
+    survival = torch.zeros(2, 3, 5, dtype=torch.float64)
+    passes(c.Confidence, "prefix_survival", survival, survival.clone())
+    passes(c.Confidence, "fit_sts", torch.tensor([0.05, 20.0]), torch.zeros(8, 2), torch.ones(8, 2, dtype=torch.bool))
+    fails(c.Confidence, "prefix_survival", survival[0], "Confidence.prefix_survival returned float64 [3, 5], "
+          "expected a floating dtype [2, 3, 5]", survival)
+
+
+@pytest.mark.parametrize("value, message", [
+    (torch.tensor([1.0, 0.0]), "Confidence.fit_sts returned float32 [2] with 1 of 2 entries not finite and > 0, e.g. "
+     "0.0, expected a floating dtype [2] on cpu with finite values > 0"),
+    (torch.tensor([math.inf, 1.0]), "with 1 of 2 entries not finite and > 0, e.g. inf"),
+    (torch.tensor([math.nan, -1.0]), "with 2 of 2 entries not finite and > 0, e.g. nan"),
+    (torch.ones(2, device=META), "returned float32 [2] on meta, expected a floating dtype [2] on cpu"),
+    (torch.ones(3), "returned float32 [3], expected a floating dtype [2]"),
+], ids=["zero", "inf", "nan-and-negative", "device", "long"])
+def test_S7_fit_sts_rejects(value, message):
+    fails(c.Confidence, "fit_sts", value, message, torch.zeros(8, 2), torch.ones(8, 2, dtype=torch.bool))
+
+
+# ----------------------------------------------------------------------------- S8 scheduler
+@pytest.mark.parametrize("value, message", [
+    (ids(0, 4), "PrefixScheduler.schedule returned int64 [2] with values in [0, 4], expected int64 [2] on cpu "
+     "with values in [0, 3]"),
+    (ids(-1, 2), "with values in [-1, 2]"),
+    (torch.zeros(2), "returned float32 [2], expected int64 [2]"),
+], ids=["above-gamma", "negative", "float"])
+def test_S8_schedule_rejects(value, message):
+    fails(c.PrefixScheduler, "schedule", value, message, torch.full((2, 3), 0.5, dtype=torch.float64), [1.0])
+
+
+def test_S8_schedule_passes_lengths_up_to_gamma():
+    passes(c.PrefixScheduler, "schedule", ids(0, 3), torch.full((2, 3), 0.5, dtype=torch.float64), [1.0])
+
+
+# ----------------------------------------------------------------------------- S9 loop
+class Model:
+    vocab_size, gamma = 6, 3
+
+
+LOOP_ARGS = (Model(), Model(), torch.zeros(2, 4, dtype=I64), 5, 1.0, torch.Generator())
+TAUS = ids(4, 1, 0, 2, 2, 1).reshape(2, 3)
+LENGTHS = ids(3, 3, 0, 3, 3, 1).reshape(2, 3)
+
+
+@pytest.mark.parametrize("value, message", [
+    ((torch.full((2, 5), 6, dtype=I64), TAUS, LENGTHS), "SpeculativeLoop.generate returned tokens int64 [2, 5] with "
+     "ids in [6, 6], expected tokens int64 [2, 5] on cpu with ids in [0, 6)"),
+    ((torch.zeros(2, 4, dtype=I64), TAUS, LENGTHS), "returned tokens int64 [2, 4], expected tokens int64 [2, 5]"),
+    ((torch.zeros(2, 5, dtype=I64), TAUS + 1, LENGTHS), "returned accept_lengths int64 [2, 3] with values in [1, 5], "
+     "expected accept_lengths int64 [2, rounds] on cpu with values in [0, 4]"),
+    ((torch.zeros(2, 5, dtype=I64), TAUS, LENGTHS[:, :2]), "returned verify_lengths int64 [2, 2], expected "
+     "verify_lengths int64 [2, 3]"),
+    ((torch.zeros(2, 5, dtype=I64), TAUS), "returned tuple of 2, expected a tuple (tokens, accept_lengths, "
+     "verify_lengths)"),
+], ids=["id-at-vocab", "short-tokens", "tau-above-gamma-plus-one", "rounds-differ", "two-outputs"])
+def test_S9_generate_rejects(value, message):
+    fails(c.SpeculativeLoop, "generate", value, message, *LOOP_ARGS)
+
+
+def test_S9_generate_bounds_lengths_by_the_gamma_in_use():
+    value = (torch.zeros(2, 5, dtype=I64), TAUS.clamp(max=3), LENGTHS)
+    passes(c.SpeculativeLoop, "generate", value, *LOOP_ARGS)
+    fails(c.SpeculativeLoop, "generate", value,
+          "returned verify_lengths int64 [2, 3] with values in [0, 3], expected verify_lengths int64 [2, 3] on cpu "
+          "with values in [0, 2]", *LOOP_ARGS, gamma=2)
+
+
+# ----------------------------------------------------------------------------- end to end
+def test_S3_law_case_names_a_float_step_sampler_one_row_too_long(tmp_path):
+    """Issue 12: through the main job, a StepSampler returning float ids one row too long
+    fails the S3 law case with the boundary's message (not bincount's NotImplementedError)."""
+    cmd = [sys.executable, "-m", "conformance.cli", "run", "--workers", "0", "--report", str(tmp_path),
+           "--impl", "tests.toy_adapters:float_long_step_sampler", "-k", "test_S3_law and flat-T2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (record,) = json.loads((tmp_path / "results.json").read_text())["tests"]
+    assert record["outcome"] == "failed" and record["failure"] == {"type": "BoundaryViolation", "suite_bug": False}
+    found = re.search(r"StepSampler\.sample returned float32 \[(\d+)\], expected int64 \[(\d+)\] on cpu "
+                      r"with ids in \[0, 8\)", record["reason"])
+    assert found and int(found[1]) == int(found[2]) + 1, record["reason"]
