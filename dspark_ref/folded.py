@@ -34,7 +34,7 @@ from dspark_ref._checks import (
     check_tensor,
     check_token_ids,
 )
-from dspark_ref.markov import MarkovHead, sample_block
+from dspark_ref.markov import MarkovHead, StepSampler, sample_block
 from dspark_ref.sampling import clamp_temperature, greedy_rows, sample_step
 
 __all__ = [
@@ -309,7 +309,7 @@ class FoldedDraftSampler:
             TypeError / ValueError: ``bs`` not an int in ``[1, max_bs]``.
         """
         check_int("bs", bs, minimum=1, maximum=self.max_bs)
-        self._propose_body(bs)
+        self.propose_body(bs)
         return self.outputs(bs)
 
     def capture(self, bs: int | None = None) -> None:
@@ -329,13 +329,13 @@ class FoldedDraftSampler:
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side), torch.no_grad():
             for _ in range(2):
-                self._propose_body(bs)
+                self.propose_body(bs)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         if self.generator is not None and not any(self.generator is g for g in torch.cuda.default_generators):
             graph.register_generator_state(self.generator)  # the default generator is registered by capture
         with torch.cuda.graph(graph), torch.no_grad():
-            self._propose_body(bs)
+            self.propose_body(bs)
         self._graphs[bs] = graph
 
     def replay(self, bs: int | None = None) -> FoldedOutputs:
@@ -365,13 +365,16 @@ class FoldedDraftSampler:
             None if self.confidence_out is None else self.confidence_out[:bs],
         )
 
-    def _propose_body(self, bs: int) -> None:
-        """The captured work: one ``sample_block`` pass, results into the static buffers."""
+    def propose_body(self, bs: int) -> None:
+        """The captured work for rows ``[:bs]``: one ``sample_block`` pass with
+        :meth:`step_sampler`, tokens into ``out``, corrected logits into ``corrected_out``
+        (and confidences into ``confidence_out``) (SPEC S4.3-S4.4). ``bs`` is not checked
+        here (``propose``, ``capture`` and ``replay`` do); a subclass may override it."""
         hidden = None if self.hidden is None else self.hidden[:bs]
         first_prev = self.first_prev[:bs]
         block = sample_block(
             self.head, self.base_logits[:bs], first_prev, hidden if self.head.needs_hidden else None,
-            self._step_sampler(bs),
+            self.step_sampler(bs),
         )
         rows = bs * self.gamma
         self.out[:rows].copy_(block.tokens.reshape(rows))
@@ -380,7 +383,11 @@ class FoldedDraftSampler:
             prev_tokens = torch.cat([first_prev[:, None], block.tokens[:, :-1]], dim=1)
             self.confidence_out[:bs].copy_(self.confidence_fn(hidden, prev_tokens))
 
-    def _step_sampler(self, bs: int):
+    def step_sampler(self, bs: int) -> StepSampler:
+        """The ``StepSampler`` of one ``sample_block`` pass over rows ``[:bs]``: each step
+        refreshes ``exp_noise[:bs]`` from the generator in place (in-graph under capture)
+        and samples by ``sample_step`` with the staged ``temperatures`` and ``greedy_mask``
+        (SPEC S4.3). Built once per pass; a subclass may override it."""
         noise, temps, greedy = self.exp_noise[:bs], self.temperatures[:bs], self.greedy_mask[:bs]
 
         def sampler(step_logits: Tensor, k: int) -> Tensor:

@@ -200,10 +200,16 @@ class GatedMarkovHead(_HiddenConditionedHead):
     def _add_layers(self, rank: int, hidden_size: int) -> None:
         self.Wg = nn.utils.skip_init(nn.Linear, hidden_size + rank, rank)
 
+    def gate_input(self, hidden_k: Tensor, embedded: Tensor) -> Tensor:
+        """The gate's input ``[h_k ; W1[prev]]``, ``[B, d + r]`` in the head's dtype, from
+        ``hidden_k [B, d]`` (already in the head's dtype) and ``embedded = W1[prev] [B, r]``;
+        a variant head overrides it (e.g. another feature order)."""
+        return torch.cat([hidden_k, embedded], dim=-1)
+
     def step_bias(self, prev, hidden_k, state):
         self._check_step(prev, hidden_k)
         embedded = self.W1(prev)
-        gate = torch.sigmoid(self.Wg(torch.cat([self._hidden(hidden_k), embedded], dim=-1)))
+        gate = torch.sigmoid(self.Wg(self.gate_input(self._hidden(hidden_k), embedded)))
         return self._project(gate * embedded), state
 
 
@@ -248,15 +254,19 @@ def build_markov_head(
     *,
     scale: float = DEFAULT_INIT_SCALE,
     generator: torch.Generator | None = None,
+    head_types: Mapping[str, type[MarkovHead]] = HEAD_TYPES,
 ) -> MarkovHead:
     """Build a head from DeepSpec-style config keys (SPEC S2).
 
-    Keys: ``markov_rank`` (int >= 1), ``markov_head_type`` (one of ``HEAD_TYPES``,
-    default ``"vanilla"``), ``vocab_size``, ``hidden_size`` (gated / rnn only).
-    ``scale`` and ``generator`` are passed to the head's constructor.
+    Keys: ``markov_rank`` (int >= 1), ``markov_head_type`` (one of ``head_types``,
+    default ``"vanilla"``), ``vocab_size``, ``hidden_size`` (every type but vanilla).
+    ``scale`` and ``generator`` are passed to the head's constructor. ``head_types`` maps
+    a type to its class (default ``HEAD_TYPES``; a variant registry maps a type to a
+    subclass taking the same constructor arguments).
 
     Raises:
-        TypeError: ``config`` is not a mapping, or a value has the wrong type.
+        TypeError: ``config`` is not a mapping, or a value has the wrong type; a
+            ``head_types`` value that is not a ``MarkovHead`` subclass.
         ValueError: ``markov_rank <= 0`` or missing, unknown ``markov_head_type``
             (the message lists the choices), missing ``vocab_size`` / ``hidden_size``.
 
@@ -264,10 +274,12 @@ def build_markov_head(
         >>> build_markov_head({"markov_rank": 4, "vocab_size": 10}).rank
         4
     """
-    head_type = _check_config(config)
+    head_type = _check_config(config, head_types)
     if head_type == "vanilla":
-        return VanillaMarkovHead(config["vocab_size"], config["markov_rank"], scale=scale, generator=generator)
-    return HEAD_TYPES[head_type](
+        return head_types[head_type](
+            config["vocab_size"], config["markov_rank"], scale=scale, generator=generator
+        )
+    return head_types[head_type](
         config["vocab_size"], config["markov_rank"], config["hidden_size"], scale=scale, generator=generator
     )
 
@@ -384,7 +396,7 @@ def _check_head_args(*, vocab_size, rank, scale, generator, dtype, hidden_size=N
         raise TypeError(f"dtype: expected a floating dtype, got {dtype}")
 
 
-def _check_config(config) -> str:
+def _check_config(config, head_types) -> str:
     if not isinstance(config, Mapping):
         raise TypeError(f"config: expected a mapping, got {type(config).__name__}")
     for key in ("markov_rank", "vocab_size"):
@@ -392,7 +404,11 @@ def _check_config(config) -> str:
             raise ValueError(f"config: missing key {key!r} (DeepSpec draft config)")
     check_int("config['markov_rank']", config["markov_rank"], minimum=1)
     head_type = config.get("markov_head_type", "vanilla")
-    check_choice("config['markov_head_type']", head_type, tuple(HEAD_TYPES))
+    check_choice("config['markov_head_type']", head_type, tuple(head_types))
+    if not (isinstance(head_types[head_type], type) and issubclass(head_types[head_type], MarkovHead)):
+        raise TypeError(
+            f"head_types[{head_type!r}]: expected a MarkovHead subclass, got {head_types[head_type]!r}"
+        )
     if head_type != "vanilla" and "hidden_size" not in config:
         raise ValueError(f"config: missing key 'hidden_size' (needed by the {head_type} Markov head)")
     return head_type

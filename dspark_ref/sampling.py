@@ -42,6 +42,7 @@ __all__ = [
     "greedy_argmax",
     "exponential_noise",
     "exponential_race",
+    "RaceSteps",
     "sample_step",
 ]
 
@@ -226,9 +227,8 @@ def exponential_noise(
 
 def _race_keys(logits: torch.Tensor, temperatures: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """Race keys ``softmax(L / T)_v / E_v`` in float32; zero-probability tokens get -1."""
-    temps = temperatures.to(torch.float32).clamp(min=TEMPERATURE_FLOOR)
-    probs = torch.softmax(logits.to(torch.float32) / temps[:, None], dim=-1)
-    return torch.where(probs > 0, probs / noise, _ZERO_PROBABILITY_KEY)
+    steps = RaceSteps()
+    return steps.keys(torch.softmax(steps.scaled(logits, temperatures), dim=-1), noise)
 
 
 def _check_race(logits, temperatures, noise) -> None:
@@ -289,7 +289,7 @@ def _check_truncation(top_k, top_p, min_p, rows: int, device: torch.device) -> N
 
 
 def _check_sample_step(
-    logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p
+    logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p, steps
 ) -> int:
     """Validate ``sample_step`` arguments; returns the effective vocabulary size."""
     check_tensor("logits", logits, ndim=2, dtypes=FLOAT_DTYPES)
@@ -311,6 +311,8 @@ def _check_sample_step(
         _check_noise(noise[:, :vocab_size], (rows, vocab_size))
     check_same_device(logits=logits, temperatures=temperatures, greedy_mask=greedy_mask, noise=noise)
     _check_truncation(top_k, top_p, min_p, rows, logits.device)
+    if steps is not None and not isinstance(steps, RaceSteps):
+        raise TypeError(f"steps: expected a RaceSteps or None, got {type(steps).__name__}")
     return vocab_size
 
 
@@ -342,6 +344,38 @@ def _truncate(scaled: torch.Tensor, top_k, top_p, min_p) -> torch.Tensor:
     return scaled
 
 
+class RaceSteps:
+    """The steps of :func:`sample_step` after validation and truncation, one overridable
+    method each (SPEC S3).
+
+    An instance of this class is the SPEC step; a subclass that overrides one method
+    changes that step alone (cropping, noise and truncation stay those of ``sample_step``).
+    Shapes: ``B`` rows, ``V`` (cropped) vocabulary; float32 throughout.
+
+    Example:
+        >>> class GumbelSignFlipped(RaceSteps):  # key p * E instead of p / E
+        ...     def keys(self, probs, noise):
+        ...         return torch.where(probs > 0, probs * noise, -1.0)
+    """
+
+    def scaled(self, logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
+        """``L / T`` ``[B, V]`` float32, ``T`` (``temperatures [B]``) clamped to
+        ``TEMPERATURE_FLOOR``."""
+        temps = temperatures.to(torch.float32).clamp(min=TEMPERATURE_FLOOR)
+        return logits.to(torch.float32) / temps[:, None]
+
+    def keys(self, probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Race keys ``[B, V]``: ``p_v / E_v``; zero-probability tokens get -1, so they
+        never win (``probs``: ``softmax`` of the scaled, truncated logits)."""
+        return torch.where(probs > 0, probs / noise, _ZERO_PROBABILITY_KEY)
+
+    def greedy_tokens(self, logits: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+        """``[B]`` int64 tokens of greedy rows: the argmax of the (cropped) ``logits``,
+        lowest index among ties (``probs``, the tempered law, is not read by the SPEC
+        step)."""
+        return _first_argmax(logits)
+
+
 def sample_step(
     logits: torch.Tensor,
     temperatures: torch.Tensor,
@@ -353,6 +387,7 @@ def sample_step(
     top_k: torch.Tensor | None = None,
     top_p: torch.Tensor | None = None,
     min_p: torch.Tensor | None = None,
+    steps: RaceSteps | None = None,
 ) -> torch.Tensor:
     """Sample one token per row: greedy argmax or exponential race (SPEC S3).
 
@@ -373,12 +408,14 @@ def sample_step(
         top_k: optional ``[B]`` int; ``<= 0`` or ``>= V`` means no top-k cut.
         top_p: optional ``[B]`` float in ``(0, 1]``; 1 keeps all.
         min_p: optional ``[B]`` float in ``[0, 1]``; 0 keeps all.
+        steps: the race's steps, a :class:`RaceSteps` (default ``RaceSteps()``, the SPEC
+            step); a subclass replaces one step.
 
     Returns:
         ``[B]`` int64 token ids in ``[0, vocab_size)``.
 
     Raises:
-        TypeError: wrong dtype or a non-int ``vocab_size``.
+        TypeError: wrong dtype, a non-int ``vocab_size``, ``steps`` not a RaceSteps.
         ValueError: wrong rank or shape, devices differ, ``vocab_size`` outside
             ``[1, V_pad]``, NaN/+inf logits or a row with no finite logit below
             ``vocab_size``, bad temperatures, noise or truncation values, or both
@@ -391,16 +428,16 @@ def sample_step(
         tensor([1, 0])
     """
     vocab_size = _check_sample_step(
-        logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p
+        logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p, steps
     )
+    steps = RaceSteps() if steps is None else steps
     logits = logits[:, :vocab_size]
     if noise is None:
         noise = exponential_noise(logits.shape, generator=generator, device=logits.device)
     noise = noise[:, :vocab_size]
-    temps = temperatures.to(torch.float32).clamp(min=TEMPERATURE_FLOOR)
-    scaled = logits.to(torch.float32) / temps[:, None]
+    scaled = steps.scaled(logits, temperatures)
     if top_k is not None or top_p is not None or min_p is not None:
         scaled = _truncate(scaled, top_k, top_p, min_p)
-    # Temperature already applied: the race runs on softmax(scaled) at T = 1.
-    keys = _race_keys(scaled, torch.ones_like(temps), noise)
-    return torch.where(greedy_mask, _first_argmax(logits), _first_argmax(keys))
+    probs = torch.softmax(scaled, dim=-1)
+    keys = steps.keys(probs, noise)
+    return torch.where(greedy_mask, steps.greedy_tokens(logits, probs), _first_argmax(keys))

@@ -38,6 +38,7 @@ from dspark_ref._checks import (
 
 __all__ = [
     "SPSCurve",
+    "AdmissionRule",
     "schedule_prefixes",
     "schedule_prefixes_retrospective",
     "schedule_prefixes_async_topk",
@@ -51,7 +52,39 @@ SPSCurve = Union[Callable[[int], float], Sequence[float], torch.Tensor]
 Scheduler = Callable[[torch.Tensor, SPSCurve], torch.Tensor]
 
 
-def schedule_prefixes(confidences: torch.Tensor, sps: SPSCurve) -> torch.Tensor:
+class AdmissionRule:
+    """The two choices of Algorithm 1 in :func:`schedule_prefixes`, one overridable method
+    each (SPEC S8): the order candidates are admitted in, and when an admission counts as
+    an improvement.
+
+    An instance of this class is the paper's rule; a subclass that overrides one method
+    changes that choice alone (validation, the early stop and the lengths stay those of
+    ``schedule_prefixes``).
+
+    Example:
+        >>> class KeepTies(AdmissionRule):  # Theta >= best instead of Theta > best
+        ...     def improves(self, theta, best):
+        ...         return theta >= best
+    """
+
+    def path(self, survival: torch.Tensor) -> list[tuple[int, int]]:
+        """Candidates ``(r, k)`` (0-based ``k``: draft position ``j = k + 1``) with
+        ``a = survival[r, k] > 0`` (``survival [R, gamma]`` float64), ``a`` descending, ties
+        in row-major order, so each row's prefix order holds."""
+        return _admission_path(survival)
+
+    def improves(self, theta: float, best: float) -> bool:
+        """Whether an admission with throughput ``theta`` is kept against ``best``: a strict
+        increase."""
+        return theta > best
+
+
+_PAPER_RULE = AdmissionRule()
+
+
+def schedule_prefixes(
+    confidences: torch.Tensor, sps: SPSCurve, *, rule: AdmissionRule | None = None
+) -> torch.Tensor:
     """Causal hardware-aware prefix scheduler, exactly paper Algorithm 1 (SPEC S8).
 
     Start from ``l = 0``, ``B = R``, ``tau = R``, ``best = R * SPS(R)``; admit candidates in
@@ -65,13 +98,16 @@ def schedule_prefixes(confidences: torch.Tensor, sps: SPSCurve) -> torch.Tensor:
             may be 0).
         sps: the steps-per-second curve (module note); a table must cover every batch size
             the path can reach, ``R + #{(r, j): a[r, j] > 0}``.
+        rule: the order and improvement test, an :class:`AdmissionRule` (default
+            ``AdmissionRule()``, the paper's); a subclass replaces one of them.
 
     Returns:
         ``[R]`` int64 lengths in ``[0, gamma]``, on the device of ``confidences``;
         ``l_r > 0`` only where ``a[r, l_r] > 0``.
 
     Raises:
-        TypeError: non-tensor / non-float ``confidences``; ``sps`` neither callable nor table.
+        TypeError: non-tensor / non-float ``confidences``; ``sps`` neither callable nor
+            table; ``rule`` not an AdmissionRule.
         ValueError: not 2-D, NaN or values outside ``[0, 1]``; a table too short, or an SPS
             value that is not finite and non-negative.
 
@@ -79,9 +115,11 @@ def schedule_prefixes(confidences: torch.Tensor, sps: SPSCurve) -> torch.Tensor:
         >>> schedule_prefixes(torch.tensor([[0.8, 0.9]], dtype=torch.float64), [1.0, 0.5, 0.45])
         tensor([0])
     """
-    survival, sps_of = _check_schedule(confidences, sps)
-    order = _admission_path(survival)
-    return _lengths_of(order[: _cut(survival, order, sps_of, early_stop=True)], confidences)
+    survival, sps_of = _check_schedule(confidences, sps, rule=rule)
+    rule = _PAPER_RULE if rule is None else rule
+    order = rule.path(survival)
+    admitted = _cut(survival, order, sps_of, rule.improves, early_stop=True)
+    return _lengths_of(order[:admitted], confidences)
 
 
 def schedule_prefixes_retrospective(confidences: torch.Tensor, sps: SPSCurve) -> torch.Tensor:
@@ -97,7 +135,8 @@ def schedule_prefixes_retrospective(confidences: torch.Tensor, sps: SPSCurve) ->
     """
     survival, sps_of = _check_schedule(confidences, sps)
     order = _admission_path(survival)
-    return _lengths_of(order[: _cut(survival, order, sps_of, early_stop=False)], confidences)
+    admitted = _cut(survival, order, sps_of, _PAPER_RULE.improves, early_stop=False)
+    return _lengths_of(order[:admitted], confidences)
 
 
 def schedule_prefixes_async_topk(
@@ -128,7 +167,9 @@ def schedule_prefixes_async_topk(
     """
     stale_survival, sps_of = _check_schedule(stale_confidences, sps, name="stale_confidences")
     survival = _check_confidences("confidences", confidences)
-    capacity = _cut(stale_survival, _admission_path(stale_survival), sps_of, early_stop=False)
+    capacity = _cut(
+        stale_survival, _admission_path(stale_survival), sps_of, _PAPER_RULE.improves, early_stop=False
+    )
     return _lengths_of(_admission_path(survival)[:capacity], confidences)
 
 
@@ -208,19 +249,26 @@ def appendix_a_first_token_law(schedule_fn: Scheduler) -> tuple[float, float]:
 def _admission_path(survival: torch.Tensor) -> list[tuple[int, int]]:
     """Path candidates ``(r, k)`` (0-based ``k``: draft position ``j = k + 1``) with ``a > 0``.
 
-    Sorted by ``a`` descending; the stable sort keeps row-major order on ties.
+    Sorted by ``a`` descending; the stable sort keeps row-major order on ties, hence each
+    row's prefix order (``a`` is non-increasing along a row).
     """
     flat = survival.reshape(-1).cpu()
     candidates = torch.nonzero(flat > 0).squeeze(1)
     ranked = torch.sort(flat[candidates], descending=True, stable=True).indices
     gamma = survival.shape[1]
-    return [divmod(int(i), gamma) for i in candidates[ranked]]
+    order = [divmod(int(i), gamma) for i in candidates[ranked]]
+    seen = [0] * survival.shape[0]
+    for r, k in order:
+        assert seen[r] == k, f"prefix order broken at request {r}, position {k + 1}"
+        seen[r] = k + 1
+    return order
 
 
 def _cut(
     survival: torch.Tensor,
     order: list[tuple[int, int]],
     sps_of: Callable[[int], float],
+    improves: Callable[[float, float], bool],
     *,
     early_stop: bool,
 ) -> int:
@@ -229,17 +277,13 @@ def _cut(
     if rows == 0:
         return 0
     a = survival.tolist()
-    lengths = [0] * rows
     batch, tau = rows, float(rows)
     best, best_count = tau * sps_of(batch), 0
     for count, (r, k) in enumerate(order, start=1):
-        # Sorting non-increasing a stably keeps each row's prefix order (module note).
-        assert lengths[r] == k, f"prefix order broken at request {r}, position {k + 1}"
-        lengths[r] = k + 1
         batch += 1
         tau += a[r][k]
         theta = tau * sps_of(batch)
-        if theta > best:
+        if improves(theta, best):
             best, best_count = theta, count
         elif early_stop:
             break
@@ -248,7 +292,7 @@ def _cut(
 
 def _lengths_of(admitted: list[tuple[int, int]], confidences: torch.Tensor) -> torch.Tensor:
     lengths = [0] * confidences.shape[0]
-    for r, k in admitted:  # prefix order: (r, k) always follows (r, k - 1)
+    for r, k in admitted:  # the last admission of a row is its length
         lengths[r] = k + 1
     return torch.tensor(lengths, dtype=torch.int64, device=confidences.device)
 
@@ -287,9 +331,11 @@ def _check_confidences(name: str, confidences: torch.Tensor) -> torch.Tensor:
 
 
 def _check_schedule(
-    confidences: torch.Tensor, sps: SPSCurve, *, name: str = "confidences"
+    confidences: torch.Tensor, sps: SPSCurve, *, name: str = "confidences", rule: object = None
 ) -> tuple[torch.Tensor, Callable[[int], float]]:
     """Validate a scheduler call; the SPS table must cover the whole admission path."""
+    if rule is not None and not isinstance(rule, AdmissionRule):
+        raise TypeError(f"rule: expected an AdmissionRule or None, got {type(rule).__name__}")
     survival = _check_confidences(name, confidences)
     max_batch = survival.shape[0] + int((survival > 0).sum())
     return survival, _sps_function(sps, max_batch)

@@ -144,6 +144,16 @@ class SimulatedVerifyExecutor:
         self._rows = rows
         return self.buffer[:rows]
 
+    def draw_lengths(self, rows: int) -> torch.Tensor:
+        """The acceptance lengths of one step: ``[rows]`` int64 on the CPU, one fresh
+        :func:`sample_simulated_acc_len` draw per row with ``max_len = gamma + 1`` (SPEC
+        S6). Called by :meth:`step` before the buffer is reserved; a subclass may override
+        it."""
+        return torch.tensor(
+            [_draw_acc_len(self.value, self.method, self.gamma + 1, self.generator) for _ in range(rows)],
+            dtype=torch.int64,
+        )
+
     def step(self, draft_tokens: torch.Tensor) -> torch.Tensor:
         """Simulate one verify step over a batch of draft blocks (SPEC S6).
 
@@ -159,11 +169,7 @@ class SimulatedVerifyExecutor:
             ValueError: not ``[B, gamma]``.
         """
         self._check_step(draft_tokens)
-        rows = draft_tokens.shape[0]
-        lengths = torch.tensor(
-            [_draw_acc_len(self.value, self.method, self.gamma + 1, self.generator) for _ in range(rows)],
-            dtype=torch.int64,
-        ).to(draft_tokens.device)
+        lengths = self.draw_lengths(draft_tokens.shape[0]).to(draft_tokens.device)
         slots = torch.arange(self.gamma, device=draft_tokens.device)
         correct = slots < (lengths - 1)[:, None]
         self._reserve(draft_tokens).copy_(torch.where(correct, draft_tokens, -1))

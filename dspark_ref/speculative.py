@@ -15,6 +15,10 @@ that token is the first anchor (paper Figure 1). Then each round, for every row:
 4. commit: the accepted drafts and one target token (the correction, or the bonus after
    the last verified draft); that token is the next anchor.
 
+Each step a variant may replace is one method of :class:`RoundSteps` (the draft sampler,
+the proposal, the q handed to the verifier, the anchor, the commit, the reported ``tau``);
+``speculative_generate(..., steps=...)`` runs the loop with a subclass of it.
+
 Acceptance length: ``tau = accepted + 1`` tokens committed per round, counting slot 0; so
 ``1 <= tau <= l + 1 <= gamma + 1``. The draft block has ``gamma`` positions and yields
 ``gamma`` draft tokens; a perfect draft with block 2 verifies 3 slots and commits
@@ -37,12 +41,14 @@ import torch
 from torch import Tensor
 
 from dspark_ref._checks import INT_DTYPES, check_float, check_int, check_tensor, check_token_ids
-from dspark_ref.markov import MarkovHead, sample_block
+from dspark_ref.markov import BlockSample, MarkovHead, StepSampler, sample_block
 from dspark_ref.sampling import clamp_temperature, sample_step
 from dspark_ref.scheduler import SPSCurve, schedule_prefixes
-from dspark_ref.verify import chain_verify, greedy_verify
+from dspark_ref.verify import VerifyResult, chain_verify, greedy_verify
 
-__all__ = ["TargetModel", "DraftModel", "SpecResult", "speculative_generate", "autoregressive_generate"]
+__all__ = [
+    "TargetModel", "DraftModel", "SpecResult", "RoundSteps", "speculative_generate", "autoregressive_generate",
+]
 
 
 class TargetModel(Protocol):
@@ -88,6 +94,65 @@ class SpecResult:
     rounds: int
 
 
+class RoundSteps:
+    """The steps of one round of :func:`speculative_generate`, one overridable method each
+    (SPEC S9).
+
+    An instance of this class is the reference round; a subclass that overrides one method
+    changes that step alone (the rest of the loop, and the order of every random draw, stay
+    as they are). Shapes: ``B`` rows, ``gamma`` drafts, ``V`` vocabulary, ``d`` hidden size.
+
+    Example:
+        >>> class NoBonus(RoundSteps):  # a variant that reports accepted drafts as tau
+        ...     def reported_tau(self, result, active):
+        ...         return torch.where(active, result.accepted, 0)
+    """
+
+    def draft_sampler(self, temps: Tensor, greedy_mask: Tensor,
+                      generator: torch.Generator | None) -> StepSampler:
+        """The sampler ``sample_block`` calls at every draft step: ``sample_step`` with
+        ``temps [B]`` float32 (already clamped), ``greedy_mask [B]`` bool and fresh noise
+        from ``generator`` (SPEC S3)."""
+
+        def sampler(step_logits: Tensor, k: int) -> Tensor:
+            return sample_step(step_logits, temps, greedy_mask, generator=generator)
+
+        return sampler
+
+    def propose(self, draft: DraftModel, context_hidden: Tensor, anchor: Tensor, gamma: int,
+                sampler: StepSampler) -> tuple[object, BlockSample]:
+        """One backbone pass (``draft.block(context_hidden [B, d], anchor [B], gamma)``, with
+        ``.hidden [B, gamma, d]`` and ``.base_logits [B, gamma, V]``) and one ``sample_block``
+        pass over it (SPEC S1, S2): ``(block, BlockSample(tokens [B, gamma] int64,
+        corrected_logits [B, gamma, V] float32))``."""
+        block = draft.block(context_hidden, anchor, gamma)
+        return block, sample_block(draft.markov_head, block.base_logits, anchor, block.hidden, sampler)
+
+    def verifier_q_logits(self, block: object, drafted: BlockSample) -> Tensor:
+        """The logits ``[B, gamma, V]`` whose tempered softmax the verifier takes as q: the
+        corrected logits that drew the tokens (SPEC S5, S9)."""
+        return drafted.corrected_logits
+
+    def anchor(self, seq: Tensor, lengths: Tensor) -> Tensor:
+        """The draft's anchor ``[B]`` int64: the last committed token of each row of
+        ``seq [B, n]`` (``lengths [B]`` committed tokens per row)."""
+        return seq.gather(1, (lengths - 1)[:, None])[:, 0]
+
+    def commit(self, result: VerifyResult, limit: Tensor, active: Tensor, lengths: Tensor,
+               end: int) -> tuple[Tensor, Tensor]:
+        """``(committed [B], context_pos [B])`` int64: the tokens each row commits (``tau``,
+        never past ``end``; 0 for finished rows) and the position whose target hidden state
+        feeds the next draft (the token before the next anchor). ``limit [B]``: the drafts
+        each row verified; ``active [B]`` bool: unfinished rows."""
+        committed = torch.where(active, torch.minimum(result.tau, end - lengths), 0)
+        return committed, lengths - 1 + result.accepted
+
+    def reported_tau(self, result: VerifyResult, active: Tensor) -> Tensor:
+        """The acceptance length recorded for the round, ``[B]`` int64: ``tau =
+        accepted + 1`` (slot 0 counted), 0 for finished rows."""
+        return torch.where(active, result.tau, 0)
+
+
 @torch.no_grad()
 def speculative_generate(
     target: TargetModel,
@@ -100,6 +165,7 @@ def speculative_generate(
     gamma: int | None = None,
     scheduler: SPSCurve | None = None,
     generator: torch.Generator | None = None,
+    steps: RoundSteps | None = None,
 ) -> SpecResult:
     """Generate with DSpark speculative decoding (SPEC S9; module note for the round).
 
@@ -120,12 +186,15 @@ def speculative_generate(
             ``sps(B)`` or a table ``sps[B - 1]``) to cap verify lengths; needs a draft with
             a confidence head. ``None`` verifies all ``gamma`` drafts.
         generator: ``torch.Generator`` for every random draw (default: the global RNG).
+        steps: the round's steps, a :class:`RoundSteps` (default: ``RoundSteps()``, the
+            reference round); a subclass replaces one step.
 
     Returns:
         ``SpecResult(tokens[B, max_new_tokens], accept_lengths, verify_lengths, rounds)``.
 
     Raises:
-        TypeError: a model not matching its protocol, wrong dtypes or Python types.
+        TypeError: a model not matching its protocol, wrong dtypes or Python types,
+            ``steps`` not a ``RoundSteps``.
         ValueError: wrong rank or empty prompt, ids out of range, vocabularies differ,
             ``max_new_tokens < 1``, NaN / negative / infinite ``temperature``, ``gamma``
             outside ``[1, draft.gamma]``, a scheduler without a confidence head; SPS table
@@ -140,7 +209,8 @@ def speculative_generate(
         (torch.Size([1, 6]), True)
     """
     prompt, gamma = _check_generate(target, draft, prompt, max_new_tokens, temperature, greedy,
-                                    gamma, scheduler, generator)
+                                    gamma, scheduler, generator, steps)
+    steps = RoundSteps() if steps is None else steps
     rows, prompt_len = prompt.shape
     device = prompt.device
     temps = clamp_temperature(torch.full((rows,), float(temperature), device=device))
@@ -155,17 +225,14 @@ def speculative_generate(
     context_hidden = prefill.hidden[:, -1]
     row_ids = torch.arange(rows, device=device)
     slots = torch.arange(gamma + 1, device=device)
-
-    def sampler(step_logits: Tensor, k: int) -> Tensor:
-        return sample_step(step_logits, temps, greedy_mask, generator=generator)
+    sampler = steps.draft_sampler(temps, greedy_mask, generator)
 
     taus, verified = [], []
     while bool((lengths < end).any()):
         active = lengths < end
         # 1. draft
-        anchor = seq[row_ids, lengths - 1]
-        block = draft.block(context_hidden, anchor, gamma)
-        drafted = sample_block(draft.markov_head, block.base_logits, anchor, block.hidden, sampler)
+        anchor = steps.anchor(seq, lengths)
+        block, drafted = steps.propose(draft, context_hidden, anchor, gamma, sampler)
 
         # 2. schedule: finished rows leave the batch the scheduler sees
         limit = torch.full((rows,), gamma, dtype=torch.int64, device=device)
@@ -183,18 +250,17 @@ def speculative_generate(
         if greedy:
             result = greedy_verify(drafted.tokens, target_logits, cap=cap)
         else:
-            result = chain_verify(drafted.tokens, target_logits, drafted.corrected_logits, temps,
-                                  greedy_mask, generator=generator, cap=cap)
+            result = chain_verify(drafted.tokens, target_logits, steps.verifier_q_logits(block, drafted),
+                                  temps, greedy_mask, generator=generator, cap=cap)
 
-        # 4. commit, never past max_new_tokens
-        committed = torch.where(active, torch.minimum(result.tau, end - lengths), 0)
+        # 4. commit, never past max_new_tokens; the next anchor is the committed target
+        # token, and the draft sees the target's hidden state of the token before it
+        committed, context_pos = steps.commit(result, limit, active, lengths, end)
         rows_w, slots_w = (slots < committed[:, None]).nonzero(as_tuple=True)
         seq[rows_w, lengths[rows_w] + slots_w] = result.tokens[rows_w, slots_w]
-        # The next anchor is the committed target token; the draft sees the target's hidden
-        # state of the token before it (the last accepted draft, or the old anchor).
-        context_hidden = out.hidden[row_ids, lengths - 1 + result.accepted]
+        context_hidden = out.hidden[row_ids, context_pos]
         lengths = lengths + committed
-        taus.append(torch.where(active, result.tau, 0))
+        taus.append(steps.reported_tau(result, active))
         verified.append(torch.where(active, limit, 0))
 
     return SpecResult(
@@ -281,7 +347,7 @@ def _check_common(target, prompt, max_new_tokens, temperature, greedy, generator
 
 
 def _check_generate(target, draft, prompt, max_new_tokens, temperature, greedy, gamma, scheduler,
-                    generator) -> tuple[Tensor, int]:
+                    generator, steps) -> tuple[Tensor, int]:
     """Validate ``speculative_generate``; returns the ``[B, n]`` int64 prompt and ``gamma``."""
     prompt = _check_common(target, prompt, max_new_tokens, temperature, greedy, generator)
     if not _has_members(draft, ("gamma", "markov_head", "confidence_head", "block")):
@@ -305,4 +371,6 @@ def _check_generate(target, draft, prompt, max_new_tokens, temperature, greedy, 
         if draft.confidence_head is None:
             raise ValueError("scheduler: expected a draft with a confidence head (the prefix scheduler "
                              "needs confidences), got draft.confidence_head = None")
+    if steps is not None and not isinstance(steps, RoundSteps):
+        raise TypeError(f"steps: expected a RoundSteps or None, got {type(steps).__name__}")
     return prompt, gamma

@@ -54,7 +54,7 @@ try:
 except ImportError:  # CPU-only installs: the torch backend still works.
     triton = None
 
-__all__ = ["BACKENDS", "KERNEL_INTERPRETED", "tiled_exponential_race"]
+__all__ = ["BACKENDS", "KERNEL_INTERPRETED", "tile_partials", "tiled_exponential_race"]
 
 BACKENDS = ("auto", "triton", "torch")
 # Whether the Triton kernel below was built for the interpreter (CPU tensors).
@@ -155,6 +155,14 @@ def _combine(tile_max, tile_key, tile_idx, greedy):
     return tile_idx.gather(1, winner[:, None]).squeeze(1)
 
 
+def _partials(logits, temperatures, noise, greedy, tile, backend):
+    """``(tile_max, tile_key, tile_idx)`` from the backend's partials; arguments validated."""
+    backend = _resolve_backend(backend, logits.device)
+    temps = temperatures.to(torch.float32).clamp(min=TEMPERATURE_FLOOR)
+    partials = _triton_partials if backend == "triton" else _torch_partials
+    return partials(logits, temps, noise, greedy, tile)
+
+
 def _resolve_backend(backend: str, device: torch.device) -> str:
     if backend == "auto":
         usable = triton is not None and (device.type == "cuda" or KERNEL_INTERPRETED)
@@ -180,6 +188,44 @@ def _check_tiled_race(logits, temperatures, noise, greedy_mask, tile, backend) -
     if tile & (tile - 1):
         raise ValueError(f"tile: expected a power of two >= {_MIN_TILE}, got {tile}")
     check_choice("backend", backend, BACKENDS)
+
+
+def tile_partials(
+    logits: torch.Tensor,
+    temperatures: torch.Tensor,
+    noise: torch.Tensor,
+    *,
+    greedy_mask: torch.Tensor | None = None,
+    tile: int = 1024,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The per-tile partials of the tiled race, before the combine (SPEC S3, module note).
+
+    Per row and tile of ``tile`` columns (the last one padded with ``-inf`` logits):
+    ``tile_max = max_v L_v / T``; ``tile_key = max_v exp(L_v / T - tile_max) / E_v`` (-1
+    where every weight is 0); ``tile_idx`` the (lowest) index of that key. Greedy rows
+    (``T = 1``) key on ``L_v`` itself. :func:`tiled_exponential_race` picks the winning
+    tile from these with the rescale ``tile_key * exp(tile_max - global_max)``.
+
+    Args: as :func:`tiled_exponential_race`.
+
+    Returns:
+        ``(tile_max, tile_key, tile_idx)``, each ``[B, ceil(V / tile)]``: float32, float32,
+        int64 (column ids in ``[0, V)``).
+
+    Raises:
+        TypeError / ValueError: as :func:`tiled_exponential_race`.
+
+    Example:
+        >>> tile_max, _, tile_idx = tile_partials(torch.tensor([[0.0, 1.0] * 16]), torch.ones(1),
+        ...                                       torch.ones(1, 32), tile=16, backend="torch")
+        >>> tile_max, tile_idx
+        (tensor([[1., 1.]]), tensor([[ 1, 17]]))
+    """
+    _check_tiled_race(logits, temperatures, noise, greedy_mask, tile, backend)
+    if greedy_mask is None:
+        greedy_mask = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    return _partials(logits, temperatures, noise, greedy_mask, tile, backend)
 
 
 def tiled_exponential_race(
@@ -220,10 +266,7 @@ def tiled_exponential_race(
         tensor([2])
     """
     _check_tiled_race(logits, temperatures, noise, greedy_mask, tile, backend)
-    backend = _resolve_backend(backend, logits.device)
     if greedy_mask is None:
         greedy_mask = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
-    temps = temperatures.to(torch.float32).clamp(min=TEMPERATURE_FLOOR)
-    partials = _triton_partials if backend == "triton" else _torch_partials
-    tile_max, tile_key, tile_idx = partials(logits, temps, noise, greedy_mask, tile)
+    tile_max, tile_key, tile_idx = _partials(logits, temperatures, noise, greedy_mask, tile, backend)
     return _combine(tile_max, tile_key, tile_idx, greedy_mask)

@@ -42,6 +42,7 @@ __all__ = [
     "RESIDUAL_MASS_FLOOR",
     "VerifyUniforms",
     "VerifyResult",
+    "ChainRule",
     "seeded_uniforms",
     "seeded_verify_uniforms",
     "target_distribution",
@@ -423,8 +424,53 @@ def _check_uniform_source(uniforms, generator, seeds, positions, draft_tokens: t
         check_same_device(draft_tokens=draft_tokens, seeds=seeds, positions=positions)
 
 
+class ChainRule:
+    """The steps of the chain rule in :func:`chain_verify`, one overridable method each
+    (SPEC S5).
+
+    An instance of this class is the SPEC rule; a subclass that overrides one method
+    changes that step alone (validation, the uniforms and the result layout stay those of
+    ``chain_verify``). Shapes: ``B`` rows, ``l`` drafts, ``V`` vocabulary; laws are float64.
+
+    Example:
+        >>> class ResampleFromTarget(ChainRule):  # the classic mistake: correction from p
+        ...     def residual(self, p, q, rejected_token):
+        ...         return p
+    """
+
+    def draft_law(
+        self, draft_logits: torch.Tensor, temps: torch.Tensor, greedy_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """q ``[B, l, V]``: ``softmax(draft_logits / T)`` (``temps [B]`` already clamped),
+        one-hot argmax for greedy rows."""
+        return _step_laws(draft_logits, temps, greedy_mask)
+
+    def accepts(self, coins: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+        """``[B, l]`` bool: draft ``j`` passes iff ``u_j * q_j(x_j) < p_j(x_j)`` (``coins``,
+        ``p_x``, ``q_x``: ``[B, l]`` float64)."""
+        return coins * q_x < p_x
+
+    def accept_limit(self, cap: int | torch.Tensor | None, rows: int, num_drafts: int,
+                     device: torch.device) -> torch.Tensor:
+        """``[B]`` int64 drafts each row may accept: ``min(l, max(c - 1, 0))``, ``l``
+        without a cap."""
+        return _capped_lengths(cap, rows, num_drafts, device)
+
+    def residual(self, p: torch.Tensor, q: torch.Tensor, rejected_token: torch.Tensor) -> torch.Tensor:
+        """The correction law ``[B, V]`` after a reject: ``normalize(max(p - q, 0))``, ``p``
+        if that mass is ~0 (:func:`residual_distribution`); ``p``, ``q``: ``[B, V]`` at the
+        stop, ``rejected_token [B]`` int64 the draft rejected there (not read by the SPEC
+        rule)."""
+        return _residual(p, q)
+
+    def bonus_position(self, accepted: torch.Tensor) -> torch.Tensor:
+        """``[B]`` int64 verify position whose ``p`` draws the bonus after ``accepted``
+        drafts all passed: ``accepted`` (``p_{accepted + 1}`` in 1-based SPEC terms)."""
+        return accepted
+
+
 def _check_chain_verify(draft_tokens, target_logits, draft_logits, temperatures, greedy_mask,
-                        uniforms, generator, seeds, positions, cap) -> torch.Tensor:
+                        uniforms, generator, seeds, positions, cap, rule) -> torch.Tensor:
     """Validate ``chain_verify`` arguments; returns the clamped temperatures."""
     check_tensor("draft_tokens", draft_tokens, ndim=2, dtypes=INT_DTYPES)
     rows, num_drafts = draft_tokens.shape
@@ -445,6 +491,8 @@ def _check_chain_verify(draft_tokens, target_logits, draft_logits, temperatures,
     temps = clamp_temperature(temperatures)
     _check_uniform_source(uniforms, generator, seeds, positions, draft_tokens)
     _check_cap(cap, draft_tokens)
+    if rule is not None and not isinstance(rule, ChainRule):
+        raise TypeError(f"rule: expected a ChainRule or None, got {type(rule).__name__}")
     return temps
 
 
@@ -460,6 +508,7 @@ def chain_verify(
     seeds: torch.Tensor | None = None,
     positions: torch.Tensor | None = None,
     cap: int | torch.Tensor | None = None,
+    rule: ChainRule | None = None,
 ) -> VerifyResult:
     """Chain speculative sampling, one verify round per row (SPEC S5).
 
@@ -494,13 +543,15 @@ def chain_verify(
         seeds: optional ``[B]`` int64 per-row seeds (needs ``positions``).
         positions: optional ``[B]`` int64 position of each row's first draft token.
         cap: optional verify-length cap, an int ``>= 0`` or a ``[B]`` int tensor.
+        rule: the steps of the rule, a :class:`ChainRule` (default ``ChainRule()``, the
+            SPEC rule); a subclass replaces one step.
 
     Returns:
         :class:`VerifyResult` (``accepted``, ``tokens [B, l + 1]``, ``tau``, ``trimmed``).
 
     Raises:
         TypeError: wrong tensor dtype, ``uniforms`` not a VerifyUniforms, ``generator``
-            not a Generator, ``cap`` of a wrong type.
+            not a Generator, ``cap`` of a wrong type, ``rule`` not a ChainRule.
         ValueError: wrong rank or shape, devices differ, token id out of range, NaN/+inf
             logits or an all -inf position, NaN or negative temperatures, uniforms outside
             ``[0, 1)``, more than one uniform source, ``seeds`` without ``positions`` (or
@@ -516,7 +567,8 @@ def chain_verify(
         (tensor([0]), tensor([[ 0, -1]]))
     """
     temps = _check_chain_verify(draft_tokens, target_logits, draft_logits, temperatures, greedy_mask,
-                                uniforms, generator, seeds, positions, cap)
+                                uniforms, generator, seeds, positions, cap, rule)
+    rule = ChainRule() if rule is None else rule
     rows, num_drafts = draft_tokens.shape
     device = draft_tokens.device
     if seeds is not None:
@@ -527,20 +579,21 @@ def chain_verify(
             final=torch.rand(rows, dtype=torch.float64, generator=generator, device=device),
         )
     p = _step_laws(target_logits, temps, greedy_mask)
-    q = _step_laws(draft_logits, temps, greedy_mask)
-    drafts = draft_tokens.to(torch.int64)[..., None]
-    p_x = p[:, :num_drafts].gather(-1, drafts)[..., 0]
-    q_x = q.gather(-1, drafts)[..., 0]
-    raw = _leading_true(uniforms.accept * q_x < p_x)
-    limit = _capped_lengths(cap, rows, num_drafts, device)
+    q = rule.draft_law(draft_logits, temps, greedy_mask)
+    drafts = draft_tokens.to(torch.int64)
+    p_x = p[:, :num_drafts].gather(-1, drafts[..., None])[..., 0]
+    q_x = q.gather(-1, drafts[..., None])[..., 0]
+    raw = _leading_true(rule.accepts(uniforms.accept, p_x, q_x))
+    limit = rule.accept_limit(cap, rows, num_drafts, device)
     accepted = torch.minimum(raw, limit)
     row_ids = torch.arange(rows, device=device)
-    p_stop = p[row_ids, accepted]
-    # A row never rejects at position l; the zero padding only keeps the index in range.
+    # A row never rejects at position l; the padding only keeps the index in range.
     q_stop = F.pad(q, (0, 0, 0, 1))[row_ids, accepted]
+    rejected_token = F.pad(drafts, (0, 1))[row_ids, accepted]
+    residual = rule.residual(p[row_ids, accepted], q_stop, rejected_token)
     rejected = (raw < limit)[:, None]
-    emitted = _inverse_cdf(torch.where(rejected, _residual(p_stop, q_stop), p_stop), uniforms.final)
-    return _result(draft_tokens, raw, accepted, emitted)
+    law = torch.where(rejected, residual, p[row_ids, rule.bonus_position(accepted)])
+    return _result(draft_tokens, raw, accepted, _inverse_cdf(law, uniforms.final))
 
 
 def _check_greedy_verify(draft_tokens, target_logits, cap) -> None:

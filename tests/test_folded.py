@@ -268,10 +268,10 @@ class _DoublePassSampler(FoldedDraftSampler):
     """S10 bug: a second ``sample_block`` inside one proposal; tokens and corrected logits
     come from two independent samplings."""
 
-    def _propose_body(self, bs):
-        super()._propose_body(bs)
+    def propose_body(self, bs):
+        super().propose_body(bs)
         tokens = self.out[: bs * self.gamma].clone()
-        super()._propose_body(bs)
+        super().propose_body(bs)
         self.out[: bs * self.gamma].copy_(tokens)
 
 

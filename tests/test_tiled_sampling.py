@@ -28,7 +28,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from dspark_ref.sampling import TEMPERATURE_FLOOR, exponential_noise, exponential_race, greedy_argmax
-from dspark_ref.tiled_sampling import KERNEL_INTERPRETED, _torch_partials, tiled_exponential_race
+from dspark_ref.tiled_sampling import KERNEL_INTERPRETED, tile_partials, tiled_exponential_race
 
 try:
     import triton
@@ -135,9 +135,7 @@ def test_s3_tiled_zero_probability_never_wins_even_with_zero_noise():
 
 def _combine_without_rescale(logits, temperatures, noise, tile):
     """A classic bug: compare tile keys measured against their own tile maxima."""
-    temps = temperatures.clamp(min=TEMPERATURE_FLOOR)
-    greedy = torch.zeros(logits.shape[0], dtype=torch.bool)
-    _, tile_key, tile_idx = _torch_partials(logits, temps, noise, greedy, tile)
+    _, tile_key, tile_idx = tile_partials(logits, temperatures, noise, tile=tile, backend="torch")
     return tile_idx.gather(1, tile_key.argmax(dim=1, keepdim=True)).squeeze(1)
 
 

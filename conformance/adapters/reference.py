@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from dspark_ref import confidence, folded, markov, scheduler, simulated, speculative, verify
-from dspark_ref.sampling import TEMPERATURE_FLOOR, greedy_rows, sample_step
+from dspark_ref.sampling import TEMPERATURE_FLOOR, RaceSteps, greedy_rows, sample_step
 
 from .. import contract as c
 
@@ -25,12 +25,17 @@ def greedy_mask_of(temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Ten
 
 
 class StepSampler:
-    """SPEC S3 through :func:`dspark_ref.sampling.sample_step` (fresh noise per call)."""
+    """SPEC S3 through :func:`dspark_ref.sampling.sample_step` (fresh noise per call).
+    ``steps``: the race's steps, a :class:`dspark_ref.sampling.RaceSteps` (None: the SPEC
+    step)."""
+
+    def __init__(self, steps: RaceSteps | None = None) -> None:
+        self.steps = steps
 
     def sample(self, logits, temperatures, top_k, vocab_size, generator):
         return sample_step(
             logits, temperatures, greedy_mask_of(temperatures, top_k),
-            generator=generator, vocab_size=vocab_size,
+            generator=generator, vocab_size=vocab_size, steps=self.steps,
         )
 
 
@@ -52,12 +57,16 @@ class TruncatedStepSampler:
 
 
 class MarkovBlock:
-    """SPEC S2 through :mod:`dspark_ref.markov`; the head handle is the reference module."""
+    """SPEC S2 through :mod:`dspark_ref.markov`; the head handle is the reference module,
+    built from the registry ``head_types`` (a subclass may map a type to a variant head)."""
+
+    head_types = markov.HEAD_TYPES
 
     def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device):
         head = markov.build_markov_head(
             {"markov_head_type": head_type, "markov_rank": rank, "vocab_size": vocab_size,
-             "hidden_size": hidden_size}
+             "hidden_size": hidden_size},
+            head_types=self.head_types,
         )
         head.load_state_dict(dict(state_dict))
         return head.to(device)
@@ -80,16 +89,17 @@ class MarkovBlock:
 class FoldedSession:
     """One :class:`dspark_ref.folded.FoldedDraftSampler`; counts real graph replays and
     the ``sample_block`` passes behind each proposal (a graph replay adds the passes its
-    capture recorded; warm-up passes are not proposals and are not counted)."""
+    capture recorded; warm-up passes are not proposals and are not counted). ``bs``: the
+    live rows the next capture or replay runs (set by ``stage`` and ``load_inputs``)."""
 
     def __init__(self, sampler: folded.FoldedDraftSampler) -> None:
         self.sampler = sampler
         self.graph_replays = 0
         self.sample_block_calls: int | None = 0
-        self._bs = sampler.max_bs
+        self.bs = sampler.max_bs
         self._eager_passes = 0
         self._graph_passes: dict[int, int] = {}
-        build_step_sampler = sampler._step_sampler
+        build_step_sampler = sampler.step_sampler
 
         def counted(bs):  # the proposal body builds one step sampler per sample_block pass
             if sampler.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -98,26 +108,26 @@ class FoldedSession:
                 self._eager_passes += 1
             return build_step_sampler(bs)
 
-        sampler._step_sampler = counted
+        sampler.step_sampler = counted
 
     def stage(self, bs, temperatures, top_k):
-        self._bs = bs
+        self.bs = bs
         self.sampler.stage_sampling_params(bs, temperatures=temperatures, top_k=top_k)
 
     def load_inputs(self, base_logits, first_prev, hidden):
-        self._bs = base_logits.shape[0]
+        self.bs = base_logits.shape[0]
         self.sampler.load_inputs(base_logits, first_prev, hidden)
 
     def capture(self):
-        self._graph_passes[self._bs] = 0
-        self.sampler.capture(self._bs)
+        self._graph_passes[self.bs] = 0
+        self.sampler.capture(self.bs)
 
     def replay(self):
         before = self._eager_passes
-        out = self.sampler.replay(self._bs)
+        out = self.sampler.replay(self.bs)
         if self.sampler.device.type == "cuda":
             self.graph_replays += 1
-            self.sample_block_calls += self._graph_passes[self._bs]
+            self.sample_block_calls += self._graph_passes[self.bs]
         self.sample_block_calls += self._eager_passes - before
         return out.tokens, out.corrected_logits
 
@@ -163,7 +173,11 @@ class FoldRouting:
 
 
 class ChainVerifier:
-    """SPEC S5 through :func:`dspark_ref.verify.chain_verify`."""
+    """SPEC S5 through :func:`dspark_ref.verify.chain_verify`. ``rule``: the steps of the
+    chain rule, a :class:`dspark_ref.verify.ChainRule` (None: the SPEC rule)."""
+
+    def __init__(self, rule: verify.ChainRule | None = None) -> None:
+        self.rule = rule
 
     def verify(self, draft_tokens, target_logits, draft_logits, temperatures, top_k, *,
                generator=None, accept_uniforms=None, final_uniforms=None, seeds=None,
@@ -175,6 +189,7 @@ class ChainVerifier:
         result = verify.chain_verify(
             draft_tokens, target_logits, draft_logits, temperatures, greedy_mask_of(temperatures, top_k),
             uniforms=uniforms, generator=generator, seeds=seeds, positions=positions, cap=cap,
+            rule=self.rule,
         )
         return result.accepted, result.tokens
 
@@ -223,21 +238,31 @@ class Confidence:
 
 
 class PrefixScheduler:
-    """SPEC S8 through :func:`dspark_ref.scheduler.schedule_prefixes` (Algorithm 1)."""
+    """SPEC S8 through :func:`dspark_ref.scheduler.schedule_prefixes` (Algorithm 1).
+    ``rule``: its admission order and improvement test, a
+    :class:`dspark_ref.scheduler.AdmissionRule` (None: the paper's)."""
+
+    def __init__(self, rule: scheduler.AdmissionRule | None = None) -> None:
+        self.rule = rule
 
     def schedule(self, confidences: torch.Tensor, sps: Sequence[float]) -> torch.Tensor:
-        return scheduler.schedule_prefixes(confidences, sps)
+        return scheduler.schedule_prefixes(confidences, sps, rule=self.rule)
 
 
 class SpeculativeLoop:
     """SPEC S9 through :func:`dspark_ref.speculative.speculative_generate`; greedy iff
-    ``temperature < 1e-5`` (the loop takes no ``top_k``)."""
+    ``temperature < 1e-5`` (the loop takes no ``top_k``). ``steps``: the round's steps, a
+    :class:`dspark_ref.speculative.RoundSteps` (None: the reference round)."""
+
+    def __init__(self, steps: speculative.RoundSteps | None = None) -> None:
+        self.steps = steps
 
     def generate(self, target, draft, prompt, max_new_tokens, temperature, generator, *,
                  gamma=None, sps=None):
         result = speculative.speculative_generate(
             target, draft, prompt, max_new_tokens, temperature=temperature,
             greedy=temperature < TEMPERATURE_FLOOR, gamma=gamma, scheduler=sps, generator=generator,
+            steps=self.steps,
         )
         return result.tokens, result.accept_lengths, result.verify_lengths
 

@@ -1,0 +1,414 @@
+"""Each mutant is the reference plus its one fault: its baseline IS the reference.
+
+A mutant (``fixtures/mutants``) plants its fault by subclassing public reference behaviour:
+a class of ``conformance.adapters.reference`` or a public class of ``dspark_ref`` (a hook
+such as ``RoundSteps``, ``ChainRule``, ``RaceSteps``, ``AdmissionRule``, a head or the
+folded sampler). The tests below check, for every registered mutant,
+
+* that every class it defines subclasses public reference classes only (no private
+  helper, no copy of the reference kept in the fixtures as a base);
+* that with the fault disabled (every mutant-defined object demoted to the public class
+  it subclasses) its capabilities return exactly what the reference adapter returns on
+  a few seeded probes, bit for bit;
+* that with the fault enabled the probes see it (so the comparison above has teeth);
+* that no mutant module imports a private name (``_x``) of ``dspark_ref`` or
+  ``conformance``, or reads one off an imported module.
+
+To add a capability: add a probe to ``PROBES`` (seeded inputs through the capability's
+contract, returning tensors / numbers to compare).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import functools
+import inspect
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import dspark_ref
+from conformance import contract as c
+from conformance.adapters import reference
+from dspark_ref import confidence, markov, tiny_models
+from fixtures.mutants import load_all
+
+MUTANTS = load_all()
+MUTANT_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "mutants"
+PRIVATE_ROOTS = ("dspark_ref", "conformance")
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ----------------------------------------------------------------------------- probes
+def _probe_step_sampler(impl) -> list:
+    g = _gen(1)
+    rows, width, vocab = 12, 40, 33
+    logits = torch.randint(-3, 4, (rows, width), generator=g).float()  # integer logits: greedy ties
+    logits[:, vocab:] = 9.0  # padding columns that win if not cropped
+    logits[8, 3], logits[8, 7] = 5.0, 5.00001  # a near tie that a tempered softmax merges
+    temps = torch.tensor([0.0, 0.5, 1.0, 2.0, 1.0, 0.3, 1.0, 0.7, 1e4, 1.0, 0.0, 1.5])
+    top_k = torch.tensor([1, 50, 50, 50, 1, 50, 1, 50, 1, 50, 50, 50])
+    return [impl.sample(logits, temps, top_k, vocab, g) for _ in range(2)]
+
+
+def _probe_noise_step_sampler(impl) -> list:
+    g = _gen(2)
+    rows, vocab = 16, 2100  # three tiles of 1024
+    logits = torch.randn(rows, vocab, generator=g) * 3
+    temps = torch.tensor([1.0, 0.7, 2.0, 0.0] * 4)
+    top_k = torch.tensor([50, 50, 50, 1] * 4)
+    noise = torch.empty(rows, vocab).exponential_(generator=g)
+    return [impl.sample_with_noise(logits, temps, top_k, noise)]
+
+
+def _probe_truncated_step_sampler(impl) -> list:
+    g = _gen(3)
+    logits = torch.randn(6, 20, generator=g)
+    temps = torch.tensor([0.0, 0.8, 1.0, 1.2, 1.0, 0.5])
+    top_k = torch.tensor([1, 5, 50, 3, 50, 50])
+    top_p = torch.tensor([1.0, 0.9, 0.5, 1.0, 0.8, 1.0])
+    min_p = torch.tensor([0.0, 0.0, 0.1, 0.0, 0.05, 0.2])
+    return [impl.sample_truncated(logits, temps, top_k, top_p, min_p, g)]
+
+
+def _head_weights(head_type: str, vocab: int, rank: int, hidden: int, seed: int) -> dict:
+    config = {"markov_head_type": head_type, "markov_rank": rank, "vocab_size": vocab, "hidden_size": hidden}
+    return markov.build_markov_head(config, scale=0.5, generator=_gen(seed)).state_dict()
+
+
+def _probe_markov_block(impl) -> list:
+    out = []
+    vocab, rank, hidden, rows, gamma = 32, 4, 6, 3, 4
+    for seed, head_type in enumerate(markov.HEAD_TYPES):
+        g = _gen(10 + seed)
+        head = impl.load_head(head_type, _head_weights(head_type, vocab, rank, hidden, seed), vocab, rank,
+                              hidden, torch.device("cpu"))
+        base = torch.randn(rows, gamma, vocab, generator=g) * 2
+        first_prev = torch.randint(0, vocab, (rows,), generator=g)
+        states = torch.randn(rows, gamma, hidden, generator=g)
+        temps, top_k = torch.tensor([1.0, 0.6, 1.0]), torch.tensor([50, 50, 1])
+        out.append(impl.sample_block(head, base, first_prev, states, temps, top_k, g))
+        token_ids = torch.randint(0, vocab, (rows, gamma), generator=g)
+        out.append(impl.apply_block_logits(head, base, token_ids, states))
+    return out
+
+
+def _probe_folded_draft(impl) -> list:
+    vocab, rank, gamma, bs = 64, 4, 3, 4
+    head = reference.MarkovBlock().load_head("vanilla", _head_weights("vanilla", vocab, rank, 6, 20), vocab,
+                                            rank, 6, torch.device("cpu"))
+    session = impl.session(head, bs, gamma, vocab, torch.float32, torch.device("cpu"), 21)
+    g = _gen(22)
+    session.load_inputs(torch.randn(bs, gamma, vocab, generator=g) * 2, torch.randint(0, vocab, (bs,), generator=g),
+                        None)
+    session.stage(bs, torch.tensor([1.0, 0.7, 1.0, 0.0]), torch.tensor([50, 50, 1, 50]))
+    session.capture()
+    out = [session.replay(), session.replay()]
+    session.stage(bs, torch.tensor([0.5, 1.0, 1.3, 1.0]), torch.tensor([50, 1, 50, 50]))
+    out += [session.replay(), session.sample_block_calls, session.graph_replays]
+    return out
+
+
+def _probe_fold_gate(impl) -> list:
+    out = []
+    for lm_dtype in (torch.bfloat16, torch.float32):
+        need = impl.buffer_bytes(256, 5, 129_280, lm_dtype)
+        need32 = reference.FoldGate().buffer_bytes(256, 5, 129_280, torch.float32)
+        out.append(need)
+        for free in (need + 2**30 - 1, need + 2**30, need + 10**9, need32 + 2**30, 0):
+            out.append([impl.folds_sampling(mode, 256, 5, 129_280, lm_dtype, free)
+                        for mode in ("off", "auto", "force")])
+    return out
+
+
+def _probe_fold_routing(impl) -> list:
+    return [impl.route(a, b) for a in (True, False) for b in (True, False)]
+
+
+def _verify_inputs(seed: int):
+    g = _gen(seed)
+    rows, l, vocab = 8, 4, 8
+    target = torch.randn(rows, l + 1, vocab, generator=g) * 1.5
+    draft = target[:, :l] + torch.randn(rows, l, vocab, generator=g)
+    drafts = torch.multinomial(torch.softmax(draft.reshape(-1, vocab), -1), 1, generator=g).reshape(rows, l)
+    temps = torch.tensor([1.0, 0.6, 1.0, 2.0, 1.0, 0.8, 1.0, 1.0])
+    top_k = torch.tensor([50, 50, 1, 50, 50, 50, 50, 1])
+    return drafts, target, draft, temps, top_k, g
+
+
+def _probe_chain_verifier(impl) -> list:
+    drafts, target, draft, temps, top_k, g = _verify_inputs(31)
+    torch.rand(5, generator=g)  # a generator that has drawn before (a fresh one replays its seed)
+    rows, l = drafts.shape
+    out = [impl.verify(drafts, target, draft, temps, top_k, generator=g),
+           impl.verify(drafts, target, draft, temps, top_k, generator=g, cap=2)]
+    accept = torch.rand(rows, l, dtype=torch.float64, generator=g)
+    final = torch.rand(rows, dtype=torch.float64, generator=g)
+    out.append(impl.verify(drafts, target, draft, temps, top_k, accept_uniforms=accept, final_uniforms=final))
+    out.append(impl.verify(drafts, target, draft, temps, top_k, accept_uniforms=accept.sqrt(),
+                           final_uniforms=final, cap=3))
+    forbidden, zero_coin = target.clone(), accept.clone()  # coin 0 on a draft the target forbids
+    forbidden[0, 0, drafts[0, 0]], zero_coin[0, 0] = -math.inf, 0.0
+    out.append(impl.verify(drafts, forbidden, draft, temps, top_k, accept_uniforms=zero_coin, final_uniforms=final))
+    seeds, positions = torch.arange(rows) * 7 + 1, torch.arange(rows) + 11
+    out.append(impl.verify(drafts, target, draft, temps, top_k, seeds=seeds, positions=positions))
+    return out
+
+
+def _probe_greedy_verifier(impl) -> list:
+    drafts, target, _, _, _, _ = _verify_inputs(33)
+    drafts[:4] = target[:4, :-1].argmax(-1)
+    return [impl.verify_greedy(drafts, target), impl.verify_greedy(drafts, target, cap=2)]
+
+
+def _probe_simulated(impl) -> list:
+    g = _gen(40)
+    out = [[impl.sample_acc_len(value, method, 6, g) for _ in range(40)]
+           for method in ("match-expected", "multinomial") for value in (0.2, 3.0, 4.7, 6.5)]
+    executor = impl.executor(4.7, "match-expected", 5, 41)
+    drafts = torch.arange(30).reshape(6, 5)
+    for _ in range(3):
+        out += [executor.step(drafts), executor.correct_drafts.clone()]
+    return out
+
+
+def _probe_confidence(impl) -> list:
+    g = _gen(50)
+    rows, gamma, d, r = 3, 5, 6, 4
+    state = {"proj.weight": torch.randn(1, d + r, generator=g), "proj.bias": torch.randn(1, generator=g)}
+    hidden, features = torch.randn(rows, gamma, d, generator=g), torch.randn(rows, gamma, r, generator=g)
+    temps = torch.tensor([0.5, 1.0, 2.0, 1.5, 0.8])
+    out = [impl.confidences(state, hidden, features, temps, checkpoint_gamma=7),
+           impl.confidences(state, hidden, features, None, checkpoint_gamma=gamma)]
+    out.append(impl.prefix_survival(out[0]))
+    raw = torch.randn(400, 3, generator=g, dtype=torch.float64) * 2
+    accepted = torch.rand(400, 3, generator=g, dtype=torch.float64) < torch.sigmoid(raw)
+    out.append(impl.fit_sts(raw, accepted.cumprod(dim=1).bool()))
+    return out
+
+
+def _probe_scheduler(impl) -> list:
+    g = _gen(60)
+    out = [impl.schedule(torch.tensor([[1.0, 0.5]], dtype=torch.float64), [1.0, 0.5, 0.3])]  # Theta ties best
+    for _ in range(40):
+        rows, gamma = int(torch.randint(1, 5, (), generator=g)), int(torch.randint(1, 5, (), generator=g))
+        conf = torch.randint(0, 9, (rows, gamma), generator=g).double() / 8  # ties and zeros
+        size = rows * (gamma + 1)
+        sps = (1 - torch.rand(size, generator=g) * 0.4).sort(descending=True).values
+        for table in (sps.tolist(), [1.0] * size):
+            out.append(impl.schedule(conf, table))
+    return out
+
+
+def _probe_speculative(impl) -> list:
+    target = tiny_models.TinyTargetLM(12, 8, generator=_gen(70))
+    prompt = torch.randint(0, 12, (2, 2), generator=_gen(72))
+    out = []
+    for head_type, temperature, sps in (("vanilla", 0.0, None), ("rnn", 1.0, lambda b: 1.0 / (1 + 0.1 * b))):
+        draft = tiny_models.TinyDSparkDraft(target, gamma=3, markov_head_type=head_type, generator=_gen(71),
+                                            with_confidence=sps is not None)
+        out.append(impl.generate(target, draft, prompt, 7, temperature, _gen(73), sps=sps))
+    out.append(impl.generate(target, tiny_models.OracleDraft(target, gamma=2), prompt, 7, 1.0, _gen(74)))
+    return out
+
+
+PROBES: dict[type, Callable[[Any], list]] = {
+    c.StepSampler: _probe_step_sampler,
+    c.NoiseStepSampler: _probe_noise_step_sampler,
+    c.TruncatedStepSampler: _probe_truncated_step_sampler,
+    c.MarkovBlock: _probe_markov_block,
+    c.FoldedDraft: _probe_folded_draft,
+    c.FoldGate: _probe_fold_gate,
+    c.FoldRouting: _probe_fold_routing,
+    c.ChainVerifier: _probe_chain_verifier,
+    c.GreedyVerifier: _probe_greedy_verifier,
+    c.SimulatedAcceptance: _probe_simulated,
+    c.Confidence: _probe_confidence,
+    c.PrefixScheduler: _probe_scheduler,
+    c.SpeculativeLoop: _probe_speculative,
+}
+
+
+def _same(a, b) -> bool:
+    """Bit-for-bit equality of probe outputs (tensors: dtype, shape, values, NaN where NaN)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        return bool((torch.isnan(a) & torch.isnan(b)).logical_or(a == b).all()) if a.is_floating_point() \
+            else torch.equal(a, b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+def _probe(capability: type, impl) -> list:
+    return PROBES[capability](impl)
+
+
+@functools.cache
+def _reference_probe(capability: type) -> list:
+    return _probe(capability, reference.capabilities()[capability])
+
+
+# ----------------------------------------------------------------------------- demotion
+def _is_mutant_class(cls: type) -> bool:
+    return cls.__module__.split(".")[:2] == ["fixtures", "mutants"]
+
+
+def _is_public_reference_class(cls: type) -> bool:
+    """A class the reference exports: public in ``conformance.adapters.reference``, or in
+    ``dspark_ref.__all__`` (and defined in ``dspark_ref``)."""
+    if cls.__name__.startswith("_"):
+        return False
+    if cls.__module__ == reference.__name__:
+        return getattr(reference, cls.__name__, None) is cls
+    return cls.__module__.startswith("dspark_ref.") and getattr(dspark_ref, cls.__name__, None) is cls \
+        and cls.__name__ in dspark_ref.__all__
+
+
+def _public_base(cls: type) -> type:
+    """The first public reference class in the method resolution order of ``cls``."""
+    return next(base for base in cls.__mro__ if _is_public_reference_class(base))
+
+
+def _reachable(value: Any, seen: set[int] | None = None) -> list[Any]:
+    """``value`` and what it holds: attributes of instances, class attributes of mutant
+    classes, items of mappings and sequences (the places a mutant plugs a class in)."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
+    found = [value]
+    if isinstance(value, dict):
+        children = list(value.values())
+    elif isinstance(value, (list, tuple)):
+        children = list(value)
+    elif isinstance(value, type):
+        children = [v for cls in value.__mro__ if _is_mutant_class(cls) for v in vars(cls).values()]
+    elif _is_mutant_class(type(value)) or _is_public_reference_class(type(value)):
+        children = [type(value), *vars(value).values()]
+    else:
+        children = []
+    for child in children:
+        found += _reachable(child, seen)
+    return found
+
+
+def _mutant_classes(overrides: dict) -> set[type]:
+    return {v for v in _reachable(overrides) if isinstance(v, type) and _is_mutant_class(v)}
+
+
+def _fault_disabled(value: Any) -> Any:
+    """``value`` with every mutant-defined object demoted to its public reference base: a
+    copy whose class is that base (the fault's overrides gone), its attributes demoted."""
+    if not (_is_mutant_class(type(value)) or _is_public_reference_class(type(value))) or isinstance(value, type):
+        return value
+    if isinstance(value, torch.nn.Module):
+        return value
+    demoted = copy.copy(value)
+    if _is_mutant_class(type(value)):
+        demoted.__class__ = _public_base(type(value))
+    for name, attribute in vars(value).items():
+        setattr(demoted, name, _fault_disabled(attribute))
+    return demoted
+
+
+# ----------------------------------------------------------------------------- tests
+REFERENCE = reference.capabilities()
+
+
+@pytest.mark.parametrize("mutant_id", sorted(MUTANTS))
+def test_mutant_classes_subclass_public_reference_classes(mutant_id):
+    classes = _mutant_classes(MUTANTS[mutant_id].overrides())
+    assert classes, f"{mutant_id}: defines no class of its own (expected a subclass carrying the fault)"
+    bad = {cls.__qualname__: [b.__qualname__ for b in cls.__bases__ if not _is_public_reference_class(b)]
+           for cls in classes}
+    bad = {name: bases for name, bases in bad.items() if bases}
+    assert not bad, (f"{mutant_id}: mutant classes must subclass public reference classes "
+                     f"(conformance.adapters.reference or dspark_ref.__all__), got bases {bad}")
+
+
+@pytest.mark.parametrize("mutant_id", sorted(MUTANTS))
+def test_mutant_baseline_equals_the_reference(mutant_id):
+    for capability, impl in MUTANTS[mutant_id].overrides().items():
+        baseline = _fault_disabled(impl)
+        assert not any(_is_mutant_class(type(v)) for v in _reachable(baseline) if not isinstance(v, type)), (
+            f"{mutant_id}: demotion left a mutant object in {capability.__name__}"
+        )
+        assert _same(_probe(capability, baseline), _reference_probe(capability)), (
+            f"{mutant_id}: with the fault disabled, {capability.__name__} differs from the reference "
+            f"adapter on the seeded probes (the mutant's base is not the reference)"
+        )
+
+
+@pytest.mark.parametrize("mutant_id", sorted(MUTANTS))
+def test_mutant_fault_shows_in_the_probes(mutant_id):
+    overrides = MUTANTS[mutant_id].overrides()
+    differing = [cap.__name__ for cap, impl in overrides.items()
+                 if not _same(_probe(cap, impl), _reference_probe(cap))]
+    assert differing, f"{mutant_id}: the seeded probes do not see the fault (add a probe input that does)"
+
+
+def _private_uses(source: str) -> list[str]:
+    """Private names (``_x``) of ``dspark_ref`` / ``conformance`` a module imports, or reads
+    off a module of those it imported (``module._x``)."""
+    def ours(module: str) -> bool:
+        return module.split(".")[0] in PRIVATE_ROOTS
+
+    def private_path(module: str) -> bool:
+        return any(part.startswith("_") for part in module.split("."))
+
+    tree = ast.parse(source)
+    found, aliases = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if ours(alias.name):
+                    if private_path(alias.name):
+                        found.append(f"line {node.lineno}: import {alias.name}")
+                    aliases.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and ours(node.module):
+            if private_path(node.module):
+                found.append(f"line {node.lineno}: from {node.module} import ...")
+            for alias in node.names:
+                if alias.name.startswith("_"):
+                    found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
+                aliases.add(alias.asname or alias.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(MUTANT_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_mutant_modules_use_no_private_reference_names(path):
+    assert _private_uses(path.read_text()) == [], f"{path.name}: uses private names of the reference"
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from dspark_ref.tiled_sampling import _torch_partials",
+     ["line 1: from dspark_ref.tiled_sampling import _torch_partials"]),
+    ("from dspark_ref import verify\nverify._step_laws(1)", ["line 2: verify._step_laws"]),
+    ("import dspark_ref._checks", ["line 1: import dspark_ref._checks"]),
+    ("from conformance.adapters import reference\nreference.greedy_mask_of(1)", []),
+    ("from torch import _C\nimport os\nos._exit", []),
+])
+def test_private_use_check_flags_private_reference_names(source, expected):
+    assert _private_uses(source) == expected
+
+
+def test_every_capability_has_a_probe():
+    assert set(PROBES) == set(REFERENCE), sorted(c.__name__ for c in set(REFERENCE) ^ set(PROBES))
+    assert all(inspect.isfunction(probe) for probe in PROBES.values())
