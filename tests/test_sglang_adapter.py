@@ -11,6 +11,7 @@ exactly. To add a case: one ``test_<topic>_*`` function using the ``sglang`` fix
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -21,17 +22,20 @@ import torch
 
 from conformance import contract as c
 from conformance.adapters.sglang import ledger, loader, make_adapter, make_blockwise_adapter, v0517, v0522
-from conformance.adapters.sglang.engine_inputs import tp_sync_argument
+from conformance.adapters.sglang import verify as sglang_verify
+from conformance.adapters import reference
+from conformance.adapters.sglang.engine_inputs import TOP_K_ALL, draft_input, sampling_info, tp_sync_argument
 from conformance.loading import AdapterLoadError, load_adapter
 from dspark_ref import confidence, markov, verify
 
 FOLDED_CAPABILITIES = {
     c.StepSampler, c.NoiseStepSampler, c.MarkovBlock, c.FoldedDraft, c.FoldGate,
-    c.ChainVerifier, c.GreedyVerifier, c.SimulatedAcceptance, c.Confidence,
+    c.ChainVerifier, c.TruncatedChainVerifier, c.GreedyVerifier, c.SimulatedAcceptance, c.Confidence,
+    c.SpeculativeRound,
 }
 PHILOX_CAPABILITIES = {
-    c.StepSampler, c.MarkovBlock, c.FoldedDraft, c.ChainVerifier, c.GreedyVerifier,
-    c.SimulatedAcceptance, c.Confidence,
+    c.StepSampler, c.MarkovBlock, c.FoldedDraft, c.ChainVerifier, c.TruncatedChainVerifier, c.GreedyVerifier,
+    c.SimulatedAcceptance, c.Confidence, c.SpeculativeRound,
 }
 V, RANK, HIDDEN = 40, 6, 5
 
@@ -184,7 +188,30 @@ def test_adapter_builds_for_installed_version(adapter, sglang):
     assert adapter.name == f"sglang=={sglang.version}"
     expected = FOLDED_CAPABILITIES if sglang.generation == "folded" else PHILOX_CAPABILITIES
     assert set(adapter.capabilities) == expected
-    assert adapter.conventions.greedy_rule == "top_k"
+    conventions = adapter.conventions
+    assert (conventions.greedy_rule, conventions.top_k_ties, conventions.draft_truncates) == ("top_k", "lowest", False)
+
+
+def test_sampling_info_carries_request_truncation_only_when_asked():
+    top_k, temps = torch.tensor([1, 7, V, V + 3]), torch.tensor([0.5, 1.0, 2.0, 1.0])
+    plain = sampling_info(temps, top_k)
+    assert plain.top_ks.tolist() == [1, TOP_K_ALL, TOP_K_ALL, TOP_K_ALL]
+    assert (plain.need_top_p_sampling, plain.need_min_p_sampling) == (False, False)
+    info = sampling_info(temps, top_k, top_p=torch.tensor([1.0, 1.0, 0.5, 1.0]), min_p=torch.zeros(4), vocab_size=V)
+    assert info.top_ks.tolist() == [1, 7, TOP_K_ALL, TOP_K_ALL]
+    assert (info.need_top_k_sampling, info.need_top_p_sampling, info.need_min_p_sampling) == (True, True, False)
+    assert (info.is_all_greedy, info.is_any_greedy) == (False, True)
+    assert vars(draft_input(top_k, V)) == {"max_top_k": TOP_K_ALL, "uniform_top_k_value": None}
+    assert vars(draft_input(torch.tensor([5, 5]), V)) == {"max_top_k": 5, "uniform_top_k_value": 5}
+
+
+def test_loader_sampler_stub_carries_sglangs_own_top_p_renorm(sglang):
+    sampler = sys.modules["sglang.srt.layers.sampler"]
+    assert isinstance(sampler, loader._StubModule)
+    renorm = sampler.top_p_normalize_probs_torch
+    assert renorm.__code__.co_filename.endswith("sglang/srt/layers/sampler.py")
+    probs = torch.tensor([[0.5, 0.3, 0.2]])
+    torch.testing.assert_close(renorm(probs, torch.tensor([0.6])), torch.tensor([[0.625, 0.375, 0.0]]))
 
 
 def test_adapter_loads_by_pinned_name(sglang):
@@ -372,3 +399,72 @@ def test_simulated_acceptance_is_seeded_and_in_range(adapter):
     assert torch.equal(executors[0].correct_drafts, torch.where(kept, drafts, -1))
     with pytest.raises(ValueError, match="simulate_acc_method"):
         sim.sample_acc_len(4.7, "mean", 6, torch.Generator())
+
+
+# --------------------------------------------------------------------------- S9 one round
+def _round_inputs(head_type: str, rows: int = 3, gamma: int = 4, seed: int = 7):
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(rows, gamma, V, generator=gen) * 2
+    hidden = torch.randn(rows, gamma, HIDDEN, generator=gen) if head_type != "vanilla" else None
+    anchor = torch.randint(0, V, (rows,), generator=gen)
+    return base, hidden, anchor, gen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("head_type", ["vanilla", "gated", "rnn"])
+def test_speculative_round_greedy_matches_reference(adapter, head_type, dtype):
+    ref_head = _reference_head(head_type)
+    ours, theirs = adapter.get(c.SpeculativeRound), reference.SpeculativeRound()
+    head = ours.load_head(head_type, ref_head.state_dict(), V, RANK, HIDDEN, torch.device("cpu"), dtype)
+    ref = theirs.load_head(head_type, ref_head.state_dict(), V, RANK, HIDDEN, torch.device("cpu"), dtype)
+    base, hidden, anchor, gen = _round_inputs(head_type)
+    rows, gamma = base.shape[:2]
+    # A target that agrees with the greedy draft up to a row-dependent position.
+    drafted = theirs.round(ref, base, anchor, hidden, torch.zeros(rows, gamma + 1, V), torch.ones(rows),
+                           torch.ones(rows, dtype=torch.int64), torch.ones(rows), torch.zeros(rows))[0]
+    target = torch.randn(rows, gamma + 1, V, generator=gen)
+    for row, agree in enumerate((0, 2, gamma)):
+        target[row, torch.arange(agree), drafted[row, :agree]] = 10.0
+    args = (target, torch.ones(rows), torch.ones(rows, dtype=torch.int64), torch.ones(rows), torch.zeros(rows))
+    got = ours.round(head, base, anchor, hidden, *args, generator=torch.Generator().manual_seed(1))
+    expected = theirs.round(ref, base, anchor, hidden, *args, generator=torch.Generator().manual_seed(1))
+    for name, a, b in zip(("draft_tokens", "accepted", "tokens", "draft_probs"), got, expected):
+        assert torch.equal(a, b.to(a.dtype)), name
+    assert got[1].tolist() == [0, 2, gamma]
+
+
+def test_speculative_round_refuses_seeded_rows(adapter):
+    head = adapter.get(c.SpeculativeRound).load_head(
+        "vanilla", _reference_head("vanilla").state_dict(), V, RANK, HIDDEN, torch.device("cpu"), torch.float32
+    )
+    with pytest.raises(NotImplementedError, match="seeded rows"):
+        adapter.get(c.SpeculativeRound).round(
+            head, torch.zeros(1, 2, V), torch.zeros(1, dtype=torch.int64), None, torch.zeros(1, 3, V), torch.ones(1),
+            torch.ones(1, dtype=torch.int64), torch.ones(1), torch.zeros(1), seeds=torch.zeros(1, dtype=torch.int64),
+            positions=torch.zeros(1, dtype=torch.int64),
+        )
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="SGLang's chain kernel needs TRITON_INTERPRET=1 on CPU")
+def test_speculative_round_hands_over_the_law_of_its_draft(adapter, sglang):
+    """Sampling rows: the q SGLang hands its verifier is softmax(corrected / T) of the drawn
+    tokens (teacher forcing through SGLang's MarkovBlock); greedy rows one-hot."""
+    round_, block = adapter.get(c.SpeculativeRound), adapter.get(c.MarkovBlock)
+    ref_head = _reference_head("gated")
+    head = round_.load_head("gated", ref_head.state_dict(), V, RANK, HIDDEN, torch.device("cpu"), torch.float32)
+    base, hidden, anchor, gen = _round_inputs("gated")
+    temps, top_k = torch.tensor([0.7, 1.0, 1.5]), torch.tensor([1, 5, V])
+    target = torch.randn(3, base.shape[1] + 1, V, generator=gen)
+    args = (head, base, anchor, hidden, target, temps, top_k, torch.ones(3), torch.zeros(3))
+    if sglang_verify._renorm_kernels_missing(sglang):  # 0.5.17 without sgl_kernel
+        with pytest.raises(NotImplementedError, match="no torch fallback before 0.5.18"):
+            round_.round(*args, generator=gen)
+        return
+    drafts, accepted, tokens, q = round_.round(*args, generator=gen)
+    prev = torch.cat([anchor[:, None], drafts[:, :-1]], dim=1)
+    corrected = block.apply_block_logits(head, base, prev, hidden)
+    law = torch.softmax(corrected / temps[:, None, None], dim=-1)
+    torch.testing.assert_close(q[1:], law[1:])  # top_k = 5 does not reach the drafter
+    assert torch.equal(q[0], torch.nn.functional.one_hot(drafts[0], V).float())
+    assert torch.equal(drafts[0], corrected[0].argmax(-1))
+    assert bool((tokens[torch.arange(3), accepted] >= 0).all())

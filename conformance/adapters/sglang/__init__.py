@@ -11,8 +11,10 @@ API generation maps the capabilities:
 Measured on CPU: every release 0.5.17-0.5.23 (``docs/conformance/sglang-<version>-cpu.md``);
 on an H200: 0.5.21 and 0.5.23 (whole suite), 0.5.17-0.5.20 (without the statistical cases). ``DSPARK_SGLANG_LEDGER=off`` drops the expected-failure
 ledger (:mod:`.ledger`) so that known divergences show as failures.
-* both: verification (:mod:`.verify`), simulated acceptance (:mod:`.simulated`) and the
-  confidence head with STS (:mod:`.confidence`).
+* both: verification (:mod:`.verify`, with the truncated target law), one speculative
+  round with SGLang's own drafter, handoff and verifier (:mod:`.speculative_round`),
+  simulated acceptance (:mod:`.simulated`) and the confidence head with STS
+  (:mod:`.confidence`).
 
 Not offered (skipped by the suite, naming the capability): ``PrefixScheduler`` (SGLang's
 verify-budget planner is the production variant, not Algorithm 1: an argmax of the
@@ -22,7 +24,10 @@ throughput over all budgets, no early stop, fed with confidences two steps old),
 0.5.22+ (see :mod:`.v0522`).
 
 Conventions: greedy iff ``top_k <= 1`` in every version (SGLang's draft staging;
-0.5.22+'s kernel then argmaxes the rows staged at temperature 0), lowest-index ties.
+0.5.22+'s kernel then argmaxes the rows staged at temperature 0), lowest-index ties; a
+top-k cut keeps exactly k tokens (``torch.topk``: ``top_k_ties = "lowest"``, though which
+tied ones is torch.topk's order, F9); the drafter never truncates (``draft_truncates =
+False``: it samples the full tempered softmax, the verifier truncates the target law).
 
 Run: ``pip install --no-deps --target DIR 'sglang==X' msgspec`` then
 ``PYTHONPATH=DIR pytest --dspark-impl sglang`` (add ``TRITON_INTERPRET=1`` on CPU for the
@@ -37,13 +42,25 @@ from typing import Any
 from conformance import contract as c
 from conformance.loading import AdapterLoadError
 
-from . import confidence, ledger, simulated, v0517, v0522, verify
+from . import confidence, ledger, simulated, speculative_round, v0517, v0522, verify
 from . import loader
 from .loader import SGLangModules, load_sglang
 
 __all__ = ["make_adapter", "make_blockwise_adapter", "capabilities", "requirements"]
 
 GREEDY_RULE = "top_k"
+#: Verification cuts top-k with ``torch.topk`` (``build_dflash_verify_target_probs``;
+#: 0.5.23: ``build_speculative_verify_target_probs``): exactly k tokens, never every tied one.
+#: Which tied ones torch.topk keeps is its own order (not the lowest ids on CPU): F9.
+TOP_K_TIES = "lowest"
+#: The drafter samples the full ``softmax(L / T)``: ``sample_draft_block`` reads only the
+#: temperatures and the greedy mask of ``sampling_info``.
+DRAFT_TRUNCATES = False
+
+
+def conventions() -> c.Conventions:
+    """SGLang's declared conventions (every version)."""
+    return c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=DRAFT_TRUNCATES)
 
 
 def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[type, Any]:
@@ -56,15 +73,17 @@ def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[typ
             c.FoldedDraft: v0517.FoldedDraft(modules),
             c.FoldGate: v0517.FoldGate(modules),
         }
-        draft_params = v0517.draft_params
+        draft_params, draft_block = v0517.draft_params, v0517.draft_block
     else:
         offered = {
             c.StepSampler: v0522.StepSampler(modules),
             c.MarkovBlock: v0522.MarkovBlock(modules),
             c.FoldedDraft: v0522.FoldedDraft(modules),
         }
-        draft_params = v0522.draft_params
+        draft_params, draft_block = v0522.draft_params, v0522.draft_block
     offered[c.ChainVerifier] = verify.ChainVerifier(modules, draft_params, blockwise=blockwise)
+    offered[c.TruncatedChainVerifier] = verify.TruncatedChainVerifier(modules, draft_params, blockwise=blockwise)
+    offered[c.SpeculativeRound] = speculative_round.SpeculativeRound(modules, draft_block, blockwise=blockwise)
     offered[c.GreedyVerifier] = verify.GreedyVerifier(modules)
     offered[c.SimulatedAcceptance] = simulated.SimulatedAcceptance(modules)
     offered[c.Confidence] = confidence.Confidence(modules)
@@ -93,7 +112,7 @@ def make_adapter() -> c.Adapter:
         description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
     return c.Adapter(
         name=f"sglang=={modules.version}",
-        conventions=c.Conventions(greedy_rule=GREEDY_RULE),
+        conventions=conventions(),
         capabilities=capabilities(modules),
         requirements=requirements(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
@@ -116,7 +135,7 @@ def make_blockwise_adapter() -> c.Adapter:
         )
     return c.Adapter(
         name=f"sglang=={modules.version}+blockwise",
-        conventions=c.Conventions(greedy_rule=GREEDY_RULE),
+        conventions=conventions(),
         capabilities=capabilities(modules, blockwise=True),
         requirements=requirements(modules),
         description=f"SGLang {modules.version} DSpark, verify through BlockwiseRejection",

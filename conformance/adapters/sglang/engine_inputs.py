@@ -6,7 +6,12 @@ fill exactly those fields, the way the server fills them for the same requests:
 
 * a row is greedy iff ``top_k <= 1`` (SGLang's ``SamplingParams`` turns a request with
   ``temperature < 1e-6`` into ``top_k = 1``, so the contract's ``top_k`` carries the greedy
-  decision); sampling rows get ``TOP_K_ALL`` (the contract has no top-k truncation);
+  decision); sampling rows get ``TOP_K_ALL``, except for the truncating capabilities
+  (``vocab_size`` given): there a row keeps its ``top_k``, and ``top_k >= V`` (the
+  contract's neutral value) becomes ``TOP_K_ALL``, as a request without top-k arrives;
+* ``top_ps`` / ``min_ps`` are the request's (neutral 1 / 0 when not given), and the batch
+  flags ``need_top_p_sampling`` / ``need_min_p_sampling`` are computed from them as
+  ``SamplingBatchInfo.from_schedule_batch`` computes them;
 * temperatures travel unclamped in ``[B, 1]``, as in ``SamplingBatchInfo``; SGLang's own
   staging code clamps them.
 
@@ -39,33 +44,54 @@ __all__ = [
 TOP_K_ALL = 1 << 30
 
 
-def _request_top_ks(top_k: torch.Tensor) -> torch.Tensor:
-    return torch.where(top_k <= 1, 1, TOP_K_ALL).to(torch.int32)
+def _request_top_ks(top_k: torch.Tensor, vocab_size: int | None = None) -> torch.Tensor:
+    """``top_ks [B]`` int32 as ``SamplingParams`` leaves them: 1 on greedy rows; on sampling
+    rows ``TOP_K_ALL``, or (``vocab_size`` given) the row's ``top_k``, ``TOP_K_ALL`` from
+    ``vocab_size`` on."""
+    if vocab_size is None:
+        kept = torch.full_like(top_k, TOP_K_ALL)
+    else:
+        kept = torch.where(top_k >= vocab_size, TOP_K_ALL, top_k)
+    return torch.where(top_k <= 1, 1, kept).to(torch.int32)
 
 
-def sampling_info(temperatures: torch.Tensor, top_k: torch.Tensor) -> types.SimpleNamespace:
-    """The ``SamplingBatchInfo`` fields DSpark reads, for rows ``temperatures[B]``, ``top_k[B]``.
+def sampling_info(
+    temperatures: torch.Tensor,
+    top_k: torch.Tensor,
+    *,
+    top_p: torch.Tensor | None = None,
+    min_p: torch.Tensor | None = None,
+    vocab_size: int | None = None,
+) -> types.SimpleNamespace:
+    """The ``SamplingBatchInfo`` fields DSpark reads, for rows ``temperatures[B]``, ``top_k[B]``
+    (and, for the truncating capabilities, ``top_p[B]``, ``min_p[B]`` and ``vocab_size``).
 
-    ``temperatures [B, 1]`` float32, ``top_ks [B]`` int32 (1 or ``TOP_K_ALL``), ``top_ps``
-    ones, and the batch flags computed as SGLang computes them from the requests.
+    ``temperatures [B, 1]`` float32, ``top_ks [B]`` int32 (:func:`_request_top_ks`),
+    ``top_ps`` / ``min_ps [B]`` float32, and the batch flags computed as SGLang computes
+    them from the requests.
     """
-    top_ks = _request_top_ks(top_k)
+    top_ks = _request_top_ks(top_k, vocab_size)
     greedy = top_ks <= 1
+    top_ps = torch.ones_like(temperatures, dtype=torch.float32) if top_p is None else top_p.to(torch.float32)
+    min_ps = torch.zeros_like(temperatures, dtype=torch.float32) if min_p is None else min_p.to(torch.float32)
     return types.SimpleNamespace(
         temperatures=temperatures.to(torch.float32).view(-1, 1),
         top_ks=top_ks,
-        top_ps=torch.ones_like(temperatures, dtype=torch.float32),
+        top_ps=top_ps,
+        min_ps=min_ps,
         is_all_greedy=bool(greedy.all()),
         is_any_greedy=bool(greedy.any()),
         need_top_k_sampling=bool((top_ks != TOP_K_ALL).any()),
-        need_top_p_sampling=False,
+        need_top_p_sampling=bool((top_ps != 1.0).any()),
+        need_min_p_sampling=bool((min_ps > 0).any()),
     )
 
 
-def draft_input(top_k: torch.Tensor) -> types.SimpleNamespace:
+def draft_input(top_k: torch.Tensor, vocab_size: int | None = None) -> types.SimpleNamespace:
     """The ``DFlashDraftInputV2`` fields the sampling accept reads (``max_top_k``,
-    ``uniform_top_k_value``), computed over the rows as the server computes them."""
-    top_ks = _request_top_ks(top_k).tolist()
+    ``uniform_top_k_value``), computed over the rows' ``top_ks`` as the server computes them
+    (``vocab_size`` as in :func:`sampling_info`)."""
+    top_ks = _request_top_ks(top_k, vocab_size).tolist()
     uniform = len(set(top_ks)) == 1
     return types.SimpleNamespace(
         max_top_k=max([1, *top_ks]), uniform_top_k_value=top_ks[0] if uniform else None

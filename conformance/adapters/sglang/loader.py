@@ -24,6 +24,13 @@ components are plain modules inside that wheel, so this loader imports them dire
   present (for EAGLE's tree top-k, a path DSpark never takes): a placeholder that raises
   :class:`StubCalled` if it is ever called. Without it those releases do not load on CUDA.
 
+* **Real functions inside a stubbed module** (``_REAL_FUNCTIONS``): where a DSpark path calls
+  a plain torch function that lives in a server module (``top_p_normalize_probs_torch`` in
+  ``sglang.srt.layers.sampler``, the torch top-p renorm that ``dflash_utils`` falls back
+  to where no platform kernel is loaded), the stub carries that function compiled from the
+  installed wheel's own source file (its tracebacks name that file); the rest of the
+  module stays a stub.
+
 If SGLang was already imported the normal way, its modules are used as they are.
 
 To support a new SGLang release: add its DSpark modules to ``DSPARK_MODULES`` (by API
@@ -34,6 +41,7 @@ generation; a module that only later releases of a generation ship also goes int
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -82,6 +90,7 @@ DSPARK_MODULES: dict[str, dict[str, str]] = {
         "accept": f"{_DSPARK_OPS}.dspark_accept",
         "verify": f"{_SPEC}.dspark_components.dspark_verify",
         "spec_utils": f"{_SPEC}.spec_utils",
+        "dflash_utils": f"{_SPEC}.dflash_utils",  # verify target probs (top-k / top-p renorm)
         "tp_sync": f"{_SPEC}.spec_tp_sync",
         "environ": "sglang.srt.environ",
         "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival
@@ -96,6 +105,7 @@ DSPARK_MODULES: dict[str, dict[str, str]] = {
         "accept": f"{_DSPARK_OPS}.dspark_accept",
         "verify": f"{_SPEC}.dspark_components.dspark_verify",
         "spec_utils": f"{_SPEC}.spec_utils",
+        "dflash_utils": f"{_SPEC}.dflash_utils",  # verify target probs (top-k / top-p renorm)
         "tp_sync": f"{_SPEC}.spec_tp_sync",
         "environ": "sglang.srt.environ",
         "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival
@@ -158,6 +168,27 @@ def _cuda_platform() -> bool:
 
 def _false() -> bool:
     return False
+
+
+#: Stubbed modules that carry some of their real functions (plain torch code a DSpark path
+#: calls), compiled from the installed wheel's source: module -> function names.
+_REAL_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    # dflash_utils' top-p renorm fallback (verify target probs with top_p < 1), 0.5.18+.
+    "sglang.srt.layers.sampler": ("top_p_normalize_probs_torch",),
+}
+
+
+def _functions_from_source(path: str, module_name: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """The top-level functions ``names`` of the source file ``path``, compiled from that file
+    alone (globals: ``torch``); names the file lacks are left out (a placeholder then)."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), filename=path)
+    nodes = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in names]
+    namespace: dict[str, Any] = {"torch": torch, "__name__": module_name}
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), path, "exec"), namespace)  # SGLang's own code
+    return {node.name: namespace[node.name] for node in nodes}
 
 
 #: Modules whose names are read at import time: explicit values, plus placeholders for
@@ -272,7 +303,10 @@ class _WheelFinder(importlib.abc.MetaPathFinder):
         directory = os.path.join(self._root, *fullname.split("."))
         is_package = os.path.isdir(directory)
         if fullname in _SERVER_STUBS or fullname in _PLATFORM_STUBS:
-            loader = _Loader(_PLATFORM_STUBS.get(fullname, {}))
+            values = dict(_PLATFORM_STUBS.get(fullname, {}))
+            if fullname in _REAL_FUNCTIONS:
+                values.update(_functions_from_source(directory + ".py", fullname, _REAL_FUNCTIONS[fullname]))
+            loader = _Loader(values)
         elif is_package:
             loader = _Loader(None)
         else:

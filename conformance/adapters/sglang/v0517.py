@@ -49,7 +49,7 @@ from .folded_session import BlockPassCounter, FoldedSession
 from .heads import SGLangHead, load_head
 from .loader import SGLangModules
 
-__all__ = ["draft_params", "StepSampler", "NoiseStepSampler", "MarkovBlock", "FoldedDraft", "FoldGate"]
+__all__ = ["draft_params", "draft_block", "StepSampler", "NoiseStepSampler", "MarkovBlock", "FoldedDraft", "FoldGate"]
 
 _GIB = 1 << 30
 #: ``_resolve_folded_sampling(available_memory_gb=...)``: the caller passes free memory (0.5.19+);
@@ -75,6 +75,22 @@ def draft_params(
     info = sampling_info(temperatures, top_k)
     modules["draft_sampler"].DsparkDraftSampler.stage_sampling_params(staged, bs=bs, sampling_info=info)
     return staged.temperatures, staged.greedy_mask
+
+
+def draft_block(modules: SGLangModules, head: SGLangHead, base_logits, first_prev, hidden, info, seed=None):
+    """SGLang's eager proposal ``sample_draft_block`` -> its ``DraftBlockResult`` (tokens,
+    corrected logits, staged temperatures, greedy mask). Its noise is ``exponential_()``
+    (or, with ``SGLANG_DSPARK_FAST_SAMPLING=0``, ``torch.multinomial``) on the global RNG:
+    call it inside ``seeded_global_rng``. ``seed`` is not read (0.5.22+'s signature)."""
+    return modules["draft"].sample_draft_block(
+        base_logits=base_logits,
+        anchor_tokens=first_prev,
+        draft_hidden=hidden,
+        sampling_info=info,
+        markov_head=head.module,
+        device=base_logits.device,
+        **tp_sync_argument(modules),
+    )
 
 
 class NoiseStepSampler:
@@ -109,22 +125,13 @@ class MarkovBlock:
 
     def __init__(self, modules: SGLangModules) -> None:
         self._modules = modules
-        self._tp_sync_arg = tp_sync_argument(modules)
 
     def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device):
         return load_head(self._modules["heads"], head_type, state_dict, vocab_size, rank, hidden_size, device)
 
     def sample_block(self, head: SGLangHead, base_logits, first_prev, hidden, temperatures, top_k, generator):
         with seeded_global_rng(seed_from(generator), base_logits.device), torch.no_grad():
-            block = self._modules["draft"].sample_draft_block(
-                base_logits=base_logits,
-                anchor_tokens=first_prev,
-                draft_hidden=hidden,
-                sampling_info=sampling_info(temperatures, top_k),
-                markov_head=head.module,
-                device=base_logits.device,
-                **self._tp_sync_arg,
-            )
+            block = draft_block(self._modules, head, base_logits, first_prev, hidden, sampling_info(temperatures, top_k))
         return block.draft_tokens, block.corrected_logits
 
     def apply_block_logits(self, head: SGLangHead, base_logits, token_ids, hidden):

@@ -34,7 +34,7 @@ from .folded_session import BlockPassCounter, FoldedSession
 from .heads import SGLangHead, load_head
 from .loader import SGLangModules
 
-__all__ = ["draft_params", "StepSampler", "MarkovBlock", "FoldedDraft", "FOLDED_REQUIREMENT"]
+__all__ = ["draft_params", "draft_block", "StepSampler", "MarkovBlock", "FoldedDraft", "FOLDED_REQUIREMENT"]
 
 _OFFSET_MASK = 0xFFFFFFFF  # the kernel reads the low 32 bits of the counter offset
 
@@ -61,6 +61,32 @@ def _noise(modules: SGLangModules, generator: torch.Generator, device: torch.dev
     return modules["draft"].DraftNoise(key=seed_from(generator), offset=offset)
 
 
+def _sample_draft_block(modules: SGLangModules, head: SGLangHead, base_logits, first_prev, hidden, info, noise):
+    return modules["draft"].sample_draft_block(
+        base_logits=base_logits,
+        anchor_tokens=first_prev,
+        draft_hidden=hidden,
+        sampling_info=info,
+        markov_head=head.module,
+        noise=noise,
+        device=base_logits.device,
+        tp_sync=single_rank_tp_sync(modules["tp_sync"]),
+        greedy_draft=False,
+    )
+
+
+def draft_block(modules: SGLangModules, head: SGLangHead, base_logits, first_prev, hidden, info, seed: int):
+    """SGLang's eager proposal ``sample_draft_block`` (``draft_markov_block`` with kept step
+    logits, ``greedy_draft=False``, the worker's default ``SGLANG_DSPARK_USE_GREEDY_DRAFT=0``)
+    -> its ``DraftBlockResult``. The noise is the proposer's: ``DraftNoise(key=
+    draft_noise_key(seed), offset=0)``, a fresh server of ``random_seed = seed``."""
+    draft = modules["draft"]
+    noise = draft.DraftNoise(
+        key=draft.draft_noise_key(seed), offset=torch.zeros(1, dtype=torch.int64, device=base_logits.device)
+    )
+    return _sample_draft_block(modules, head, base_logits, first_prev, hidden, info, noise)
+
+
 class StepSampler:
     """SPEC S3 through ``MarkovSampleStep`` with a zero bias (see the module note)."""
 
@@ -84,23 +110,15 @@ class MarkovBlock:
 
     def __init__(self, modules: SGLangModules) -> None:
         self._modules = modules
-        self._tp_sync = single_rank_tp_sync(modules["tp_sync"])
 
     def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device):
         return load_head(self._modules["heads"], head_type, state_dict, vocab_size, rank, hidden_size, device)
 
     def sample_block(self, head: SGLangHead, base_logits, first_prev, hidden, temperatures, top_k, generator):
         with torch.no_grad():
-            block = self._modules["draft"].sample_draft_block(
-                base_logits=base_logits,
-                anchor_tokens=first_prev,
-                draft_hidden=hidden,
-                sampling_info=sampling_info(temperatures, top_k),
-                markov_head=head.module,
-                noise=_noise(self._modules, generator, base_logits.device),
-                device=base_logits.device,
-                tp_sync=self._tp_sync,
-                greedy_draft=False,
+            block = _sample_draft_block(
+                self._modules, head, base_logits, first_prev, hidden, sampling_info(temperatures, top_k),
+                _noise(self._modules, generator, base_logits.device),
             )
         return block.draft_tokens, block.corrected_logits
 

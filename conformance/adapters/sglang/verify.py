@@ -7,6 +7,12 @@
   a ``RejectionNoise``, ``BlockwiseRejection``; mixed batches merge the greedy rows back
   with ``SelectMixedAccept``. The draft side (``DraftBlockResult``) carries the corrected
   logits with the temperatures and greedy mask SGLang stages for the draft.
+* ``TruncatedChainVerifier``: the same call with the request's ``top_ks`` / ``top_ps`` /
+  ``min_ps`` in ``sampling_info``; SGLang truncates the target law in
+  ``build_dflash_verify_target_probs`` (0.5.23: ``build_speculative_verify_target_probs``):
+  top-k by ``torch.topk`` (exactly k), top-p by the platform renorm kernel or the torch
+  fallback ``top_p_normalize_probs_torch``, min-p not at all (F10). The handed-over q
+  travels as ``log q`` at draft temperature 1 (``SoftmaxTemp`` gives ``q`` back).
 * ``GreedyVerifier``: ``AcceptGreedy.execute``.
 * The cap is SGLang's ragged-verify ``cutoff_layout.verify_lens`` (one length for all rows).
 * Output: SGLang's commit layout ``BuildOutTokens`` (accepted drafts, then the bonus),
@@ -30,7 +36,7 @@ import torch
 from .engine_inputs import draft_input, sampling_info, seed_from, seeded_global_rng
 from .loader import SGLangModules
 
-__all__ = ["ChainVerifier", "GreedyVerifier"]
+__all__ = ["accept", "draft_block_result", "ChainVerifier", "TruncatedChainVerifier", "GreedyVerifier"]
 
 DraftParams = Callable[[SGLangModules, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -59,6 +65,110 @@ def _triton_runs_on(device: torch.device) -> bool:
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def _check_no_seeds(seeds, positions) -> None:
+    if seeds is not None or positions is not None:
+        raise NotImplementedError("seeded rows: SGLang's accept takes no per-row (seed, position)")
+
+
+def accept(
+    modules: SGLangModules,
+    *,
+    anchor: torch.Tensor | None,
+    draft_block,
+    target_logits: torch.Tensor,
+    info,
+    top_k: torch.Tensor,
+    seed: int,
+    blockwise: bool = False,
+    cap: int | None = None,
+    vocab_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang's ``accept_draft_tokens`` on one drafted block, in contract outputs.
+
+    Call it inside ``seeded_global_rng(seed, device)``: SGLang's coins are ``torch.rand``
+    draws of the global RNG (the server seeds it with its ``random_seed``), and the
+    blockwise ``RejectionNoise`` is ``make_rejection_noise``'s of the same ``seed``.
+
+    Args:
+        modules: the loaded SGLang.
+        anchor: ``[B]`` the anchor ``x0`` (candidate column 0; verification does not read
+            it), or None for token 0.
+        draft_block: SGLang's ``DraftBlockResult`` (tokens ``[B, gamma]``, corrected logits,
+            draft temperatures and greedy mask).
+        target_logits: ``[B, gamma + 1, V]``.
+        info: the ``SamplingBatchInfo`` fields (:func:`~.engine_inputs.sampling_info`).
+        top_k: ``[B]`` the rows' ``top_k`` (for ``DFlashDraftInputV2``'s top-k fields).
+        seed: the server seed the global RNG was seeded with (keys ``RejectionNoise``).
+        blockwise: 0.5.23+: pass a ``RejectionNoise`` (``BlockwiseRejection``).
+        cap: the ragged-verify length of every row, or None.
+        vocab_size: ``V`` for the truncating capabilities (``draft_input``), else None.
+
+    Raises:
+        NotImplementedError: a sampling batch on CPU without ``TRITON_INTERPRET=1`` (the chain
+            kernel is Triton-only).
+    """
+    draft_tokens = draft_block.draft_tokens
+    bs, gamma = draft_tokens.shape
+    device = draft_tokens.device
+    # Blockwise rejection serves full-vocab batches only (mixed batches carry top_k = 1
+    # rows, so SGLang sends them to the chain kernel).
+    chain_kernel = not info.is_all_greedy and not (
+        blockwise and not info.need_top_k_sampling and not info.need_top_p_sampling
+    )
+    if chain_kernel and not _triton_runs_on(device):
+        raise NotImplementedError(
+            "SGLang's chain kernel chain_speculative_sampling_triton is Triton-only: on CPU "
+            "run the suite with TRITON_INTERPRET=1"
+        )
+    candidates = _candidates(draft_tokens) if anchor is None else torch.cat(
+        [anchor.to(torch.int64).view(bs, 1), draft_tokens.to(torch.int64)], dim=1
+    )
+    kwargs = dict(
+        candidates=candidates,
+        target_logits=target_logits.reshape(bs * (gamma + 1), -1),
+        draft_block=draft_block,
+        sampling_info=info,
+        draft_input=draft_input(top_k, vocab_size),
+        gamma=gamma,
+        verify_num_draft_tokens=gamma + 1,
+        cutoff_layout=None if cap is None else types.SimpleNamespace(
+            verify_lens=_cutoff_lens(cap, bs, device)
+        ),
+    )
+    if blockwise:
+        kwargs["rejection_noise"] = modules["blockwise"].make_rejection_noise(seed, device)
+    try:
+        correct_len, bonus, _trim = modules["verify"].accept_draft_tokens(**kwargs)
+    except TypeError as exc:
+        if _renorm_kernels_missing(modules):
+            raise NotImplementedError(
+                f"sglang=={modules.version}: verifying a batch with top-k / top-p rows (a mixed batch "
+                "counts: its greedy rows have top_k = 1) calls sgl_kernel's top_k_renorm_prob / "
+                "top_p_renorm_prob, which this platform lacks (build_dflash_verify_target_probs has "
+                "no torch fallback before 0.5.18)"
+            ) from exc
+        raise
+    return _contract_outputs(modules, draft_tokens, correct_len, bonus)
+
+
+def _renorm_kernels_missing(modules: SGLangModules) -> bool:
+    """0.5.17: ``dflash_utils`` calls ``top_k_renorm_prob`` / ``top_p_renorm_prob`` directly,
+    which are None without ``sgl_kernel`` (CPU; CUDA without the wheel); 0.5.18+ fall back
+    to torch (``_dflash_top_k_renorm_prob``)."""
+    utils = modules["dflash_utils"]
+    return not hasattr(utils, "_dflash_top_k_renorm_prob") and (
+        getattr(utils, "top_k_renorm_prob", None) is None or getattr(utils, "top_p_renorm_prob", None) is None
+    )
+
+
+def draft_block_result(modules: SGLangModules, **fields) -> object:
+    """SGLang's ``DraftBlockResult`` of ``fields`` (0.5.22+: an eager sampling draft,
+    ``greedy_draft=False``, whose step logits are kept)."""
+    if modules.generation == "philox":
+        fields.setdefault("greedy_draft", False)
+    return modules["draft"].DraftBlockResult(**fields)
+
+
 class ChainVerifier:
     """SPEC S5 chain verification through ``accept_draft_tokens``.
 
@@ -81,48 +191,55 @@ class ChainVerifier:
             raise NotImplementedError(
                 "explicit uniforms: SGLang's accept draws its own (torch.rand / Philox) and takes none"
             )
-        if seeds is not None or positions is not None:
-            raise NotImplementedError("seeded rows: SGLang's accept takes no per-row (seed, position)")
-        bs, gamma = draft_tokens.shape
-        device = draft_tokens.device
+        _check_no_seeds(seeds, positions)
         generator = torch.random.default_generator if generator is None else generator
-        info = sampling_info(temperatures, top_k)
-        # Blockwise rejection serves full-vocab batches only (mixed batches carry top_k = 1
-        # rows, so SGLang sends them to the chain kernel).
-        chain_kernel = not info.is_all_greedy and not (self._blockwise and not info.need_top_k_sampling)
-        if chain_kernel and not _triton_runs_on(device):
-            raise NotImplementedError(
-                "SGLang's chain kernel chain_speculative_sampling_triton is Triton-only: on CPU "
-                "run the suite with TRITON_INTERPRET=1"
-            )
         draft_temps, greedy_mask = self._draft_params(self._modules, temperatures, top_k)
-        block_fields = dict(
-            draft_tokens=draft_tokens, corrected_logits=draft_logits, greedy_mask=greedy_mask,
+        block = draft_block_result(
+            self._modules, draft_tokens=draft_tokens, corrected_logits=draft_logits, greedy_mask=greedy_mask,
             temperatures=draft_temps,
         )
-        if self._modules.generation == "philox":
-            block_fields["greedy_draft"] = False
-        kwargs = dict(
-            candidates=_candidates(draft_tokens),
-            target_logits=target_logits.reshape(bs * (gamma + 1), -1),
-            draft_block=self._modules["draft"].DraftBlockResult(**block_fields),
-            sampling_info=info,
-            draft_input=draft_input(top_k),
-            gamma=gamma,
-            verify_num_draft_tokens=gamma + 1,
-            cutoff_layout=None if cap is None else types.SimpleNamespace(
-                verify_lens=_cutoff_lens(cap, bs, device)
-            ),
-        )
-        if self._blockwise:
-            blockwise = self._modules["blockwise"]
-            kwargs["rejection_noise"] = blockwise.RejectionNoise(
-                key=blockwise.rejection_noise_key(seed_from(generator)),
-                counter=torch.zeros(1, dtype=torch.int64, device=device),
+        seed = seed_from(generator)
+        with seeded_global_rng(seed, draft_tokens.device):
+            return accept(
+                self._modules, anchor=None, draft_block=block, target_logits=target_logits,
+                info=sampling_info(temperatures, top_k), top_k=top_k, seed=seed, blockwise=self._blockwise, cap=cap,
             )
-        with seeded_global_rng(seed_from(generator), device):
-            correct_len, bonus, _trim = self._modules["verify"].accept_draft_tokens(**kwargs)
-        return _contract_outputs(self._modules, draft_tokens, correct_len, bonus)
+
+
+class TruncatedChainVerifier:
+    """SPEC S5 truncation through ``accept_draft_tokens`` with the request's ``top_ks`` /
+    ``top_ps`` / ``min_ps`` in ``sampling_info`` (SGLang builds the truncated target law
+    with ``build_dflash_verify_target_probs``, 0.5.23: ``build_speculative_verify_target_probs``).
+
+    The handed-over law ``q`` enters SGLang's handoff as the draft block's corrected logits
+    ``log q`` at draft temperature 1: ``SoftmaxTemp`` then gives back ``q`` (within float32
+    rounding; ``q = 0`` stays 0). Greedy rows (``top_k <= 1``) take ``AcceptGreedy`` as in
+    the engine.
+
+    Args: as :class:`ChainVerifier`.
+    """
+
+    def __init__(self, modules: SGLangModules, draft_params: DraftParams, *, blockwise: bool = False) -> None:
+        self._modules = modules
+        self._draft_params = draft_params
+        self._blockwise = blockwise
+
+    def verify_truncated(self, draft_tokens, target_logits, draft_probs, temperatures, top_k, top_p, min_p,
+                         generator):
+        generator = torch.random.default_generator if generator is None else generator
+        vocab = target_logits.shape[-1]
+        _draft_temps, greedy_mask = self._draft_params(self._modules, temperatures, top_k)
+        block = draft_block_result(
+            self._modules, draft_tokens=draft_tokens, corrected_logits=draft_probs.to(torch.float32).log(),
+            greedy_mask=greedy_mask, temperatures=torch.ones_like(temperatures, dtype=torch.float32),
+        )
+        info = sampling_info(temperatures, top_k, top_p=top_p, min_p=min_p, vocab_size=vocab)
+        seed = seed_from(generator)
+        with seeded_global_rng(seed, draft_tokens.device):
+            return accept(
+                self._modules, anchor=None, draft_block=block, target_logits=target_logits, info=info, top_k=top_k,
+                seed=seed, blockwise=self._blockwise, vocab_size=vocab,
+            )
 
 
 class GreedyVerifier:
