@@ -15,6 +15,7 @@ module                SPEC   what
 ``confidence``        S7     confidence head, STS, calibration metrics
 ``scheduler``         S8     Algorithm 1 and the production variant
 ``speculative``       S9     the speculative loop (``tiny_models``: its small models)
+``speculative_round`` S9     one round: the drafter's laws handed to the verifier
 ====================  =====  ==========================================================
 
 Every public name of those modules is importable from here (``from dspark_ref import
@@ -50,6 +51,9 @@ _EXPORTS: dict[str, str] = {
     "exponential_race": "sampling",
     "RaceSteps": "sampling",
     "sample_step": "sampling",
+    "TOP_K_TIE_RULES": "sampling",
+    "truncate_logits": "sampling",
+    "Truncation": "sampling",
     "BACKENDS": "tiled_sampling",
     "KERNEL_INTERPRETED": "tiled_sampling",
     "tile_partials": "tiled_sampling",
@@ -101,6 +105,10 @@ _EXPORTS: dict[str, str] = {
     "RoundSteps": "speculative",
     "speculative_generate": "speculative",
     "autoregressive_generate": "speculative",
+    "DRAFT_STREAM": "speculative_round",
+    "RoundResult": "speculative_round",
+    "RoundParts": "speculative_round",
+    "draft_and_verify": "speculative_round",
     "TargetOutput": "tiny_models",
     "DraftBlock": "tiny_models",
     "TinyTargetLM": "tiny_models",

@@ -16,7 +16,8 @@ that token is the first anchor (paper Figure 1). Then each round, for every row:
    the last verified draft); that token is the next anchor.
 
 Each step a variant may replace is one method of :class:`RoundSteps` (the draft sampler,
-the proposal, the q handed to the verifier, the anchor, the commit, the reported ``tau``);
+the proposal, the verify length, the q handed to the verifier, the anchor, the commit, the
+reported ``tau``);
 ``speculative_generate(..., steps=...)`` runs the loop with a subclass of it.
 
 Acceptance length: ``tau = accepted + 1`` tokens committed per round, counting slot 0; so
@@ -128,6 +129,19 @@ class RoundSteps:
         block = draft.block(context_hidden, anchor, gamma)
         return block, sample_block(draft.markov_head, block.base_logits, anchor, block.hidden, sampler)
 
+    def verify_limit(self, draft: DraftModel, block: object, anchor: Tensor, drafted: BlockSample,
+                     active: Tensor, gamma: int, scheduler: SPSCurve | None) -> Tensor:
+        """``[B]`` int64 drafts each row verifies this round: ``gamma`` without a scheduler;
+        else the prefix scheduler's lengths (SPEC S8) on the draft's confidences, over the
+        ``active [B]`` rows only (finished rows leave the batch the scheduler sees; they get 0)."""
+        limit = torch.full(anchor.shape, gamma, dtype=torch.int64, device=anchor.device)
+        if scheduler is None:
+            return limit
+        confidences = draft.confidences(block.hidden, anchor, drafted.tokens)
+        limit = torch.zeros_like(limit)
+        limit[active] = schedule_prefixes(confidences[active], scheduler)
+        return limit
+
     def verifier_q_logits(self, block: object, drafted: BlockSample) -> Tensor:
         """The logits ``[B, gamma, V]`` whose tempered softmax the verifier takes as q: the
         corrected logits that drew the tokens (SPEC S5, S9)."""
@@ -234,19 +248,15 @@ def speculative_generate(
         anchor = steps.anchor(seq, lengths)
         block, drafted = steps.propose(draft, context_hidden, anchor, gamma, sampler)
 
-        # 2. schedule: finished rows leave the batch the scheduler sees
-        limit = torch.full((rows,), gamma, dtype=torch.int64, device=device)
-        if scheduler is not None:
-            confidences = draft.confidences(block.hidden, anchor, drafted.tokens)
-            limit = torch.zeros_like(limit)
-            limit[active] = schedule_prefixes(confidences[active], scheduler)
+        # 2. schedule
+        limit = steps.verify_limit(draft, block, anchor, drafted, active, gamma, scheduler)
 
         # 3. verify
         seq[row_ids[:, None], lengths[:, None] + slots[:gamma]] = drafted.tokens
         out = target(seq[:, : int(lengths.max()) + gamma])
         verify_slots = lengths[:, None] - 1 + slots
         target_logits = out.logits[row_ids[:, None], verify_slots]
-        cap = None if scheduler is None else limit + 1
+        cap = limit + 1  # verifies min(gamma, limit) drafts: no cap when limit = gamma
         if greedy:
             result = greedy_verify(drafted.tokens, target_logits, cap=cap)
         else:

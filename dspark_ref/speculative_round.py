@@ -31,7 +31,7 @@ from dspark_ref.markov import MarkovHead, sample_block
 from dspark_ref.sampling import Truncation, clamp_temperature, exponential_noise, sample_step
 from dspark_ref.verify import VerifyResult, chain_verify, seeded_uniforms
 
-__all__ = ["DRAFT_STREAM", "RoundResult", "RoundParts", "speculative_round"]
+__all__ = ["DRAFT_STREAM", "RoundResult", "RoundParts", "draft_and_verify"]
 
 DRAFT_STREAM = 2
 _SEED_MASK = (1 << 63) - 1
@@ -57,7 +57,7 @@ class RoundResult:
 
 
 class RoundParts:
-    """The steps of :func:`speculative_round`, one overridable method each (SPEC S9).
+    """The steps of :func:`draft_and_verify`, one overridable method each (SPEC S9).
 
     Shapes: ``B`` rows, ``gamma`` drafts, ``V`` vocabulary. ``temps`` are clamped
     temperatures ``[B]`` float32, ``greedy_mask [B]`` bool, ``truncation`` a
@@ -135,7 +135,7 @@ def _check_round(base_logits, target_logits, temperatures, greedy_mask, truncati
 
 
 @torch.no_grad()
-def speculative_round(
+def draft_and_verify(
     head: MarkovHead,
     base_logits: Tensor,
     first_prev: Tensor,
@@ -183,7 +183,7 @@ def speculative_round(
     Example:
         >>> from dspark_ref.markov import VanillaMarkovHead
         >>> head = VanillaMarkovHead(5, 2, generator=torch.Generator().manual_seed(0))
-        >>> r = speculative_round(head, torch.zeros(2, 3, 5), torch.tensor([0, 1]), None, torch.zeros(2, 4, 5),
+        >>> r = draft_and_verify(head, torch.zeros(2, 3, 5), torch.tensor([0, 1]), None, torch.zeros(2, 4, 5),
         ...                       torch.ones(2), torch.tensor([True, False]), generator=torch.Generator().manual_seed(1))
         >>> r.draft_tokens.shape, r.tokens.shape, r.draft_probs.dtype
         (torch.Size([2, 3]), torch.Size([2, 4]), torch.float32)

@@ -174,7 +174,7 @@ def _truncations(rows: int, vocab: int):
 def _probe_truncated_chain_verifier(impl) -> list:
     drafts, target, draft, temps, _, g = _verify_inputs(32)
     rows, l, vocab = draft.shape
-    target[0, :, 2] = target[0, :, 5]  # a tie the top-k cut may split
+    target[0] = torch.tensor([2.0, 1.0, 1.0, 1.0, 1.0, 0.0, -0.5, -1.0])  # 4 tied at the cut of top_k = 3
     top_k, top_p, min_p = _truncations(rows, vocab)
     probs = torch.softmax(draft / temps[:, None, None], dim=-1)
     return [impl.verify_truncated(drafts, target, probs, temps, top_k, top_p, min_p, g) for _ in range(2)]
@@ -253,6 +253,9 @@ def _probe_speculative(impl) -> list:
                                             with_confidence=sps is not None)
         out.append(impl.generate(target, draft, prompt, 7, temperature, _gen(73), sps=sps))
     out.append(impl.generate(target, tiny_models.OracleDraft(target, gamma=2), prompt, 7, 1.0, _gen(74)))
+    draft = tiny_models.TinyDSparkDraft(target, gamma=3, generator=_gen(75))
+    draft.markov_head.to(torch.bfloat16)
+    out.append(impl.generate(target, draft, prompt, 7, 0.0, _gen(76)))
     return out
 
 

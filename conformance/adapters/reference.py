@@ -12,7 +12,15 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from dspark_ref import confidence, folded, markov, scheduler, simulated, speculative, speculative_round, verify
-from dspark_ref.sampling import TEMPERATURE_FLOOR, RaceSteps, Truncation, greedy_rows, sample_step
+from dspark_ref.sampling import (
+    TEMPERATURE_FLOOR,
+    RaceSteps,
+    Truncation,
+    clamp_temperature,
+    greedy_argmax,
+    greedy_rows,
+    sample_step,
+)
 
 from .. import contract as c
 
@@ -48,13 +56,20 @@ class NoiseStepSampler:
 
 
 class TruncatedStepSampler:
-    """SPEC S3 truncation (top-k, top-p, min-p) through :func:`dspark_ref.sampling.sample_step`."""
+    """SPEC S3 truncation (top-k, top-p, min-p): the request's
+    :class:`~dspark_ref.sampling.Truncation` of ``L / T`` (``truncation_class``: a subclass
+    changes how the sets are taken), then the exponential race of
+    :func:`dspark_ref.sampling.sample_step` on it; greedy rows take the argmax of the logits."""
+
+    truncation_class = Truncation
 
     def sample_truncated(self, logits, temperatures, top_k, top_p, min_p, generator):
-        return sample_step(
-            logits, temperatures, greedy_mask_of(temperatures, top_k),
-            generator=generator, top_k=top_k, top_p=top_p, min_p=min_p,
-        )
+        temps = clamp_temperature(temperatures).to(torch.float32)
+        cut = self.truncation_class(top_k=top_k, top_p=top_p, min_p=min_p, top_k_ties=TOP_K_TIES).apply(
+            logits.to(torch.float32), temps)
+        drawn = sample_step(cut, torch.ones_like(temps), torch.zeros_like(temps, dtype=torch.bool),
+                            generator=generator)
+        return torch.where(greedy_mask_of(temperatures, top_k), greedy_argmax(logits), drawn)
 
 
 class MarkovBlock:
@@ -286,7 +301,7 @@ class SpeculativeLoop:
 
 
 class SpeculativeRound:
-    """SPEC S9 one round through :func:`dspark_ref.speculative_round.speculative_round`:
+    """SPEC S9 one round through :func:`dspark_ref.speculative_round.draft_and_verify`:
     the reference drafter (truncating, ``Conventions.draft_truncates``) hands its laws to
     the reference verifier. ``parts``: the round's steps, a
     :class:`dspark_ref.speculative_round.RoundParts` (None: the SPEC steps);
@@ -303,7 +318,7 @@ class SpeculativeRound:
     def round(self, head, base_logits, first_prev, hidden, target_logits, temperatures, top_k, top_p, min_p, *,
               generator=None, seeds=None, positions=None):
         truncation = self.truncation_class(top_k=top_k, top_p=top_p, min_p=min_p, top_k_ties=TOP_K_TIES)
-        result = speculative_round.speculative_round(
+        result = speculative_round.draft_and_verify(
             head, base_logits, first_prev, hidden, target_logits, temperatures, greedy_mask_of(temperatures, top_k),
             truncation=truncation, generator=generator, seeds=seeds, positions=positions, parts=self.parts,
         )

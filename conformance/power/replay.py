@@ -20,6 +20,9 @@ Least favourable alternatives:
   favourable one (one bin above 1/2 forces it).
 * binomial: ``p0 + min_effect`` and ``p0 - min_effect`` (the sides the alternative names);
   the power reported is the smaller.
+* two-sample mean: normal samples of the recorded sizes and SDs whose means differ by
+  exactly ``min_effect`` (the Welch test's power depends on the data only through them,
+  up to the normal approximation).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from conformance import stats
 from conformance.budget import StatLedger
 from conformance.seeds import derive_seed
 
-REPLAYED_RULES = ("goodness_of_fit", "binomial")
+REPLAYED_RULES = ("goodness_of_fit", "binomial", "two_sample_mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +128,22 @@ def _replay_binomial(result: Mapping[str, Any], rng: np.random.Generator, replic
     return rejected, None
 
 
+def _replay_two_sample_mean(result: Mapping[str, Any], rng: np.random.Generator, replicates: int,
+                            ledger: StatLedger) -> tuple[int, None]:
+    design = result["design"]
+    rejected = sum(
+        not stats.two_sample_mean(rng.normal(result["min_effect"], max(design["sd_x"], 1e-12), design["n_x"]),
+                                  rng.normal(0.0, max(design["sd_y"], 1e-12), design["n_y"]), name=result["name"],
+                                  alpha=result["alpha"], min_effect=result["min_effect"], ledger=ledger).passed
+        for _ in range(replicates)
+    )
+    return rejected, None
+
+
+_REPLAYS = {"goodness_of_fit": _replay_goodness_of_fit, "binomial": _replay_binomial,
+            "two_sample_mean": _replay_two_sample_mean}
+
+
 def replay_power(result: Mapping[str, Any], *, replicates: int, seed: int) -> ReplayedPower:
     """Measure the power of a recorded assertion at its declared minimum effect.
 
@@ -144,7 +163,7 @@ def replay_power(result: Mapping[str, Any], *, replicates: int, seed: int) -> Re
         raise ValueError(f"result: expected a design with rule in {REPLAYED_RULES}, got {design!r} "
                          f"for {result.get('name')!r}")
     rng = np.random.default_rng(derive_seed(seed, result["name"]))
-    replay = _replay_goodness_of_fit if design["rule"] == "goodness_of_fit" else _replay_binomial
+    replay = _REPLAYS[design["rule"]]
     rejected, ratio = replay(result, rng, replicates, StatLedger())
     low = sps.binomtest(rejected, replicates).proportion_ci(0.95, method="exact").low
     return ReplayedPower(

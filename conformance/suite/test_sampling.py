@@ -30,6 +30,7 @@ from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
 from conformance.suite.support.inputs import logit_rows
+from conformance.suite.support.truncation import NEUTRAL, truncated_law
 
 TEMPERATURE_FLOOR = 1e-5  # SPEC S3: sampling temperatures are clamped to at least this
 NEAR_TIE = 1e-3  # exact cases keep the two best oracle keys at least this far apart (relative)
@@ -547,26 +548,32 @@ def test_S3_fresh_noise(case, require, dspark_device, case_seed, case_generator,
 # --------------------------------------------------------------------------- truncation
 TRUNCATION_CASES = [
     pytest.param(
-        case(f"S3/truncation/{name}", f"chi-square vs the float64 renormalised truncated softmax, {name}={value:g}, "
-             f"T={t:g}; truncated tokens never drawn", ("S3.truncation",), statistical=1),
-        name, value, t, id=f"S3/truncation/{name}",
+        case(f"S3/truncation/{name}{suffix}", f"chi-square vs the float64 renormalised truncated softmax, "
+             f"{name}={value:g}, T={t:g} (the set taken on the tempered law); truncated tokens never drawn",
+             ("S3.truncation",), statistical=1),
+        name, value, t, id=f"S3/truncation/{name}{suffix}",
     )
-    for name, value, t in (("top-k", 2, 0.7), ("top-p", 0.7, 1.0), ("min-p", 0.5, 1.0))
+    for name, value, t, suffix in (("top-k", 2, 0.7, ""), ("top-p", 0.7, 1.0, ""), ("min-p", 0.5, 1.0, ""),
+                                   ("top-p", 0.6, 0.5, "-T0.5"), ("min-p", 0.3, 2.0, "-T2.0"))
 ]
 
 
-def _truncated64(probs: torch.Tensor, name: str, value: float) -> torch.Tensor:
+def _truncated64(probs: torch.Tensor, name: str, value: float, ties: str = "all") -> torch.Tensor:
     """float64 oracle of the kept set, renormalised (cut-offs of EIGHT_PROBS are far from ties)."""
-    if name == "top-k":
-        keep = probs >= probs.sort(descending=True).values[int(value) - 1]
-    elif name == "top-p":
-        ranked = probs.sort(descending=True).values
-        mass_before = ranked.cumsum(0) - ranked
-        keep = probs >= ranked[mass_before < value].min()
-    else:
-        keep = probs >= value * probs.max()
-    kept = torch.where(keep, probs, 0.0)
-    return kept / kept.sum()
+    params = NEUTRAL | {name.replace("-", "_"): value}
+    return truncated_law(probs, params["top_k"], params["top_p"], params["min_p"], ties)
+
+
+def _draw_truncated(sampler, row, temperature, cut: dict, n: int, generator, device) -> torch.Tensor:
+    tokens = sampler.sample_truncated(
+        row.to(device).expand(n, -1).contiguous(),
+        torch.full((n,), temperature, device=device),
+        torch.full((n,), int(cut["top_k"]), dtype=torch.int64, device=device),
+        torch.full((n,), float(cut["top_p"]), device=device),
+        torch.full((n,), float(cut["min_p"]), device=device),
+        generator,
+    ).cpu()
+    return tokens
 
 
 @pytest.mark.statistical
@@ -577,15 +584,27 @@ def test_S3_truncation(case, name, value, temperature, require, dspark_device, c
     row = _probs_row(EIGHT_PROBS, _inputs_generator(case_seed))
     expected = _truncated64(_softmax64(row, temperature), name, value)
     n = stats.sample_size_for_tv(expected)
-    cut = {"top-k": vocab, "top-p": 1.0, "min-p": 0.0} | {name: value}
-    device = dspark_device
-    tokens = sampler.sample_truncated(
-        row.to(device).expand(n, -1).contiguous(),
-        torch.full((n,), temperature, device=device),
-        torch.full((n,), int(cut["top-k"]), dtype=torch.int64, device=device),
-        torch.full((n,), float(cut["top-p"]), device=device),
-        torch.full((n,), float(cut["min-p"]), device=device),
-        case_generator,
-    ).cpu()
+    cut = NEUTRAL | {"top_k": vocab, name.replace("-", "_"): value}
+    tokens = _draw_truncated(sampler, row, temperature, cut, n, case_generator, dspark_device)
     _assert_ids_below(tokens, vocab, case.id)
     stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab), expected, name=case.id))
+
+
+# Four tokens tie with the 2nd probability; the rule decides between keeping 2 and 4 of them.
+TIED_AT_CUT = (2.0, 1.0, 1.0, 1.0, 1.0, 0.0, -0.5, -1.0)
+TOP_K_TIE = case("S3/top-k-ties/k2-of-4-tied", "top_k = 2 with four tokens tied at the 2nd value, T = 0.8: the "
+                 "law is the renormalised set the declared tie rule keeps (all tied, or the lowest indices)",
+                 ("S3.top-k-ties",), statistical=1)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", [TOP_K_TIE], ids=case_id)
+def test_S3_top_k_ties_follow_the_declared_rule(case, require, dspark_adapter, dspark_device, case_generator,
+                                                stat_check):
+    sampler = require(TruncatedStepSampler)
+    row, temperature = torch.tensor(TIED_AT_CUT), 0.8
+    expected = truncated_law(_softmax64(row, temperature), 2, 1.0, 0.0, dspark_adapter.conventions.top_k_ties)
+    n = stats.sample_size_for_tv(expected)
+    tokens = _draw_truncated(sampler, row, temperature, NEUTRAL | {"top_k": 2}, n, case_generator, dspark_device)
+    _assert_ids_below(tokens, len(TIED_AT_CUT), case.id)
+    stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=len(TIED_AT_CUT)), expected, name=case.id))

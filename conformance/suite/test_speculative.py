@@ -82,8 +82,8 @@ class LoopSpec:
     ``near-perfect`` (OracleDraft with base-logit noise ``logit_noise``), ``perfect``
     (OracleDraft, q = p bit for bit) or ``adversarial`` (constant laws p and q, V = 3).
     ``gamma`` is the draft's block; ``loop_gamma`` a smaller runtime gamma. ``scheduled``
-    turns the prefix scheduler on with ``SPS(B) = 1 / (rows / 2 + B)``: an admission pays
-    off only at survival above about 2/3, and with confidences centred at 0.75 (see
+    turns the prefix scheduler on with ``SPS(B) = 1 / (sps_offset * rows + B)``; at the
+    default ``sps_offset`` 1/2 an admission pays off only at survival above about 2/3, and with confidences centred at 0.75 (see
     ``_center_confidences``) the scheduler keeps drafts in some rows and trims others.
     """
 
@@ -96,6 +96,7 @@ class LoopSpec:
     loop_gamma: int | None = None
     scheduled: bool = False
     logit_noise: float = NEAR_PERFECT_NOISE
+    sps_offset: float = 0.5
 
     @property
     def runtime_gamma(self) -> int:
@@ -173,15 +174,15 @@ def _prompts(spec: LoopSpec, case_seed: int, vocab: int, device: torch.device) -
     return torch.randint(0, vocab, (spec.rows, spec.prompt_len), generator=gen).to(device)
 
 
-def _sps(rows: int):
-    return lambda batch: 1.0 / (rows / 2 + batch)
+def _sps(spec: LoopSpec):
+    return lambda batch: 1.0 / (spec.sps_offset * spec.rows + batch)
 
 
 def _generate(case, spec: LoopSpec, iut, target, draft, prompt, generator):
     """Run the IUT; check the output format; return CPU ``(tokens, taus, verify_lengths)``."""
     tokens, taus, lengths = iut.generate(
         target, draft, prompt, spec.max_new, spec.temperature, generator,
-        gamma=spec.loop_gamma, sps=_sps(spec.rows) if spec.scheduled else None,
+        gamma=spec.loop_gamma, sps=_sps(spec) if spec.scheduled else None,
     )
     rows = prompt.shape[0]
     for name, value in (("tokens", tokens), ("accept_lengths", taus), ("verify_lengths", lengths)):
@@ -423,3 +424,68 @@ def test_S9_sampled_sequences_follow_the_target_law(case, require, case_seed, ca
     codes = sum(tokens[:, i] * vocab ** (LAW_TOKENS - 1 - i) for i in range(LAW_TOKENS))  # product order
     counts = torch.bincount(codes, minlength=vocab**LAW_TOKENS)
     stat_check(stats.goodness_of_fit(counts, probs, name=case.id, min_tv=LAW_MIN_TV))
+
+
+# ----------------------------------------------------------------------------- expected tau
+#: The smallest shift of the mean accept length (tokens per round) the comparison must
+#: detect: a loop that drafts in only some rounds, or whose scheduler admits one draft
+#: fewer than it should in a quarter of the rounds, moves it by more.
+TAU_MIN_EFFECT = 0.25
+TAU_ROWS, TAU_MAX_NEW = 400, 16
+
+
+def _tau_spec(head: str, gamma: int, temperature: float, scheduled: bool = False) -> LoopSpec:
+    # SPS(B) = 1 / (4 rows + B): admissions pay off from survivals of about 1/4, so the
+    # scheduler verifies 2 and 3 drafts in many rounds (a budget capped lower shows).
+    return LoopSpec(f"dspark-{head}", gamma, temperature, rows=TAU_ROWS, max_new=TAU_MAX_NEW, scheduled=scheduled,
+                    sps_offset=4.0)
+
+
+EXPECTED_TAU_CASES = {
+    case("S9/tau-expected/vanilla-gamma4-T1.0", "mean accept length per sequence equals the reference loop's "
+         "(Welch, |diff| >= 0.25 detected), float32 head", ["S9.tau-expected"], statistical=1):
+        (_tau_spec("vanilla", 4, 1.0), torch.float32),
+    case("S9/tau-expected/vanilla-bf16-gamma4-T0.7", "the same with the Markov head in bfloat16, T = 0.7",
+         ["S9.tau-expected"], statistical=1): (_tau_spec("vanilla", 4, 0.7), torch.bfloat16),
+    case("S9/tau-expected/gated-scheduled-gamma3-T1.0", "prefix scheduler on: mean accept length and mean verify "
+         "length per sequence equal the reference loop's", ["S9.tau-expected", "S8.algorithm-1"], statistical=2):
+        (_tau_spec("gated", 3, 1.0, scheduled=True), torch.float32),
+}
+
+
+def _per_sequence_means(values: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values[B, rounds]`` over each row's active rounds (tau > 0), float64."""
+    active = (taus > 0).double()
+    return (values.double() * active).sum(dim=1) / active.sum(dim=1).clamp(min=1)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", EXPECTED_TAU_CASES, ids=case_id)
+def test_S9_mean_tau_matches_the_spec_expectation(case, require, case_seed, case_generator, dspark_device,
+                                                  stat_check):
+    """H0: the IUT's mean accept length per sequence (and, scheduled, its mean verify length)
+    equals that of the SPEC loop for the same target, draft, temperature, gamma and
+    scheduler, estimated by the reference loop (``dspark_ref.speculative``) on independent
+    draws. Welch's two-sided t-test on one value per sequence (sequences are independent)
+    at ``PER_ASSERTION_ALPHA``, minimum effect ``TAU_MIN_EFFECT``. A loop that never drafts,
+    drafts for some head dtypes only, or whose scheduled tau collapses toward 1 fails here
+    while its output stays lossless."""
+    from dspark_ref.speculative import speculative_generate
+
+    spec, head_dtype = EXPECTED_TAU_CASES[case]
+    iut = require(SpeculativeLoop)
+    target, draft = _models(spec, case_seed)
+    draft.markov_head.to(head_dtype)
+    prompt = _prompts(spec, case_seed, target.vocab_size, torch.device("cpu"))
+    sps = _sps(spec) if spec.scheduled else None
+    reference = speculative_generate(target, draft, prompt, spec.max_new, temperature=spec.temperature,
+                                     scheduler=sps, generator=torch.Generator().manual_seed(derive_seed(case_seed, "oracle")))
+    target_d, draft_d = _on_device(target, draft, dspark_device)
+    _, taus, lengths = _generate(case, spec, iut, target_d, draft_d, prompt.to(dspark_device), case_generator)
+    _check_rounds(case, taus, lengths, spec.max_new, spec.runtime_gamma)
+    ref_taus, ref_lengths = reference.accept_lengths, reference.verify_lengths
+    stat_check(stats.two_sample_mean(_per_sequence_means(taus, taus), _per_sequence_means(ref_taus, ref_taus),
+                                     name=f"{case.id}/tau", min_effect=TAU_MIN_EFFECT))
+    if spec.scheduled:
+        stat_check(stats.two_sample_mean(_per_sequence_means(lengths, taus), _per_sequence_means(ref_lengths, ref_taus),
+                                         name=f"{case.id}/verify-length", min_effect=TAU_MIN_EFFECT))

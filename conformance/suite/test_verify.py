@@ -38,8 +38,9 @@ from conformance import stats
 from conformance.suite.support import verify_oracle as oracle
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
-from conformance.contract import ChainVerifier, GreedyVerifier, MarkovBlock
+from conformance.contract import ChainVerifier, GreedyVerifier, MarkovBlock, TruncatedChainVerifier
 from conformance.suite.support.inputs import logit_rows, markov_head_state
+from conformance.suite.support.truncation import NEUTRAL, tempered_law, truncated_law
 
 F64 = torch.float64
 TOP_K_OFF = 1 << 30  # SGLang's TOP_K_ALL: top-k off, so a row's rule rests on its temperature
@@ -854,3 +855,51 @@ def test_S5_seeded_rows_follow_the_law(case, require, stat_check, case_seed, cas
     _check_committed(case.id, accepted, tokens, drafts.cpu(), spec.vocab)
     counts = _counts_against(law, tokens, spec.vocab)
     stat_check(stats.goodness_of_fit(counts, probs, name=f"{case.id}/joint"))
+
+
+# ----------------------------------------------------------------------------- truncation
+# case -> (truncation parameter, value, temperature); the draft law q is the full tempered
+# softmax of other logits (the drafts are drawn from it, as a drafter that does not truncate
+# hands it over), so only the target side truncates.
+TRUNCATED_TARGET_CASES = {
+    case("S5/truncation/top-k3-T0.8", "top_k = 3 at T = 0.8: the first committed token follows the renormalised "
+         "top-3 target law", ["S5.truncation", "S5.lossless"], statistical=1): ("top_k", 3, 0.8),
+    case("S5/truncation/top-p0.6-T0.5", "top_p = 0.6 at T = 0.5: the set is taken on the tempered target law",
+         ["S5.truncation", "S5.lossless"], statistical=1): ("top_p", 0.6, 0.5),
+    case("S5/truncation/min-p0.3-T2.0", "min_p = 0.3 at T = 2.0: the floor is relative to the tempered maximum",
+         ["S5.truncation", "S5.lossless"], statistical=1): ("min_p", 0.3, 2.0),
+    case("S5/truncation/top-k2-tied-T0.8", "top_k = 2 with four target tokens tied at the 2nd value: the "
+         "declared tie rule's kept set, renormalised", ["S5.truncation", "S3.top-k-ties"], statistical=1):
+        ("top_k", 2, 0.8),
+}
+TRUNCATION_VOCAB, TRUNCATION_DRAFTS = 8, 2
+# Target logits at the first verify position: distinct values far from every cut above,
+# and (for the tie case) four tokens tied at the 2nd value.
+TARGET_ROW = (1.6, 1.1, 0.7, 0.35, 0.0, -0.4, -0.9, -1.5)
+TIED_TARGET_ROW = (2.0, 1.0, 1.0, 1.0, 1.0, 0.0, -0.5, -1.0)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", TRUNCATED_TARGET_CASES, ids=case_id)
+def test_S5_truncated_target_law(case, require, dspark_adapter, case_seed, case_generator, dspark_device,
+                                 stat_check):
+    iut = require(TruncatedChainVerifier)
+    name, value, temperature = TRUNCATED_TARGET_CASES[case]
+    gen = _input_generator(case_seed)
+    vocab, l = TRUNCATION_VOCAB, TRUNCATION_DRAFTS
+    first = torch.tensor(TIED_TARGET_ROW if "tied" in case.id else TARGET_ROW)
+    target_row = torch.cat([first[None], torch.randn(l, vocab, generator=gen)])
+    q_row = torch.softmax(torch.randn(l, vocab, generator=gen) / temperature, dim=-1)
+    params = NEUTRAL | {name: value}
+    ties = dspark_adapter.conventions.top_k_ties
+    expected = truncated_law(tempered_law(first, temperature), params["top_k"], params["top_p"], params["min_p"], ties)
+    n = stats.sample_size_for_tv(expected)
+    drafts = torch.multinomial(q_row, n, replacement=True, generator=gen).T.contiguous()
+    dev = dspark_device
+    accepted, tokens = iut.verify_truncated(
+        drafts.to(dev), target_row.expand(n, -1, -1).contiguous().to(dev), q_row.expand(n, -1, -1).contiguous().to(dev),
+        torch.full((n,), temperature, device=dev), torch.full((n,), params["top_k"], dtype=torch.int64, device=dev),
+        torch.full((n,), params["top_p"], device=dev), torch.full((n,), params["min_p"], device=dev), case_generator,
+    )
+    _check_committed(case.id, accepted.cpu(), tokens.cpu(), drafts, vocab)
+    stat_check(stats.goodness_of_fit(torch.bincount(tokens[:, 0].cpu(), minlength=vocab), expected, name=case.id))

@@ -1,0 +1,416 @@
+"""SPEC S9 "one round with the engine's own parts": the IUT's drafter proposes a block from
+given base logits and Markov head weights, hands over its draft distribution, and the IUT's
+verifier checks the block against given target logits (S3 and S5 truncation included).
+
+Capability: ``SpeculativeRound``. The suite supplies inputs and checks outputs; every draw
+is the IUT's own (from ``case_generator`` or its seeded rows). Oracles are float64 and
+written here from the SPEC (the corrected logits from ``support.blocks``, the truncated
+laws from ``support.truncation``); none imports ``dspark_ref``.
+
+What a round must do, whatever the draft quality (SPEC S5 "Lossless", with fixed target
+logits per verify position): the first committed token follows ``p_1``; given that draft
+``x_1`` was accepted, the second follows ``p_2``. With ``q_1`` the law the drafter draws
+``x_1`` from (``Conventions.draft_truncates`` says whether it truncates), ``P(x_1 = a
+accepted) = min(p_1(a), q_1(a))``, so the joint law of (``x_1`` accepted as ``a``, the
+second token ``b``) is ``min(p_1, q_1)(a) p_2(b)``, and "rejected at 1" has the rest. The
+accepted count follows ``P(accepted >= j) = sum over x_1..x_j of prod_i min(p_i, q_i)``,
+``q_i`` conditioned on the drawn ``x_{i-1}`` through the Markov head (enumerated here).
+Faults between components (a q that is not the law the drafts were drawn from, noise
+shared by drafter and verifier, greedy rules that differ) move these laws; a q handed over
+in another dtype or untruncated fails the handoff check against the float64 law.
+
+Statistical cases repeat one input row ``n`` times in a batch, ``n`` from
+``stats.sample_size_for_tv`` at the default TV; exact cases build inputs whose premise
+(greedy argmax gaps far above the S0 bound) holds by construction.
+
+To add a case: register it with ``case(...)`` in its family's dict and give the spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+
+from conformance import numerics, stats
+from conformance.cases import case, case_id
+from conformance.contract import SpeculativeRound
+from conformance.suite.support.blocks import (
+    UNIT_ROUNDOFF,
+    input_generator,
+    oracle_block_logits,
+    sub_seed,
+)
+from conformance.suite.support.inputs import markov_head_state
+from conformance.suite.support.truncation import NEUTRAL, tempered_law, truncated_law
+
+VOCAB, RANK, HIDDEN, GAMMA = 8, 4, 4, 3
+HEAD_SCALE = 0.6  # the Markov bias moves q by far more than the detectable TV
+TARGET_NOISE = 0.8  # target logits = base logits + this much noise: drafts of middling quality
+#: Greedy rows of the exact cases keep their top two corrected / target logits this far
+#: apart, far above the S0 bound of a float32 evaluation (~1e-6 here).
+GREEDY_GAP = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class RowSpec:
+    """One request: head type and dtype, temperature and truncation."""
+
+    head_type: str = "vanilla"
+    temperature: float = 1.0
+    top_k: int = NEUTRAL["top_k"]
+    top_p: float = 1.0
+    min_p: float = 0.0
+    head_dtype: torch.dtype = torch.float32
+
+
+# ----------------------------------------------------------------------------- inputs
+def _load(iut, head_type, case_seed, device, dtype=torch.float32):
+    """A random head in the reference layout loaded into the IUT; the oracle's weights are
+    the IUT's after rounding into ``dtype`` (so they are exact inputs of both)."""
+    state = markov_head_state(head_type, VOCAB, RANK, HIDDEN, torch.Generator().manual_seed(sub_seed(case_seed, "head")),
+                              scale=HEAD_SCALE)
+    state = {name: t.to(dtype).to(torch.float32) for name, t in state.items()}
+    handle = iut.load_head(head_type, {k: v.to(device) for k, v in state.items()}, VOCAB, RANK, HIDDEN, device, dtype)
+    return handle, state
+
+
+def _row_inputs(head_type: str, gen: torch.Generator):
+    """``(base[1, gamma, V], anchor[1], hidden[1, gamma, d] | None, target[1, gamma + 1, V])``."""
+    base = torch.randn(1, GAMMA, VOCAB, generator=gen) * 1.5
+    anchor = torch.randint(VOCAB, (1,), generator=gen)
+    hidden = torch.randn(1, GAMMA, HIDDEN, generator=gen) if head_type != "vanilla" else None
+    target = torch.cat([base, torch.randn(1, 1, VOCAB, generator=gen)], dim=1)
+    target = target + TARGET_NOISE * torch.randn(target.shape, generator=gen)
+    return base, anchor, hidden, target
+
+
+def _params(specs: list[RowSpec], device):
+    temps = torch.tensor([s.temperature for s in specs], dtype=torch.float32, device=device)
+    top_k = torch.tensor([s.top_k for s in specs], dtype=torch.int64, device=device)
+    top_p = torch.tensor([s.top_p for s in specs], dtype=torch.float32, device=device)
+    min_p = torch.tensor([s.min_p for s in specs], dtype=torch.float32, device=device)
+    return temps, top_k, top_p, min_p
+
+
+def _round(iut, handle, base, anchor, hidden, target, specs, device, **kwargs):
+    """One IUT round on ``device``; outputs on the CPU. Seeded rows an IUT cannot take are a
+    skip naming the feature."""
+    on = (lambda t: None if t is None else t.to(device))
+    try:
+        out = iut.round(handle, on(base), on(anchor), on(hidden), on(target), *_params(specs, device),
+                        **{k: on(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
+    except NotImplementedError as exc:
+        pytest.skip(f"SpeculativeRound: {'seeded rows' if 'seeds' in kwargs else 'this round'} not supported "
+                    f"by this IUT ({exc})")
+    return tuple(None if t is None else t.cpu() for t in out)
+
+
+def _repeat(tensor, n):
+    return None if tensor is None else tensor.expand(n, *tensor.shape[1:]).contiguous()
+
+
+# ----------------------------------------------------------------------------- oracle laws
+def _target_law(target_row: torch.Tensor, spec: RowSpec, ties: str) -> torch.Tensor:
+    """``[gamma + 1, V]`` float64 truncated target laws ``p_j`` of one row."""
+    return torch.stack([truncated_law(tempered_law(t, spec.temperature), spec.top_k, spec.top_p, spec.min_p, ties)
+                        for t in target_row])
+
+
+def _draft_law(corrected: torch.Tensor, spec: RowSpec, adapter) -> torch.Tensor:
+    """``[..., V]`` float64 law the drafter draws from: ``softmax(L / T)``, truncated when the
+    IUT declares a truncating drafter."""
+    flat = corrected.reshape(-1, VOCAB)
+    laws = tempered_law(flat, spec.temperature)
+    if adapter.conventions.draft_truncates:
+        laws = torch.stack([truncated_law(law, spec.top_k, spec.top_p, spec.min_p, adapter.conventions.top_k_ties)
+                            for law in laws])
+    return laws.reshape(corrected.shape)
+
+
+def _path_corrected(head_type, state, base, anchor, hidden, paths: torch.Tensor) -> torch.Tensor:
+    """Corrected logits ``[P, gamma, V]`` (float64) along every draft path ``paths[P, gamma]``."""
+    prev = torch.cat([anchor.expand(paths.shape[0])[:, None], paths[:, :-1]], dim=1)
+    logits, _ = oracle_block_logits(head_type, state, _repeat(base, paths.shape[0]), prev,
+                                    _repeat(hidden, paths.shape[0]))
+    return logits
+
+
+def _accepted_law(p: torch.Tensor, q_paths: torch.Tensor, paths: torch.Tensor) -> torch.Tensor:
+    """Law ``[gamma + 1]`` of the accepted count: ``P(>= j) = sum_{x_1..x_j} prod_{i<=j}
+    min(p_i(x_i), q_i(x_i | x_{<i}))`` over all ``V^gamma`` enumerated ``paths``."""
+    gamma = paths.shape[1]
+    steps = torch.arange(gamma)
+    m = torch.minimum(p[steps, paths], q_paths[:, steps].gather(-1, paths[..., None])[..., 0])
+    at_least = [torch.tensor(1.0, dtype=torch.float64)]
+    for j in range(1, gamma + 1):  # each j-prefix appears V^(gamma - j) times among the paths
+        at_least.append(m[:, :j].prod(dim=1).sum() / VOCAB ** (gamma - j))
+    at_least.append(torch.tensor(0.0, dtype=torch.float64))
+    survival = torch.stack(at_least)
+    return (survival[:-1] - survival[1:]).clamp(min=0)
+
+
+def _all_paths() -> torch.Tensor:
+    return torch.tensor(list(itertools.product(range(VOCAB), repeat=GAMMA)))
+
+
+# ----------------------------------------------------------------------------- laws
+LAW_CASES = {
+    case("S9/round/law-vanilla-T1.0", "vanilla head, T = 1: first token ~ p_1; (x_1 accepted, 2nd token) ~ "
+         "min(p_1, q_1) x p_2", ["S9.round", "S5.lossless", "S5.streams"], statistical=2): RowSpec(),
+    case("S9/round/law-gated-T0.6", "gated head, T = 0.6", ["S9.round", "S5.lossless"], statistical=2):
+        RowSpec("gated", 0.6),
+    case("S9/round/law-rnn-bf16-T1.0", "rnn head in bfloat16, T = 1", ["S9.round"], statistical=2):
+        RowSpec("rnn", 1.0, head_dtype=torch.bfloat16),
+    case("S9/round/law-top-k3-T0.8", "top_k = 3 at T = 0.8: the truncated target law", ["S9.round", "S5.truncation"],
+         statistical=2): RowSpec(temperature=0.8, top_k=3),
+    case("S9/round/law-top-p0.7-T0.5", "top_p = 0.7 at T = 0.5: sets taken on the tempered law",
+         ["S9.round", "S5.truncation", "S3.truncation"], statistical=2): RowSpec(temperature=0.5, top_p=0.7),
+    case("S9/round/law-min-p0.2-T1.6", "min_p = 0.2 at T = 1.6", ["S9.round", "S5.truncation"], statistical=2):
+        RowSpec(temperature=1.6, min_p=0.2),
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", LAW_CASES, ids=case_id)
+def test_S9_round_commits_the_target_law(case, require, dspark_adapter, case_seed, case_generator, dspark_device,
+                                         stat_check):
+    iut = require(SpeculativeRound)
+    spec = LAW_CASES[case]
+    handle, state = _load(iut, spec.head_type, case_seed, dspark_device, spec.head_dtype)
+    base, anchor, hidden, target = _row_inputs(spec.head_type, input_generator(case_seed))
+    ties = dspark_adapter.conventions.top_k_ties
+    p = _target_law(target[0], spec, ties)
+    first_corrected, _ = oracle_block_logits(spec.head_type, state, base[:, :1], anchor[:, None],
+                                             None if hidden is None else hidden[:, :1])
+    q1 = _draft_law(first_corrected[0, 0], spec, dspark_adapter)
+    joint = torch.cat([(torch.minimum(p[0], q1)[:, None] * p[1][None]).flatten(), torch.zeros(1)])
+    joint[-1] = (1 - joint[:-1].sum()).clamp(min=0)
+    n = max(stats.sample_size_for_tv(p[0]), stats.sample_size_for_tv(joint))
+    drafts, accepted, tokens, _ = _round(iut, handle, _repeat(base, n), _repeat(anchor, n), _repeat(hidden, n),
+                                         _repeat(target, n), [spec] * n, dspark_device, generator=case_generator)
+    stat_check(stats.goodness_of_fit(torch.bincount(tokens[:, 0], minlength=VOCAB), p[0], name=f"{case.id}/first"))
+    cell = torch.where(accepted >= 1, tokens[:, 0] * VOCAB + tokens[:, 1], VOCAB * VOCAB)
+    stat_check(stats.goodness_of_fit(torch.bincount(cell, minlength=VOCAB * VOCAB + 1), joint,
+                                     name=f"{case.id}/joint"))
+
+
+# ----------------------------------------------------------------------------- acceptance
+ACCEPTANCE_CASES = {
+    case("S9/round/acceptance-vanilla-T1.0", "accepted counts 0..gamma follow the law p and the Markov q imply "
+         "(enumerated over all V^gamma draft paths)", ["S9.round-acceptance"], statistical=1): RowSpec(),
+    case("S9/round/acceptance-gated-top-p0.8-T0.7", "the same with a gated head and top_p = 0.8 at T = 0.7",
+         ["S9.round-acceptance", "S5.truncation"], statistical=1): RowSpec("gated", 0.7, top_p=0.8),
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", ACCEPTANCE_CASES, ids=case_id)
+def test_S9_round_acceptance_follows_p_and_q(case, require, dspark_adapter, case_seed, case_generator, dspark_device,
+                                              stat_check):
+    iut = require(SpeculativeRound)
+    spec = ACCEPTANCE_CASES[case]
+    handle, state = _load(iut, spec.head_type, case_seed, dspark_device, spec.head_dtype)
+    base, anchor, hidden, target = _row_inputs(spec.head_type, input_generator(case_seed))
+    paths = _all_paths()
+    q_paths = _draft_law(_path_corrected(spec.head_type, state, base, anchor, hidden, paths), spec, dspark_adapter)
+    law = _accepted_law(_target_law(target[0], spec, dspark_adapter.conventions.top_k_ties), q_paths, paths)
+    n = stats.sample_size_for_tv(law)
+    _, accepted, _, _ = _round(iut, handle, _repeat(base, n), _repeat(anchor, n), _repeat(hidden, n),
+                               _repeat(target, n), [spec] * n, dspark_device, generator=case_generator)
+    stat_check(stats.goodness_of_fit(torch.bincount(accepted, minlength=GAMMA + 1), law, name=case.id))
+
+
+# ----------------------------------------------------------------------------- greedy and mixed
+def _greedy_spec(adapter) -> RowSpec:
+    """A row greedy under the declared rule and sampling under the other one (T = 0.8 with
+    top_k = 1, or T = 0 with no top-k cut): drafter and verifier must agree on the rule."""
+    if adapter.conventions.greedy_rule == "top_k":
+        return RowSpec(temperature=0.8, top_k=1)
+    return RowSpec(temperature=0.0)
+
+
+def _gap(logits: torch.Tensor) -> torch.Tensor:
+    top2 = logits.topk(2, dim=-1).values
+    return top2[..., 0] - top2[..., 1]
+
+
+def _greedy_rows(head_type, state, rows, gen):
+    """Inputs of ``rows`` greedy rows, the oracle's greedy drafts and committed tokens.
+
+    The target follows the greedy path's corrected logits with per-row noise (0, 0.3 or 3),
+    so accepted counts cover 0..gamma; a row is redrawn until every argmax it takes (draft
+    and target) leads by ``GREEDY_GAP`` (premise by construction).
+    """
+    out = []
+    while len(out) < rows:
+        base, anchor, hidden, _ = _row_inputs(head_type, gen)
+        path = [int(anchor)]
+        corrected = []
+        for k in range(GAMMA):  # the greedy chain, one teacher-forced step at a time
+            prev = torch.tensor([path + [0] * (GAMMA - len(path))])[:, :GAMMA]
+            logits, _ = oracle_block_logits(head_type, state, base, prev, hidden)
+            corrected.append(logits[0, k])
+            path.append(int(logits[0, k].argmax()))
+        corrected = torch.stack(corrected)
+        noise = (0.0, 0.3, 3.0)[len(out) % 3]
+        target = torch.cat([corrected, torch.randn(1, VOCAB, generator=gen) * 2]) \
+            + noise * torch.randn(GAMMA + 1, VOCAB, generator=gen, dtype=torch.float64)
+        target = target.to(torch.float32)
+        if bool((_gap(corrected) > GREEDY_GAP).all()) and bool((_gap(target.double()) > GREEDY_GAP).all()):
+            drafts = torch.tensor(path[1:])
+            best = target.double().argmax(dim=-1)
+            acc = int((drafts == best[:GAMMA]).long().cumprod(0).sum())
+            committed = drafts[:acc].tolist() + [int(best[acc])]
+            out.append((base, anchor, hidden, target[None], drafts, acc, committed))
+    return out
+
+
+MIXED = case("S9/round/mixed-greedy-tempered-truncated", "one batch of greedy rows (greedy under the declared rule "
+             "only), tempered rows (T = 0.7) and truncated rows (top_p = 0.8, T = 1.3): greedy rows exact (drafts, "
+             "accepted, tokens), the others' first token ~ their own target law",
+             ["S9.round", "S5.mixed", "S3.greedy-rule", "S5.greedy-verify"], statistical=2)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", [MIXED], ids=case_id)
+def test_S9_round_mixed_batch(case, require, dspark_adapter, case_seed, case_generator, dspark_device, stat_check):
+    iut = require(SpeculativeRound)
+    handle, state = _load(iut, "vanilla", case_seed, dspark_device)
+    gen = input_generator(case_seed)
+    greedy = _greedy_rows("vanilla", state, 24, gen)
+    base, anchor, hidden, target = _row_inputs("vanilla", gen)
+    kinds = [RowSpec(temperature=0.7), RowSpec(temperature=1.3, top_p=0.8)]
+    laws = [_target_law(target[0], spec, dspark_adapter.conventions.top_k_ties)[0] for spec in kinds]
+    n = max(stats.sample_size_for_tv(law) for law in laws)
+    g = len(greedy)
+    specs = [_greedy_spec(dspark_adapter)] * g + [kinds[0]] * n + [kinds[1]] * n
+    cat = (lambda i, other: torch.cat([row[i] for row in greedy] + [_repeat(other, 2 * n)]))
+    drafts, accepted, tokens, _ = _round(iut, handle, cat(0, base), cat(1, anchor), None, cat(3, target), specs,
+                                         dspark_device, generator=case_generator)
+    for row, (*_, exp_drafts, exp_acc, exp_tokens) in enumerate(greedy):
+        got = (drafts[row].tolist(), int(accepted[row]), tokens[row, : int(accepted[row]) + 1].tolist())
+        assert got == (exp_drafts.tolist(), exp_acc, exp_tokens), (
+            f"{case.id}: greedy row {row} (declared rule {dspark_adapter.conventions.greedy_rule!r}): expected "
+            f"drafts {exp_drafts.tolist()}, accepted {exp_acc}, tokens {exp_tokens}; got drafts {got[0]}, "
+            f"accepted {got[1]}, tokens {got[2]}"
+        )
+    for i, (kind, law) in enumerate(zip(("tempered", "top-p"), laws)):
+        first = tokens[g + i * n: g + (i + 1) * n, 0]
+        stat_check(stats.goodness_of_fit(torch.bincount(first, minlength=VOCAB), law, name=f"{case.id}/{kind}"))
+
+
+# ----------------------------------------------------------------------------- seeded rows
+SEEDED = case("S9/round/seeded-repeat-alone-and-permuted", "seeded rows: the same seeds repeat bit for bit; a row "
+              "alone and in a permuted batch gives the same round; other seeds give other drafts", ["S9.round",
+              "S5.seeded"])
+
+
+@pytest.mark.parametrize("case", [SEEDED], ids=case_id)
+def test_S9_round_seeded_rows(case, require, case_seed, dspark_device):
+    iut = require(SpeculativeRound)
+    handle, _ = _load(iut, "vanilla", case_seed, dspark_device)
+    gen = input_generator(case_seed)
+    rows = 8
+    inputs = [_row_inputs("vanilla", gen) for _ in range(rows)]
+    specs = [RowSpec(temperature=1.5), RowSpec(temperature=1.5, top_p=0.9), RowSpec(temperature=1.2, top_k=5),
+             RowSpec(temperature=1.5, min_p=0.05)] * 2
+    seeds = torch.randint(0, 2**62, (rows,), generator=gen)
+    positions = torch.randint(0, 10**6, (rows,), generator=gen)
+
+    def run(order, seeds_):
+        batch = [torch.cat([inputs[i][j] for i in order]) for j in (0, 1, 3)]
+        return _round(iut, handle, batch[0], batch[1], None, batch[2], [specs[i] for i in order], dspark_device,
+                      seeds=seeds_[order], positions=positions[order])
+
+    order = torch.arange(rows)
+    first, again = run(order, seeds), run(order, seeds)
+    names = ("draft_tokens", "accepted", "tokens")
+    for name, a, b in zip(names, first, again):
+        assert torch.equal(a, b), f"{case.id}: {name} differ between two runs with the same seeds"
+    permuted = torch.randperm(rows, generator=gen)
+    shuffled = run(permuted, seeds)
+    for name, a, b in zip(names, first, shuffled):
+        assert torch.equal(a[permuted], b), f"{case.id}: {name} of seeded rows change with the batch order"
+    for i in range(rows):
+        alone = run(torch.tensor([i]), seeds)
+        for name, a, b in zip(names, first, alone):
+            assert torch.equal(a[i:i + 1], b), f"{case.id}: {name} of seeded row {i} differ alone and in the batch"
+    other = run(order, seeds + 1)
+    assert not torch.equal(first[0], other[0]), f"{case.id}: other seeds gave the same drafts on every row"
+
+
+# ----------------------------------------------------------------------------- handoff
+HANDOFF_CASES = {
+    case("S9/round/handoff-q-is-the-draw-law", "draft_probs = the law each draft was drawn from (float64 "
+         "teacher-forced oracle, truncated if the drafter truncates, one-hot on greedy rows) within the S0 bound",
+         ["S9.round-handoff", "S0.numerically-equal"]): None,
+}
+
+
+def _q_bound(exact_logits, logit_bound, temperature, q):
+    """SPEC S0 bound on a float32 evaluation of ``q = softmax(L / T)`` (renormalised over a
+    kept set): logits within ``B`` of the exact ``L`` move every ``L / T`` by at most
+    ``e = max B / T + u max |L / T|``, which scales each probability by a factor in
+    ``[exp(-2e), exp(2e)]``; the float32 softmax itself (exp to a few ulps, a V-term sum, a
+    division) adds ``(V + 8) u`` relative; doubled for second-order terms. With ``B`` ~1e-6
+    this is ~1e-6 relative, while a q rounded to bfloat16 errs by up to 2^-9 relative and a
+    q that is not the draw law by O(q)."""
+    u = UNIT_ROUNDOFF[torch.float32]
+    t = max(float(temperature), 1e-5)
+    e = logit_bound.amax(dim=-1, keepdim=True) / t + u * (exact_logits / t).abs().amax(dim=-1, keepdim=True)
+    return 2 * (q * (torch.expm1(2 * e) + (VOCAB + 8) * u)) + u
+
+
+#: Handoff rows keep every truncation decision this far (in probability) from its cut, so a
+#: float32 evaluation within the S0 bound keeps the oracle's set.
+CUT_MARGIN = 1e-4
+
+
+def _cut_is_clear(law: torch.Tensor, spec: RowSpec) -> bool:
+    """Whether every top-k / top-p / min-p decision on ``law [V]`` (float64, tempered) is
+    at least ``CUT_MARGIN`` from its threshold."""
+    ranked = law.sort(descending=True).values
+    if 1 <= spec.top_k < VOCAB and float(ranked[spec.top_k - 1] - ranked[spec.top_k]) < CUT_MARGIN:
+        return False
+    if spec.top_p < 1.0 and float(((ranked.cumsum(0) - ranked) - spec.top_p).abs().min()) < CUT_MARGIN:
+        return False
+    return not (spec.min_p > 0.0 and float((law / law.max() - spec.min_p).abs().min()) < CUT_MARGIN)
+
+
+def _handoff_row(state, spec: RowSpec, gen: torch.Generator):
+    """Gated-head inputs whose truncation cuts are clear at every step after every possible
+    previous token (a gated step depends on the previous token only), redrawn until so."""
+    while True:
+        row = _row_inputs("gated", gen)
+        base, _, hidden, _ = row
+        every_prev = torch.arange(VOCAB)[:, None].expand(VOCAB, GAMMA)
+        logits, _ = oracle_block_logits("gated", state, _repeat(base, VOCAB), every_prev, _repeat(hidden, VOCAB))
+        laws = tempered_law(logits.reshape(-1, VOCAB), spec.temperature)
+        if all(_cut_is_clear(law, spec) for law in laws):
+            return row
+
+
+@pytest.mark.parametrize("case", HANDOFF_CASES, ids=case_id)
+def test_S9_round_hands_over_the_draw_law(case, require, dspark_adapter, case_seed, case_generator, dspark_device,
+                                          numeric_check):
+    iut = require(SpeculativeRound)
+    handle, state = _load(iut, "gated", case_seed, dspark_device)
+    gen = input_generator(case_seed)
+    specs = [RowSpec("gated", 1.0), RowSpec("gated", 0.6, top_k=3), RowSpec("gated", 0.5, top_p=0.7),
+             RowSpec("gated", 1.6, min_p=0.2), _greedy_spec(dspark_adapter)] * 4
+    inputs = [_handoff_row(state, spec, gen) for spec in specs]
+    batch = [torch.cat([row[j] for row in inputs]) for j in range(4)]
+    drafts, _, _, q = _round(iut, handle, *batch, specs, dspark_device, generator=case_generator)
+    if q is None:
+        pytest.skip("SpeculativeRound: this IUT does not expose the draft distribution it hands over")
+    prev = torch.cat([batch[1][:, None], drafts[:, :-1]], dim=1)
+    exact, bound = oracle_block_logits("gated", state, batch[0], prev, batch[2])
+    expected = torch.stack([_draft_law(exact[i], spec, dspark_adapter) for i, spec in enumerate(specs)])
+    greedy = torch.tensor([spec == _greedy_spec(dspark_adapter) for spec in specs])
+    expected[greedy] = torch.nn.functional.one_hot(drafts[greedy], VOCAB).to(torch.float64)
+    bounds = torch.stack([_q_bound(exact[i], bound[i], spec.temperature, expected[i]) for i, spec in enumerate(specs)])
+    bounds[greedy] = 0.0
+    numeric_check(numerics.compare(f"{case.id}: draft_probs vs the draw law", q, expected, bounds))
