@@ -45,7 +45,8 @@ def test_missing_capability_is_a_named_skip(tmp_path):
     payload = json.loads((tmp_path / "results.json").read_text())
     skips = [t for t in payload["tests"] if t["section"] == "S5"]
     assert skips and all(t["outcome"] == "skipped" for t in skips)
-    named = ("capability ChainVerifier not offered", "capability GreedyVerifier not offered")
+    named = ("capability ChainVerifier not offered", "capability GreedyVerifier not offered",
+             "capability TruncatedChainVerifier not offered")
     assert all(t["reason"].startswith(named + ("gpu tier",)) for t in skips), {t["reason"] for t in skips}
     assert any(t["reason"].startswith(named) for t in skips)
 

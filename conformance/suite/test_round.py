@@ -69,11 +69,17 @@ class RowSpec:
 # ----------------------------------------------------------------------------- inputs
 def _load(iut, head_type, case_seed, device, dtype=torch.float32):
     """A random head in the reference layout loaded into the IUT; the oracle's weights are
-    the IUT's after rounding into ``dtype`` (so they are exact inputs of both)."""
+    the IUT's after rounding into ``dtype`` (so they are exact inputs of both). An IUT that
+    does not ship ``head_type`` (``load_head`` raises ``NotImplementedError``) is a skip naming
+    the head."""
     state = markov_head_state(head_type, VOCAB, RANK, HIDDEN, torch.Generator().manual_seed(sub_seed(case_seed, "head")),
                               scale=HEAD_SCALE)
     state = {name: t.to(dtype).to(torch.float32) for name, t in state.items()}
-    handle = iut.load_head(head_type, {k: v.to(device) for k, v in state.items()}, VOCAB, RANK, HIDDEN, device, dtype)
+    try:
+        handle = iut.load_head(head_type, {k: v.to(device) for k, v in state.items()}, VOCAB, RANK, HIDDEN, device,
+                               dtype)
+    except NotImplementedError as exc:
+        pytest.skip(f"SpeculativeRound: {head_type} head not supported by this IUT ({exc})")
     return handle, state
 
 
@@ -159,16 +165,16 @@ def _all_paths() -> torch.Tensor:
 # ----------------------------------------------------------------------------- laws
 LAW_CASES = {
     case("S9/round/law-vanilla-T1.0", "vanilla head, T = 1: first token ~ p_1; (x_1 accepted, 2nd token) ~ "
-         "min(p_1, q_1) x p_2", ["S9.round", "S5.lossless", "S5.streams"], statistical=2): RowSpec(),
-    case("S9/round/law-gated-T0.6", "gated head, T = 0.6", ["S9.round", "S5.lossless"], statistical=2):
+         "min(p_1, q_1) x p_2", ["S9.round"], statistical=2): RowSpec(),
+    case("S9/round/law-gated-T0.6", "gated head, T = 0.6", ["S9.round"], statistical=2):
         RowSpec("gated", 0.6),
     case("S9/round/law-rnn-bf16-T1.0", "rnn head in bfloat16, T = 1", ["S9.round"], statistical=2):
         RowSpec("rnn", 1.0, head_dtype=torch.bfloat16),
-    case("S9/round/law-top-k3-T0.8", "top_k = 3 at T = 0.8: the truncated target law", ["S9.round", "S5.truncation"],
+    case("S9/round/law-top-k3-T0.8", "top_k = 3 at T = 0.8: the truncated target law", ["S9.round"],
          statistical=2): RowSpec(temperature=0.8, top_k=3),
     case("S9/round/law-top-p0.7-T0.5", "top_p = 0.7 at T = 0.5: sets taken on the tempered law",
-         ["S9.round", "S5.truncation", "S3.truncation"], statistical=2): RowSpec(temperature=0.5, top_p=0.7),
-    case("S9/round/law-min-p0.2-T1.6", "min_p = 0.2 at T = 1.6", ["S9.round", "S5.truncation"], statistical=2):
+         ["S9.round"], statistical=2): RowSpec(temperature=0.5, top_p=0.7),
+    case("S9/round/law-min-p0.2-T1.6", "min_p = 0.2 at T = 1.6", ["S9.round"], statistical=2):
         RowSpec(temperature=1.6, min_p=0.2),
 }
 
@@ -202,7 +208,7 @@ ACCEPTANCE_CASES = {
     case("S9/round/acceptance-vanilla-T1.0", "accepted counts 0..gamma follow the law p and the Markov q imply "
          "(enumerated over all V^gamma draft paths)", ["S9.round-acceptance"], statistical=1): RowSpec(),
     case("S9/round/acceptance-gated-top-p0.8-T0.7", "the same with a gated head and top_p = 0.8 at T = 0.7",
-         ["S9.round-acceptance", "S5.truncation"], statistical=1): RowSpec("gated", 0.7, top_p=0.8),
+         ["S9.round-acceptance"], statistical=1): RowSpec("gated", 0.7, top_p=0.8),
 }
 
 
@@ -271,7 +277,7 @@ def _greedy_rows(head_type, state, rows, gen):
 MIXED = case("S9/round/mixed-greedy-tempered-truncated", "one batch of greedy rows (greedy under the declared rule "
              "only), tempered rows (T = 0.7) and truncated rows (top_p = 0.8, T = 1.3): greedy rows exact (drafts, "
              "accepted, tokens), the others' first token ~ their own target law",
-             ["S9.round", "S5.mixed", "S3.greedy-rule", "S5.greedy-verify"], statistical=2)
+             ["S9.round"], statistical=2)
 
 
 @pytest.mark.statistical
@@ -304,8 +310,7 @@ def test_S9_round_mixed_batch(case, require, dspark_adapter, case_seed, case_gen
 
 # ----------------------------------------------------------------------------- seeded rows
 SEEDED = case("S9/round/seeded-repeat-alone-and-permuted", "seeded rows: the same seeds repeat bit for bit; a row "
-              "alone and in a permuted batch gives the same round; other seeds give other drafts", ["S9.round",
-              "S5.seeded"])
+              "alone and in a permuted batch gives the same round; other seeds give other drafts", ["S9.round"])
 
 
 @pytest.mark.parametrize("case", [SEEDED], ids=case_id)

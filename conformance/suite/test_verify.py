@@ -783,7 +783,7 @@ SHARED_SEED = case(
     "S5/streams/shared-seed-accept-rate",
     "p = [.4, .3, .2, .1], q = [.1, .2, .3, .4]; drafts from the generator's first draws, verify from "
     "the same generator: accept rate = sum min(p, q) = 0.6",
-    ["S5.accept-rule", "S5.lossless"], statistical=1,
+    ["S5.accept-rule", "S5.lossless", "S5.streams"], statistical=1,
 )
 
 
@@ -868,15 +868,16 @@ TRUNCATED_TARGET_CASES = {
          ["S5.truncation", "S5.lossless"], statistical=1): ("top_p", 0.6, 0.5),
     case("S5/truncation/min-p0.3-T2.0", "min_p = 0.3 at T = 2.0: the floor is relative to the tempered maximum",
          ["S5.truncation", "S5.lossless"], statistical=1): ("min_p", 0.3, 2.0),
-    case("S5/truncation/top-k2-tied-T0.8", "top_k = 2 with four target tokens tied at the 2nd value: the "
-         "declared tie rule's kept set, renormalised", ["S5.truncation", "S3.top-k-ties"], statistical=1):
-        ("top_k", 2, 0.8),
+    case("S5/truncation/top-k3-of-12-tied-T0.8", "top_k = 3 with twelve target tokens tied at the 3rd value: "
+         "the declared tie rule's kept set, renormalised", ["S5.truncation"], statistical=1):
+        ("top_k", 3, 0.8),
 }
-TRUNCATION_VOCAB, TRUNCATION_DRAFTS = 8, 2
+TRUNCATION_DRAFTS = 2
 # Target logits at the first verify position: distinct values far from every cut above,
-# and (for the tie case) four tokens tied at the 2nd value.
+# and (for the tie case) twelve tokens tied at the 3rd value (a cut in sort or topk order
+# keeps neither all of them nor the lowest ids: SGLang F9).
 TARGET_ROW = (1.6, 1.1, 0.7, 0.35, 0.0, -0.4, -0.9, -1.5)
-TIED_TARGET_ROW = (2.0, 1.0, 1.0, 1.0, 1.0, 0.0, -0.5, -1.0)
+TIED_TARGET_ROW = (2.0, 2.0) + (1.0,) * 12 + (0.0, -1.0)
 
 
 @pytest.mark.statistical
@@ -886,8 +887,8 @@ def test_S5_truncated_target_law(case, require, dspark_adapter, case_seed, case_
     iut = require(TruncatedChainVerifier)
     name, value, temperature = TRUNCATED_TARGET_CASES[case]
     gen = _input_generator(case_seed)
-    vocab, l = TRUNCATION_VOCAB, TRUNCATION_DRAFTS
     first = torch.tensor(TIED_TARGET_ROW if "tied" in case.id else TARGET_ROW)
+    vocab, l = first.numel(), TRUNCATION_DRAFTS
     target_row = torch.cat([first[None], torch.randn(l, vocab, generator=gen)])
     q_row = torch.softmax(torch.randn(l, vocab, generator=gen) / temperature, dim=-1)
     params = NEUTRAL | {name: value}
