@@ -279,7 +279,9 @@ class MarkovBlock(Protocol):
     corrected_logits[B, gamma, V])``. ``apply_block_logits(handle, base_logits,
     token_ids[B, gamma], hidden) -> corrected[B, gamma, V]``. Tokens are ids in ``[0, V)``;
     corrected logits are float32 or in the base logits' dtype, with no NaN or +inf where
-    the base logits have none (-inf stays -inf); all on the base logits' device.
+    the base logits have none (-inf stays -inf); all on the base logits' device. An IUT
+    that does not ship a head type raises ``NotImplementedError`` from ``load_head``
+    (reported as a skip naming the head).
     """
 
     def load_head(
