@@ -49,12 +49,13 @@ def _apply_temperature(modules: VLLMModules, logits: torch.Tensor, temps: torch.
 
 
 def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits, temps, seeds, first_pos,
-                num_drafts):
+                num_drafts, *, target_processed: bool = False):
     """``(accepted[B] i64, tokens[B, l + 1] i64 padded with -1)`` from ``rejection_sample``.
 
     ``temps`` is vLLM's temperature state (0 = greedy), ``first_pos[B]`` the position of each
     row's first draft, ``num_drafts[B]`` how many of its ``l`` drafts row ``r`` verifies;
-    ``draft_logits`` may be None when every row is greedy.
+    ``draft_logits`` may be None when every row is greedy. ``target_processed``: the target
+    logits already went through the target sampler's steps (temperature included).
     """
     bs, l = draft_tokens.shape
     device = draft_tokens.device
@@ -69,7 +70,9 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
     pos = (first_pos.to(torch.int64).to(device)[rows_d] - 1 + local_d).contiguous()
     idx = identity_mapping(bs, device)
     expanded = rows_d.to(torch.int32).contiguous()
-    target = _apply_temperature(modules, target_logits[rows_d, local_d], temps, expanded)
+    target = target_logits[rows_d, local_d].to(torch.float32).contiguous()
+    if not target_processed:
+        target = _apply_temperature(modules, target, temps, expanded)
     gumbel = modules["gumbel"].gumbel_sample
     if draft_logits is not None:
         draft = draft_logits.to(torch.float32).contiguous()
