@@ -371,6 +371,14 @@ class _ValidatingChainVerifier(_Validating):
         return _committed(self._where("verify"), out, draft_tokens, target_logits.shape[-1])
 
 
+class _ValidatingTruncatedChainVerifier(_Validating):
+    capability = c.TruncatedChainVerifier
+
+    def verify_truncated(self, draft_tokens, target_logits, *args, **kwargs):
+        out = self._impl.verify_truncated(draft_tokens, target_logits, *args, **kwargs)
+        return _committed(self._where("verify_truncated"), out, draft_tokens, target_logits.shape[-1])
+
+
 class _ValidatingGreedyVerifier(_Validating):
     capability = c.GreedyVerifier
 
@@ -463,13 +471,53 @@ class _ValidatingSpeculativeLoop(_Validating):
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Laws:
+    """Probability vectors over the last axis: entries in ``[0, 1]``, no NaN, each summing
+    to 1 within ``tolerance`` (a bf16 law rounds its sum by up to ``V * 2^-9`` relative)."""
+
+    tolerance: float = 1e-2
+
+    def __str__(self) -> str:
+        return f"laws over the last axis (entries in [0, 1], sums within {self.tolerance:g} of 1)"
+
+    def violation(self, value: torch.Tensor) -> str | None:
+        problem = Probabilities().violation(value)
+        if problem is not None:
+            return problem
+        error = float((value.double().sum(dim=-1) - 1).abs().max())
+        return None if error <= self.tolerance else f"a sum {error:.3g} away from 1"
+
+
+class _ValidatingSpeculativeRound(_Validating):
+    capability = c.SpeculativeRound
+
+    def load_head(self, *args, **kwargs):
+        return self._impl.load_head(*args, **kwargs)
+
+    def round(self, head, base_logits, first_prev, hidden, target_logits, *args, **kwargs):
+        where = self._where("round")
+        out = self._impl.round(head, base_logits, first_prev, hidden, target_logits, *args, **kwargs)
+        names = ("draft_tokens", "accepted", "tokens", "draft_probs")
+        draft_tokens, accepted, tokens, draft_probs = _pair(where, out, names)
+        rows, gamma, vocab = base_logits.shape
+        device = base_logits.device
+        _ints(rows, gamma, device=device, values=Ids(0, vocab)).check(where, draft_tokens, "draft_tokens")
+        _ints(rows, device=device, values=Counts(0, gamma)).check(where, accepted, "accepted")
+        _ints(rows, gamma + 1, device=device, values=Ids(-1, vocab)).check(where, tokens, "tokens")
+        if draft_probs is not None:
+            Expected((), (rows, gamma, vocab), device, Laws()).check(where, draft_probs, "draft_probs")
+        return out
+
+
 _VALIDATORS: dict[type, type[_Validating]] = {
     proxy.capability: proxy
     for proxy in (
         _ValidatingStepSampler, _ValidatingNoiseStepSampler, _ValidatingTruncatedStepSampler,
         _ValidatingMarkovBlock, _ValidatingFoldedDraft, _ValidatingFoldGate, _ValidatingFoldRouting,
-        _ValidatingChainVerifier, _ValidatingGreedyVerifier, _ValidatingSimulatedAcceptance,
-        _ValidatingConfidence, _ValidatingPrefixScheduler, _ValidatingSpeculativeLoop,
+        _ValidatingChainVerifier, _ValidatingTruncatedChainVerifier, _ValidatingGreedyVerifier,
+        _ValidatingSimulatedAcceptance, _ValidatingConfidence, _ValidatingPrefixScheduler,
+        _ValidatingSpeculativeLoop, _ValidatingSpeculativeRound,
     )
 }
 

@@ -53,11 +53,13 @@ __all__ = [
     "FoldGate",
     "FoldRouting",
     "ChainVerifier",
+    "TruncatedChainVerifier",
     "GreedyVerifier",
     "SimulatedAcceptance",
     "Confidence",
     "PrefixScheduler",
     "SpeculativeLoop",
+    "SpeculativeRound",
     "CAPABILITIES",
     "Inconclusive",
 ]
@@ -79,12 +81,19 @@ class Conventions:
         greedy_rule: ``"top_k"`` (greedy iff ``top_k <= 1``, SGLang) or ``"temperature"``
             (greedy iff ``temperature < 1e-5``, vLLM).
         tie_break: ``"lowest"``: greedy argmax returns the lowest index among ties.
+        top_k_ties: which tokens a top-k cut keeps when several tie with the k-th value
+            (SPEC S3): ``"all"`` of them, or the ``"lowest"`` indices, exactly k.
+        draft_truncates: whether the drafter of :class:`SpeculativeRound` draws from the
+            request's truncated law (True) or from the full tempered softmax (False); the
+            verifier truncates the target law either way (SPEC S5).
         dtypes: LM-head dtypes the folded sampler supports.
         devices: device types the adapter runs on (``"cpu"``, ``"cuda"``).
     """
 
     greedy_rule: Literal["top_k", "temperature"] = "top_k"
     tie_break: Literal["lowest"] = "lowest"
+    top_k_ties: Literal["all", "lowest"] = "all"
+    draft_truncates: bool = True
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
     devices: tuple[str, ...] = ("cpu", "cuda")
 
@@ -438,6 +447,34 @@ class ChainVerifier(Protocol):
 
 
 @runtime_checkable
+class TruncatedChainVerifier(Protocol):
+    """SPEC S5 truncation: chain speculative sampling against the truncated target law.
+
+    ``verify_truncated(draft_tokens[B, l] i64, target_logits[B, l+1, V] f32,
+    draft_probs[B, l, V] f32, temperatures[B] f32, top_k[B] i64, top_p[B] f32, min_p[B] f32,
+    generator) -> (accepted[B] i64 in [0, l], tokens[B, l+1] i64 in [-1, V): padded with
+    -1)``, on the drafts' device. ``draft_probs`` is the law each draft was drawn from (rows
+    sum to 1; the suite drew the drafts from it), as a drafter hands it over; the target
+    law ``p_j`` is the renormalised truncated ``softmax(target_j / T)`` (sets as in
+    :class:`TruncatedStepSampler`, taken on the tempered law; ties at the top-k cut by
+    ``Conventions.top_k_ties``). Greedy rows follow the declared rule. The suite sends one
+    truncation at a time; neutral values ``top_k = V``, ``top_p = 1``, ``min_p = 0``.
+    """
+
+    def verify_truncated(
+        self,
+        draft_tokens: torch.Tensor,
+        target_logits: torch.Tensor,
+        draft_probs: torch.Tensor,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@runtime_checkable
 class GreedyVerifier(Protocol):
     """SPEC S5: greedy verification with optional cap.
 
@@ -557,6 +594,66 @@ class SpeculativeLoop(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
+# --------------------------------------------------------------------------- S9 round
+@runtime_checkable
+class SpeculativeRound(Protocol):
+    """SPEC S9 "one round": the IUT's drafter feeds the IUT's verifier, with the IUT's own
+    noise, seeding and handoff of the draft distribution.
+
+    ``load_head(head_type, state_dict, vocab_size, rank, hidden_size, device, dtype) ->
+    handle`` builds the IUT's Markov head from reference-layout weights (as
+    :class:`MarkovBlock`) in ``dtype`` (the head's parameter dtype: float32 or bfloat16).
+
+    ``round(head, base_logits[B, gamma, V] f32, first_prev[B] i64, hidden[B, gamma, d] |
+    None, target_logits[B, gamma+1, V] f32, temperatures[B] f32, top_k[B] i64, top_p[B] f32,
+    min_p[B] f32, *, generator=None, seeds=None, positions=None) -> (draft_tokens[B, gamma]
+    i64 in [0, V), accepted[B] i64 in [0, gamma], tokens[B, gamma+1] i64 in [-1, V): padded
+    with -1, draft_probs[B, gamma, V] float | None)``, all on the base logits' device.
+
+    * The IUT drafts ``gamma`` tokens with its own Markov sampler from the corrected logits
+      (SPEC S2; ``prev_0 = first_prev``), greedy rows by its declared rule; sampling rows
+      from ``softmax(L_k / T)``, truncated by the request when
+      ``Conventions.draft_truncates``. It hands over what it hands over in production and
+      verifies the block with its own verifier against ``target_logits`` on the request's
+      truncated target law (SPEC S5). Neutral truncation: ``top_k = V``, ``top_p = 1``,
+      ``min_p = 0``.
+    * ``draft_probs``: the draft distribution the IUT handed its verifier, as
+      probabilities (one-hot on greedy rows), where the engine exposes it; None otherwise.
+    * Randomness: without ``seeds`` every draw derives from ``generator``; with ``seeds
+      [B] i64`` and ``positions [B] i64`` (each row's first draft position) the IUT seeds
+      each row its own way, so a seeded row's result repeats run to run and does not depend
+      on the other rows. An IUT without seeded rows raises ``NotImplementedError`` for them.
+    """
+
+    def load_head(
+        self,
+        head_type: str,
+        state_dict: Mapping[str, torch.Tensor],
+        vocab_size: int,
+        rank: int,
+        hidden_size: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> Any: ...
+
+    def round(
+        self,
+        head: Any,
+        base_logits: torch.Tensor,
+        first_prev: torch.Tensor,
+        hidden: torch.Tensor | None,
+        target_logits: torch.Tensor,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        *,
+        generator: torch.Generator | None = None,
+        seeds: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]: ...
+
+
 CAPABILITIES: tuple[type, ...] = (
     StepSampler,
     NoiseStepSampler,
@@ -566,9 +663,11 @@ CAPABILITIES: tuple[type, ...] = (
     FoldGate,
     FoldRouting,
     ChainVerifier,
+    TruncatedChainVerifier,
     GreedyVerifier,
     SimulatedAcceptance,
     Confidence,
     PrefixScheduler,
     SpeculativeLoop,
+    SpeculativeRound,
 )

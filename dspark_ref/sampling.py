@@ -19,6 +19,7 @@ CUDA graph is being captured, where a host read is illegal.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Sequence
 
@@ -43,11 +44,16 @@ __all__ = [
     "exponential_noise",
     "exponential_race",
     "RaceSteps",
+    "TOP_K_TIE_RULES",
+    "truncate_logits",
+    "Truncation",
     "sample_step",
 ]
 
 TEMPERATURE_FLOOR = 1e-5
 GREEDY_RULES = ("top_k", "temperature")
+#: Which tokens a top-k cut keeps when several tie with the k-th value (SPEC S3).
+TOP_K_TIE_RULES = ("all", "lowest")
 
 # Key given to zero-probability tokens: below every key p / E >= 0 of a token with p > 0,
 # so such a token can never win, even when E == 0 would make p / E a NaN.
@@ -289,7 +295,7 @@ def _check_truncation(top_k, top_p, min_p, rows: int, device: torch.device) -> N
 
 
 def _check_sample_step(
-    logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p, steps
+    logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p, top_k_ties, steps
 ) -> int:
     """Validate ``sample_step`` arguments; returns the effective vocabulary size."""
     check_tensor("logits", logits, ndim=2, dtypes=FLOAT_DTYPES)
@@ -311,37 +317,123 @@ def _check_sample_step(
         _check_noise(noise[:, :vocab_size], (rows, vocab_size))
     check_same_device(logits=logits, temperatures=temperatures, greedy_mask=greedy_mask, noise=noise)
     _check_truncation(top_k, top_p, min_p, rows, logits.device)
+    _check_ties(top_k_ties)
     if steps is not None and not isinstance(steps, RaceSteps):
         raise TypeError(f"steps: expected a RaceSteps or None, got {type(steps).__name__}")
     return vocab_size
 
 
-def _truncate(scaled: torch.Tensor, top_k, top_p, min_p) -> torch.Tensor:
-    """Mask tokens outside the top-k / top-p / min-p sets of ``softmax(scaled)`` to -inf.
+def _check_ties(ties: object) -> None:
+    check_choice("top_k_ties", ties, TOP_K_TIE_RULES)
 
-    Order: top-k, then top-p on the renormalised top-k distribution, then min-p (relative
-    to the largest probability, hence unaffected by renormalisation). Ties at a cut-off
-    are all kept, so the kept set never depends on sort order.
+
+def truncate_logits(
+    scaled: torch.Tensor,
+    top_k: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+    min_p: torch.Tensor | None = None,
+    *,
+    top_k_ties: str = "all",
+) -> torch.Tensor:
+    """Mask tokens outside the top-k / top-p / min-p sets of ``softmax(scaled)`` to -inf
+    (SPEC S3 truncation).
+
+    ``scaled`` is the tempered logits ``L / T``: the top-p and min-p sets are taken on the
+    tempered law, so they depend on ``T`` (the top-k set does not). Order: top-k, then
+    top-p on the renormalised top-k law, then min-p (relative to the largest probability,
+    hence unaffected by renormalisation). Ties: at the top-k cut, ``top_k_ties="all"``
+    keeps every token tied with the k-th value, ``"lowest"`` keeps exactly ``k`` tokens,
+    the lowest indices among the tied ones; at the top-p and min-p cuts ties are always
+    kept, so those sets never depend on sort order.
+
+    Args:
+        scaled: ``[B, V]`` float32 or float64 tempered logits (``-inf`` allowed).
+        top_k: optional ``[B]`` int; ``<= 0`` or ``>= V`` means no top-k cut.
+        top_p: optional ``[B]`` float in ``(0, 1]``; 1 keeps all.
+        min_p: optional ``[B]`` float in ``[0, 1]``; 0 keeps all.
+        top_k_ties: ``"all"`` or ``"lowest"`` (:data:`TOP_K_TIE_RULES`).
+
+    Returns:
+        ``[B, V]`` tensor of ``scaled``'s dtype, ``-inf`` outside the kept set.
+
+    Raises:
+        TypeError / ValueError: wrong dtype, shape, device or values, naming the argument.
+
+    Example:
+        >>> truncate_logits(torch.tensor([[2.0, 1.0, 1.0, 0.0]]), top_k=torch.tensor([2]), top_k_ties="lowest")
+        tensor([[2., 1., -inf, -inf]])
     """
+    check_tensor("scaled", scaled, ndim=2, dtypes=(torch.float32, torch.float64))
+    _check_truncation(top_k, top_p, min_p, scaled.shape[0], scaled.device)
+    _check_ties(top_k_ties)
+    return _truncate(scaled, top_k, top_p, min_p, top_k_ties)
+
+
+def _truncate(scaled: torch.Tensor, top_k, top_p, min_p, top_k_ties: str = "all") -> torch.Tensor:
     width = scaled.shape[-1]
     if top_k is not None:
         k = top_k.to(torch.int64).clamp(min=0)
         k = torch.where((k == 0) | (k >= width), width, k)  # top_k <= 0 or >= V: keep all
-        kth = scaled.sort(dim=-1, descending=True).values.gather(-1, (k - 1)[:, None])
-        scaled = scaled.masked_fill(scaled < kth, -math.inf)
+        order = scaled.sort(dim=-1, descending=True, stable=True)
+        if top_k_ties == "all":
+            kth = order.values.gather(-1, (k - 1)[:, None])
+            scaled = scaled.masked_fill(scaled < kth, -math.inf)
+        else:  # a stable sort lists tied values by index, so the first k are the lowest ids
+            ranks = torch.empty_like(order.indices).scatter_(
+                -1, order.indices, torch.arange(width, device=scaled.device).expand_as(order.indices))
+            scaled = scaled.masked_fill(ranks >= k[:, None], -math.inf)
     if top_p is not None:
         probs = torch.softmax(scaled, dim=-1)
         sorted_probs = probs.sort(dim=-1, descending=True).values
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
         # The last token needed to reach mass top_p is the last one whose prior mass < top_p.
-        needed = (mass_before < top_p.to(torch.float32)[:, None]).sum(dim=-1, keepdim=True)
+        needed = (mass_before < top_p.to(scaled.dtype)[:, None]).sum(dim=-1, keepdim=True)
         cut = sorted_probs.gather(-1, needed - 1)
         scaled = scaled.masked_fill(probs < cut, -math.inf)
     if min_p is not None:
         probs = torch.softmax(scaled, dim=-1)
-        floor = min_p.to(torch.float32)[:, None] * probs.max(dim=-1, keepdim=True).values
+        floor = min_p.to(scaled.dtype)[:, None] * probs.max(dim=-1, keepdim=True).values
         scaled = scaled.masked_fill(probs < floor, -math.inf)
     return scaled
+
+
+@dataclasses.dataclass(frozen=True)
+class Truncation:
+    """A request's truncation (SPEC S3, S5): the sets of :func:`truncate_logits`, taken on
+    the tempered law.
+
+    Attributes: ``top_k`` ``[B]`` int, ``top_p`` ``[B]`` float in ``(0, 1]``, ``min_p``
+    ``[B]`` float in ``[0, 1]`` (each optional, on the logits' device; neutral values as in
+    :func:`truncate_logits`); ``top_k_ties``: ``"all"`` or ``"lowest"``.
+
+    Example:
+        >>> Truncation(top_k=torch.tensor([1])).apply(torch.tensor([[0.0, 2.0]]), torch.tensor([0.5]))
+        tensor([[-inf, 4.]])
+    """
+
+    top_k: torch.Tensor | None = None
+    top_p: torch.Tensor | None = None
+    min_p: torch.Tensor | None = None
+    top_k_ties: str = "all"
+
+    def apply(self, logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
+        """Tempered, truncated logits: ``L / T`` with every position of row ``b`` cut by
+        row ``b``'s parameters, ``-inf`` outside the kept set.
+
+        Args:
+            logits: ``[B, V]`` or ``[B, n, V]`` float32 / float64.
+            temperatures: ``[B]`` float, already clamped (``clamp_temperature``).
+        Returns:
+            a tensor of ``logits``' shape and dtype.
+        Raises:
+            TypeError / ValueError: as :func:`truncate_logits`, naming the argument.
+        """
+        rows, vocab = logits.shape[0], logits.shape[-1]
+        steps = logits.shape[1] if logits.dim() == 3 else 1
+        scaled = logits / temperatures.to(logits.dtype).reshape((rows,) + (1,) * (logits.dim() - 1))
+        per_position = [None if t is None else t.repeat_interleave(steps) for t in (self.top_k, self.top_p, self.min_p)]
+        flat = truncate_logits(scaled.reshape(rows * steps, vocab), *per_position, top_k_ties=self.top_k_ties)
+        return flat.reshape(logits.shape)
 
 
 class RaceSteps:
@@ -387,13 +479,14 @@ def sample_step(
     top_k: torch.Tensor | None = None,
     top_p: torch.Tensor | None = None,
     min_p: torch.Tensor | None = None,
+    top_k_ties: str = "all",
     steps: RaceSteps | None = None,
 ) -> torch.Tensor:
     """Sample one token per row: greedy argmax or exponential race (SPEC S3).
 
     Greedy rows take the argmax of their (cropped) logits, lowest index among ties.
     Sampling rows draw from ``softmax(L / T)``, ``T`` clamped to ``1e-5``, renormalised over
-    the optional truncation sets (top-k, then top-p, then min-p; ties at a cut-off kept),
+    the optional truncation sets (:func:`truncate_logits`: top-k, then top-p, then min-p),
     by the exponential race with ``noise`` if given, else with fresh noise drawn on every
     call (for all rows, so the generator advances the same way whatever the mask).
 
@@ -408,6 +501,7 @@ def sample_step(
         top_k: optional ``[B]`` int; ``<= 0`` or ``>= V`` means no top-k cut.
         top_p: optional ``[B]`` float in ``(0, 1]``; 1 keeps all.
         min_p: optional ``[B]`` float in ``[0, 1]``; 0 keeps all.
+        top_k_ties: the top-k tie rule, ``"all"`` (default) or ``"lowest"``.
         steps: the race's steps, a :class:`RaceSteps` (default ``RaceSteps()``, the SPEC
             step); a subclass replaces one step.
 
@@ -428,7 +522,7 @@ def sample_step(
         tensor([1, 0])
     """
     vocab_size = _check_sample_step(
-        logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p, steps
+        logits, temperatures, greedy_mask, noise, generator, vocab_size, top_k, top_p, min_p, top_k_ties, steps
     )
     steps = RaceSteps() if steps is None else steps
     logits = logits[:, :vocab_size]
@@ -437,7 +531,7 @@ def sample_step(
     noise = noise[:, :vocab_size]
     scaled = steps.scaled(logits, temperatures)
     if top_k is not None or top_p is not None or min_p is not None:
-        scaled = _truncate(scaled, top_k, top_p, min_p)
+        scaled = _truncate(scaled, top_k, top_p, min_p, top_k_ties)
     probs = torch.softmax(scaled, dim=-1)
     keys = steps.keys(probs, noise)
     return torch.where(greedy_mask, steps.greedy_tokens(logits, probs), _first_argmax(keys))

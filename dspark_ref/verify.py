@@ -34,7 +34,7 @@ from dspark_ref._checks import (
     check_tensor,
     check_token_ids,
 )
-from dspark_ref.sampling import clamp_temperature, greedy_argmax
+from dspark_ref.sampling import Truncation, clamp_temperature, greedy_argmax
 
 __all__ = [
     "ACCEPT_STREAM",
@@ -226,9 +226,16 @@ def _check_distribution(name, logits, temperatures, greedy_mask) -> torch.Tensor
     return clamp_temperature(temperatures)
 
 
-def _step_laws(logits: torch.Tensor, temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> torch.Tensor:
-    """float64 ``softmax(L / T)`` per position; one-hot lowest-index argmax on greedy rows."""
-    laws = torch.softmax(logits.to(torch.float64) / temperatures.to(torch.float64)[:, None, None], dim=-1)
+def _step_laws(logits: torch.Tensor, temperatures: torch.Tensor, greedy_mask: torch.Tensor,
+               truncation: Truncation | None = None) -> torch.Tensor:
+    """float64 ``softmax(L / T)`` per position (truncated when ``truncation`` is given);
+    one-hot lowest-index argmax on greedy rows."""
+    logits64, temps64 = logits.to(torch.float64), temperatures.to(torch.float64)
+    if truncation is None:
+        scaled = logits64 / temps64[:, None, None]
+    else:
+        scaled = truncation.apply(logits64, temps64)
+    laws = torch.softmax(scaled, dim=-1)
     if bool(greedy_mask.any()):
         greedy = logits[greedy_mask]
         rows, steps, vocab = greedy.shape
@@ -439,11 +446,13 @@ class ChainRule:
     """
 
     def draft_law(
-        self, draft_logits: torch.Tensor, temps: torch.Tensor, greedy_mask: torch.Tensor
+        self, draft_logits: torch.Tensor, temps: torch.Tensor, greedy_mask: torch.Tensor,
+        truncation: Truncation | None = None,
     ) -> torch.Tensor:
         """q ``[B, l, V]``: ``softmax(draft_logits / T)`` (``temps [B]`` already clamped),
-        one-hot argmax for greedy rows."""
-        return _step_laws(draft_logits, temps, greedy_mask)
+        truncated like the target when ``truncation`` is given (the drafter drew with the
+        request's truncation), one-hot argmax for greedy rows."""
+        return _step_laws(draft_logits, temps, greedy_mask, truncation)
 
     def accepts(self, coins: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
         """``[B, l]`` bool: draft ``j`` passes iff ``u_j * q_j(x_j) < p_j(x_j)`` (``coins``,
@@ -469,24 +478,51 @@ class ChainRule:
         return accepted
 
 
+def _handed_over_law(draft_probs: torch.Tensor, draft_tokens: torch.Tensor, greedy_mask: torch.Tensor) -> torch.Tensor:
+    """float64 q from handed-over probabilities; one-hot at the draft on greedy rows (a
+    greedy draft is its argmax, whatever the probabilities say)."""
+    q = draft_probs.to(torch.float64)
+    one_hot = F.one_hot(draft_tokens.to(torch.int64), q.shape[-1]).to(torch.float64)
+    return torch.where(greedy_mask[:, None, None], one_hot, q)
+
+
+def _check_draft_source(draft_logits, draft_probs, rows: int, num_drafts: int, vocab: int) -> None:
+    if (draft_logits is None) == (draft_probs is None):
+        raise ValueError("draft_logits: expected exactly one of draft_logits and draft_probs, got "
+                         f"{'both' if draft_probs is not None else 'neither'}")
+    if draft_logits is not None:
+        _check_logits("draft_logits", draft_logits, rows, num_drafts)
+        if draft_logits.shape[2] != vocab:
+            raise ValueError(
+                f"draft_logits: expected vocabulary size {vocab} (as target_logits), got {draft_logits.shape[2]}"
+            )
+        return
+    check_tensor("draft_probs", draft_probs, shape=(rows, num_drafts, vocab), dtypes=FLOAT_DTYPES)
+    check_finite("draft_probs", draft_probs)
+    sums = draft_probs.to(torch.float64).sum(dim=-1)
+    bad = (draft_probs < 0).any(dim=-1) | ((sums - 1).abs() > 1e-3)
+    if bool(bad.any()):
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"draft_probs: expected laws (entries >= 0 summing to 1) at every position, position "
+                         f"{idx} sums to {float(sums[idx])!r}")
+
+
 def _check_chain_verify(draft_tokens, target_logits, draft_logits, temperatures, greedy_mask,
-                        uniforms, generator, seeds, positions, cap, rule) -> torch.Tensor:
+                        uniforms, generator, seeds, positions, cap, rule, truncation, draft_probs) -> torch.Tensor:
     """Validate ``chain_verify`` arguments; returns the clamped temperatures."""
     check_tensor("draft_tokens", draft_tokens, ndim=2, dtypes=INT_DTYPES)
     rows, num_drafts = draft_tokens.shape
     _check_logits("target_logits", target_logits, rows, num_drafts + 1)
     vocab = target_logits.shape[2]
-    _check_logits("draft_logits", draft_logits, rows, num_drafts)
-    if draft_logits.shape[2] != vocab:
-        raise ValueError(
-            f"draft_logits: expected vocabulary size {vocab} (as target_logits), got {draft_logits.shape[2]}"
-        )
+    _check_draft_source(draft_logits, draft_probs, rows, num_drafts, vocab)
+    if truncation is not None and not isinstance(truncation, Truncation):
+        raise TypeError(f"truncation: expected a Truncation or None, got {type(truncation).__name__}")
     check_token_ids("draft_tokens", draft_tokens, vocab)
     check_tensor("greedy_mask", greedy_mask, shape=(rows,), dtypes=(torch.bool,))
     check_tensor("temperatures", temperatures, shape=(rows,), dtypes=FLOAT_DTYPES)
     check_same_device(
         draft_tokens=draft_tokens, target_logits=target_logits, draft_logits=draft_logits,
-        temperatures=temperatures, greedy_mask=greedy_mask,
+        draft_probs=draft_probs, temperatures=temperatures, greedy_mask=greedy_mask,
     )
     temps = clamp_temperature(temperatures)
     _check_uniform_source(uniforms, generator, seeds, positions, draft_tokens)
@@ -509,6 +545,8 @@ def chain_verify(
     positions: torch.Tensor | None = None,
     cap: int | torch.Tensor | None = None,
     rule: ChainRule | None = None,
+    truncation: Truncation | None = None,
+    draft_probs: torch.Tensor | None = None,
 ) -> VerifyResult:
     """Chain speculative sampling, one verify round per row (SPEC S5).
 
@@ -527,6 +565,11 @@ def chain_verify(
     ``accepted``: the residual draw if it rejected there, else the bonus from
     ``p_{accepted + 1}`` (for greedy rows, the argmax there).
 
+    Truncation: with ``truncation``, ``p_j`` is the renormalised truncated tempered law
+    (the sets taken on ``softmax(target_j / T)``) and ``q_j`` the same truncation of
+    ``softmax(draft_j / T)``; ``draft_probs`` instead hands over ``q`` as it is, the law
+    the drafts were drawn from (``draft_logits`` is then None).
+
     Uniforms, from exactly one source: ``uniforms``; ``seeds`` with ``positions`` (see
     :func:`seeded_verify_uniforms`); else fresh ``torch.rand`` draws from ``generator``
     (the default generator when ``None``).
@@ -534,7 +577,8 @@ def chain_verify(
     Args:
         draft_tokens: ``[B, l]`` int64 (or int32) draft block ``x_1..x_l``.
         target_logits: ``[B, l + 1, V]`` float target logits at the verify positions.
-        draft_logits: ``[B, l, V]`` float corrected logits that drew ``draft_tokens``.
+        draft_logits: ``[B, l, V]`` float corrected logits that drew ``draft_tokens``, or
+            None with ``draft_probs``.
         temperatures: ``[B]`` float, ``>= 0``.
         greedy_mask: ``[B]`` bool, True for greedy rows.
         uniforms: optional :class:`VerifyUniforms` (``accept [B, l]``, ``final [B]``
@@ -545,6 +589,9 @@ def chain_verify(
         cap: optional verify-length cap, an int ``>= 0`` or a ``[B]`` int tensor.
         rule: the steps of the rule, a :class:`ChainRule` (default ``ChainRule()``, the
             SPEC rule); a subclass replaces one step.
+        truncation: optional :class:`Truncation` of the request.
+        draft_probs: optional ``[B, l, V]`` float q (rows summing to 1, ``>= 0``) that
+            drew the drafts, instead of ``draft_logits``; greedy rows still use one-hot q.
 
     Returns:
         :class:`VerifyResult` (``accepted``, ``tokens [B, l + 1]``, ``tau``, ``trimmed``).
@@ -555,7 +602,8 @@ def chain_verify(
         ValueError: wrong rank or shape, devices differ, token id out of range, NaN/+inf
             logits or an all -inf position, NaN or negative temperatures, uniforms outside
             ``[0, 1)``, more than one uniform source, ``seeds`` without ``positions`` (or
-            the reverse), a negative position or cap.
+            the reverse), a negative position or cap, both or neither of ``draft_logits``
+            and ``draft_probs``, ``draft_probs`` not a law.
 
     Example:
         >>> logits = torch.log(torch.tensor([[[0.5, 0.3, 0.2], [0.2, 0.2, 0.6]]]))
@@ -567,7 +615,7 @@ def chain_verify(
         (tensor([0]), tensor([[ 0, -1]]))
     """
     temps = _check_chain_verify(draft_tokens, target_logits, draft_logits, temperatures, greedy_mask,
-                                uniforms, generator, seeds, positions, cap, rule)
+                                uniforms, generator, seeds, positions, cap, rule, truncation, draft_probs)
     rule = ChainRule() if rule is None else rule
     rows, num_drafts = draft_tokens.shape
     device = draft_tokens.device
@@ -578,8 +626,11 @@ def chain_verify(
             accept=torch.rand(rows, num_drafts, dtype=torch.float64, generator=generator, device=device),
             final=torch.rand(rows, dtype=torch.float64, generator=generator, device=device),
         )
-    p = _step_laws(target_logits, temps, greedy_mask)
-    q = rule.draft_law(draft_logits, temps, greedy_mask)
+    p = _step_laws(target_logits, temps, greedy_mask, truncation)
+    if draft_probs is None:
+        q = rule.draft_law(draft_logits, temps, greedy_mask, truncation)
+    else:
+        q = _handed_over_law(draft_probs, draft_tokens, greedy_mask)
     drafts = draft_tokens.to(torch.int64)
     p_x = p[:, :num_drafts].gather(-1, drafts[..., None])[..., 0]
     q_x = q.gather(-1, drafts[..., None])[..., 0]

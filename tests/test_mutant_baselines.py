@@ -162,6 +162,43 @@ def _probe_chain_verifier(impl) -> list:
     return out
 
 
+def _truncations(rows: int, vocab: int):
+    """Per-row truncation parameters that cut at top-k (with a tie), top-p and min-p."""
+    top_k = torch.full((rows,), vocab)
+    top_k[0], top_k[3] = 3, 1
+    top_p, min_p = torch.ones(rows), torch.zeros(rows)
+    top_p[1], top_p[4], min_p[5] = 0.6, 0.85, 0.3
+    return top_k, top_p, min_p
+
+
+def _probe_truncated_chain_verifier(impl) -> list:
+    drafts, target, draft, temps, _, g = _verify_inputs(32)
+    rows, l, vocab = draft.shape
+    target[0, :, 2] = target[0, :, 5]  # a tie the top-k cut may split
+    top_k, top_p, min_p = _truncations(rows, vocab)
+    probs = torch.softmax(draft / temps[:, None, None], dim=-1)
+    return [impl.verify_truncated(drafts, target, probs, temps, top_k, top_p, min_p, g) for _ in range(2)]
+
+
+def _probe_speculative_round(impl) -> list:
+    g = _gen(80)
+    rows, gamma, vocab, rank, d = 8, 3, 8, 4, 6
+    out = []
+    for head_type, dtype in (("vanilla", torch.float32), ("gated", torch.bfloat16)):
+        head = markov.build_markov_head({"markov_head_type": head_type, "markov_rank": rank, "vocab_size": vocab,
+                                         "hidden_size": d}, generator=g)
+        handle = impl.load_head(head_type, head.state_dict(), vocab, rank, d, torch.device("cpu"), dtype)
+        base, hidden = torch.randn(rows, gamma, vocab, generator=g) * 1.5, torch.randn(rows, gamma, d, generator=g)
+        target, anchor = base[:, :1].repeat(1, gamma + 1, 1) + torch.randn(rows, gamma + 1, vocab, generator=g), \
+            torch.randint(0, vocab, (rows,), generator=g)
+        temps = torch.tensor([1.0, 0.6, 1.0, 2.0, 0.7, 1.0, 1.3, 0.9])
+        top_k, top_p, min_p = _truncations(rows, vocab)
+        args = (handle, base, anchor, hidden, target, temps, top_k, top_p, min_p)
+        out += [impl.round(*args, generator=g), impl.round(*args, generator=g),
+                impl.round(*args, seeds=torch.arange(rows) * 5 + 2, positions=torch.arange(rows) + 9)]
+    return out
+
+
 def _probe_greedy_verifier(impl) -> list:
     drafts, target, _, _, _, _ = _verify_inputs(33)
     drafts[:4] = target[:4, :-1].argmax(-1)
@@ -228,11 +265,13 @@ PROBES: dict[type, Callable[[Any], list]] = {
     c.FoldGate: _probe_fold_gate,
     c.FoldRouting: _probe_fold_routing,
     c.ChainVerifier: _probe_chain_verifier,
+    c.TruncatedChainVerifier: _probe_truncated_chain_verifier,
     c.GreedyVerifier: _probe_greedy_verifier,
     c.SimulatedAcceptance: _probe_simulated,
     c.Confidence: _probe_confidence,
     c.PrefixScheduler: _probe_scheduler,
     c.SpeculativeLoop: _probe_speculative,
+    c.SpeculativeRound: _probe_speculative_round,
 }
 
 

@@ -11,12 +11,13 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from dspark_ref import confidence, folded, markov, scheduler, simulated, speculative, verify
-from dspark_ref.sampling import TEMPERATURE_FLOOR, RaceSteps, greedy_rows, sample_step
+from dspark_ref import confidence, folded, markov, scheduler, simulated, speculative, speculative_round, verify
+from dspark_ref.sampling import TEMPERATURE_FLOOR, RaceSteps, Truncation, greedy_rows, sample_step
 
 from .. import contract as c
 
 GREEDY_RULE = "top_k"
+TOP_K_TIES = "all"
 
 
 def greedy_mask_of(temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
@@ -194,6 +195,23 @@ class ChainVerifier:
         return result.accepted, result.tokens
 
 
+class TruncatedChainVerifier:
+    """SPEC S5 truncation through :func:`dspark_ref.verify.chain_verify` with the request's
+    :class:`~dspark_ref.sampling.Truncation` (``truncation_class``: a subclass changes how
+    the sets are taken) and the handed-over ``draft_probs``."""
+
+    truncation_class = Truncation
+
+    def verify_truncated(self, draft_tokens, target_logits, draft_probs, temperatures, top_k, top_p, min_p,
+                         generator):
+        truncation = self.truncation_class(top_k=top_k, top_p=top_p, min_p=min_p, top_k_ties=TOP_K_TIES)
+        result = verify.chain_verify(
+            draft_tokens, target_logits, None, temperatures, greedy_mask_of(temperatures, top_k),
+            generator=generator, truncation=truncation, draft_probs=draft_probs,
+        )
+        return result.accepted, result.tokens
+
+
 class GreedyVerifier:
     """SPEC S5 greedy verification through :func:`dspark_ref.verify.greedy_verify`."""
 
@@ -267,6 +285,31 @@ class SpeculativeLoop:
         return result.tokens, result.accept_lengths, result.verify_lengths
 
 
+class SpeculativeRound:
+    """SPEC S9 one round through :func:`dspark_ref.speculative_round.speculative_round`:
+    the reference drafter (truncating, ``Conventions.draft_truncates``) hands its laws to
+    the reference verifier. ``parts``: the round's steps, a
+    :class:`dspark_ref.speculative_round.RoundParts` (None: the SPEC steps);
+    ``truncation_class``: how both sides take the truncation sets."""
+
+    truncation_class = Truncation
+
+    def __init__(self, parts: speculative_round.RoundParts | None = None) -> None:
+        self.parts = parts
+
+    def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device, dtype):
+        return MarkovBlock().load_head(head_type, state_dict, vocab_size, rank, hidden_size, device).to(dtype)
+
+    def round(self, head, base_logits, first_prev, hidden, target_logits, temperatures, top_k, top_p, min_p, *,
+              generator=None, seeds=None, positions=None):
+        truncation = self.truncation_class(top_k=top_k, top_p=top_p, min_p=min_p, top_k_ties=TOP_K_TIES)
+        result = speculative_round.speculative_round(
+            head, base_logits, first_prev, hidden, target_logits, temperatures, greedy_mask_of(temperatures, top_k),
+            truncation=truncation, generator=generator, seeds=seeds, positions=positions, parts=self.parts,
+        )
+        return result.draft_tokens, result.accepted, result.tokens, result.draft_probs
+
+
 def capabilities() -> dict[type, Any]:
     """A fresh capability mapping of the reference (mutants replace one entry)."""
     return {
@@ -278,11 +321,13 @@ def capabilities() -> dict[type, Any]:
         c.FoldGate: FoldGate(),
         c.FoldRouting: FoldRouting(),
         c.ChainVerifier: ChainVerifier(),
+        c.TruncatedChainVerifier: TruncatedChainVerifier(),
         c.GreedyVerifier: GreedyVerifier(),
         c.SimulatedAcceptance: SimulatedAcceptance(),
         c.Confidence: Confidence(),
         c.PrefixScheduler: PrefixScheduler(),
         c.SpeculativeLoop: SpeculativeLoop(),
+        c.SpeculativeRound: SpeculativeRound(),
     }
 
 
@@ -290,7 +335,7 @@ def make_adapter() -> c.Adapter:
     """The reference adapter: every capability, SGLang's greedy rule, CPU and CUDA."""
     return c.Adapter(
         name="reference",
-        conventions=c.Conventions(greedy_rule=GREEDY_RULE),
+        conventions=c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=True),
         capabilities=capabilities(),
         description="dspark_ref: the bundled reference implementation of SPEC S1-S9",
     )
