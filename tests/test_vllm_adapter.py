@@ -24,7 +24,7 @@ from conformance.adapters.vllm.sampling import cache_is_processed, gumbel_kwargs
 from conformance.loading import AdapterLoadError, load_adapter
 
 V, RANK = 40, 6
-CAPABILITIES = {c.StepSampler, c.MarkovBlock, c.ChainVerifier, c.GreedyVerifier}
+CAPABILITIES = {c.StepSampler, c.MarkovBlock, c.ChainVerifier, c.GreedyVerifier, c.SpeculativeRound}
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +196,7 @@ def test_adapter_builds_with_its_capabilities(vllm):
     adapter = load_adapter("vllm")
     assert adapter.name == f"vllm=={vllm.version}"
     assert set(adapter.capabilities) == CAPABILITIES
-    assert adapter.conventions.greedy_rule == "temperature"
+    assert adapter.conventions.greedy_rule == "temperature" and adapter.conventions.draft_truncates is False
     assert load_adapter(f"vllm=={vllm.version}").name == adapter.name
 
 
@@ -263,3 +263,29 @@ def test_seeded_rows_repeat_and_explicit_uniforms_are_refused(vllm):
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     with pytest.raises(NotImplementedError, match="explicit uniforms"):
         verifier.verify(*args, accept_uniforms=torch.rand(4, 2, dtype=torch.float64))
+
+
+def test_round_hands_the_cache_to_the_verifier_and_repeats_when_seeded(vllm):
+    from conformance.adapters.vllm.round import SpeculativeRound
+
+    iut = SpeculativeRound(vllm)
+    ref, _ = _head(iut._block)
+    head = iut.load_head("vanilla", ref.state_dict(), V, RANK, 5, torch.device("cpu"), torch.float32)
+    gen = torch.Generator().manual_seed(4)
+    rows, gamma = 4, 3
+    base, target = torch.randn(rows, gamma, V, generator=gen), torch.randn(rows, gamma + 1, V, generator=gen)
+    temps = torch.tensor([1.0, 0.0, 0.7, 1.3])
+    neutral = (torch.full((rows,), V), torch.ones(rows), torch.zeros(rows))
+    seeded = dict(seeds=torch.tensor([9, 8, 7, 6]), positions=torch.tensor([3, 30, 300, 3000]))
+    first = iut.round(head, base, torch.tensor([1, 2, 3, 4]), None, target, temps, *neutral, **seeded)
+    again = iut.round(head, base, torch.tensor([1, 2, 3, 4]), None, target, temps, *neutral, **seeded)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    drafts, accepted, tokens, probs = first
+    assert drafts.shape == (rows, gamma) and tokens.shape == (rows, gamma + 1)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(rows, gamma))
+    assert torch.equal(probs[1].argmax(-1), drafts[1]) and bool((probs[1].max(-1).values == 1).all())
+    assert torch.equal(tokens[:, :1].clamp(min=-1), tokens[:, :1])  # the first slot is always committed
+    assert bool((tokens[:, 0] >= 0).all())
+    with pytest.raises(NotImplementedError, match="top-k / top-p"):
+        iut.round(head, base, torch.tensor([1, 2, 3, 4]), None, target, temps, torch.full((rows,), 2),
+                  torch.ones(rows), torch.zeros(rows), **seeded)

@@ -7,7 +7,9 @@ onto vLLM's code:
 * ``StepSampler`` (S3): ``gumbel_sample`` (:mod:`.sampling`);
 * ``MarkovBlock`` (S2): ``DSparkSpeculator._sample_sequential``, vanilla head (:mod:`.markov`);
 * ``ChainVerifier``, ``GreedyVerifier`` (S5): ``rejection_sample``, seeded rows natively
-  (:mod:`.verify`).
+  (:mod:`.verify`);
+* ``SpeculativeRound`` (S9): the drafter's Markov loop feeding ``rejection_sample`` with the
+  request's shared seed, positions and the drafter's logits cache (:mod:`.round`).
 
 What differs between releases is found by inspecting the installed functions
 (``gumbel_sample``'s cache and ``is_drafting`` arguments), not by version strings. Measured
@@ -20,11 +22,16 @@ DSpark draft samples the full softmax; top-k/top-p are the target sampler's),
 ``FoldedDraft`` / ``FoldGate`` / ``FoldRouting`` (vLLM captures the whole draft step in its
 CUDA graph with no folded-sampler object or memory gate of SGLang's kind),
 ``PrefixScheduler`` (vLLM's adaptive verification is the production variant, not
-Algorithm 1), ``SpeculativeLoop`` (needs the engine and a model runner).
+Algorithm 1), ``SpeculativeLoop`` (needs the engine and a model runner),
+``TruncatedChainVerifier`` (vLLM's top-k/top-p live in ``vllm.v1.sample.ops``, which needs the
+platform layer), ``SimulatedAcceptance`` (vLLM's synthetic mode takes per-step acceptance
+rates, none of SPEC S6's methods), ``Confidence`` (the confidence head is a model-file module
+over vLLM's parallel linears, and vLLM fits no STS temperatures).
 
 Conventions: greedy iff vLLM's temperature state is 0, reached by ``temperature < 1e-5``
 after vLLM's floor of ``0 < T < 1e-2`` to ``1e-2`` (:mod:`.engine_inputs`); ties to the
-lowest index. Randomness: seeds and positions drawn from the suite's generator.
+lowest index; the drafter draws from the full tempered softmax (``draft_truncates=False``).
+Randomness: seeds and positions drawn from the suite's generator.
 
 Run: ``pip install --no-deps --target DIR 'vllm==X'`` then
 ``PYTHONPATH=DIR TRITON_INTERPRET=1 dspark-conformance run --impl vllm`` (no
@@ -40,6 +47,7 @@ from conformance import contract as c
 from . import ledger
 from .loader import VLLMModules, load_vllm
 from .markov import MarkovBlock
+from .round import SpeculativeRound
 from .sampling import StepSampler
 from .verify import ChainVerifier, GreedyVerifier
 
@@ -55,6 +63,7 @@ def capabilities(modules: VLLMModules) -> dict[type, Any]:
         c.MarkovBlock: MarkovBlock(modules),
         c.ChainVerifier: ChainVerifier(modules),
         c.GreedyVerifier: GreedyVerifier(modules),
+        c.SpeculativeRound: SpeculativeRound(modules),
     }
 
 
@@ -71,7 +80,7 @@ def make_adapter() -> c.Adapter:
         description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
     return c.Adapter(
         name=f"vllm=={modules.version}",
-        conventions=c.Conventions(greedy_rule=GREEDY_RULE),
+        conventions=c.Conventions(greedy_rule=GREEDY_RULE, draft_truncates=False),
         capabilities=capabilities(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
         description=description,

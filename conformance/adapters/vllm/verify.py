@@ -49,13 +49,15 @@ def _apply_temperature(modules: VLLMModules, logits: torch.Tensor, temps: torch.
 
 
 def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits, temps, seeds, first_pos,
-                num_drafts, *, target_processed: bool = False):
+                num_drafts, *, target_processed: bool = False, draft_cached: bool = False):
     """``(accepted[B] i64, tokens[B, l + 1] i64 padded with -1)`` from ``rejection_sample``.
 
     ``temps`` is vLLM's temperature state (0 = greedy), ``first_pos[B]`` the position of each
     row's first draft, ``num_drafts[B]`` how many of its ``l`` drafts row ``r`` verifies;
     ``draft_logits`` may be None when every row is greedy. ``target_processed``: the target
-    logits already went through the target sampler's steps (temperature included).
+    logits already went through the target sampler's steps (temperature included);
+    ``draft_cached``: the draft logits are the drafter's cache as vLLM hands it over (else they
+    are the contract's corrected logits, put into the cache's form here).
     """
     bs, l = draft_tokens.shape
     device = draft_tokens.device
@@ -76,7 +78,7 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
     gumbel = modules["gumbel"].gumbel_sample
     if draft_logits is not None:
         draft = draft_logits.to(torch.float32).contiguous()
-        if cache_is_processed(gumbel):
+        if cache_is_processed(gumbel) and not draft_cached:
             flat = _apply_temperature(modules, draft.reshape(bs * l, -1), temps,
                                       identity_mapping(bs, device).repeat_interleave(l))
             draft = flat.reshape(bs, l, -1)
