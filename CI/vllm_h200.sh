@@ -17,7 +17,10 @@
 #   1. load:  the adapter loads and lists its capabilities;
 #   2. off:   DSPARK_VLLM_LEDGER=off, whole suite, --device cuda: the committed matrix
 #             (docs/conformance/vllm-VERSION-cuda-h200.{md,json} from off/report.md, results.json);
-#   3. gate:  CI/gate.sh --impl vllm==VERSION --device cuda with the ledger on.
+#   3. gate:  CI/gate.sh --impl vllm==VERSION --device cuda with the ledger on;
+#   4. repro: the minimal inputs of findings V2 and V3 (docs/conformance/vllm-repro/) on the GPU.
+# With the device tool: carry or copy the tarball into the tree (e.g. shared/), then
+#   CI/vllm_h200.sh 0.33.0 shared/vllm-0.33.0.txz "$OUT"
 # Exit: the gate's exit code (0 pass, 1 fail, 2 inconclusive, 3 infrastructure); 9 setup.
 set -uo pipefail
 version=${1:?usage: CI/vllm_h200.sh VERSION TARBALL [OUTDIR]}
@@ -42,5 +45,7 @@ echo "OFF $version exit $?" | tee -a "$S"; grep -A12 "^DSpark conformance" "$out
 PYTHON=$py timeout ${GATE_TIMEOUT:-540} CI/gate.sh --impl "vllm==$version" --device cuda --report "$out/gate" > "$out/gate.log" 2>&1
 code=$?
 echo "GATE $version exit $code" | tee -a "$S"; grep -A12 "^DSpark conformance" "$out/gate.log" | tee -a "$S"; tail -1 "$out/gate.log" | tee -a "$S"
+N=1000000 timeout 120 "$py" docs/conformance/vllm-repro/v3_shared_noise.py 2>&1 | tail -3 | tee -a "$S"
+timeout 120 "$py" docs/conformance/vllm-repro/v2_greedy_rule.py 2>&1 | tail -1 | tee -a "$S"
 rm -rf "$site"
 exit $code

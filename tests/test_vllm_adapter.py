@@ -1,4 +1,5 @@
-"""Tests of the vLLM adapter (``conformance/adapters/vllm``): loader, translation, wiring.
+"""Tests of the vLLM adapter (``conformance/adapters/vllm``): loader, translation, wiring;
+and of the speculators adapter (``conformance/adapters/speculators``), at the end.
 
 The loader's machinery (version gate, stubs, error messages) and the translation helpers
 are tested without vLLM. The rest needs the ``vllm`` wheel importable (``pip install
@@ -289,3 +290,37 @@ def test_round_hands_the_cache_to_the_verifier_and_repeats_when_seeded(vllm):
     with pytest.raises(NotImplementedError, match="top-k / top-p"):
         iut.round(head, base, torch.tensor([1, 2, 3, 4]), None, target, temps, torch.full((rows,), 2),
                   torch.ones(rows), torch.zeros(rows), **seeded)
+
+
+# --------------------------------------------------------------------------- speculators
+def test_speculators_missing_names_how_to_install(monkeypatch):
+    from conformance.adapters import speculators
+
+    def missing(name):
+        raise speculators.PackageNotFoundError(name)
+
+    monkeypatch.setattr(speculators, "version", missing)
+    with pytest.raises(AdapterLoadError, match=r"speculators: the package is not installed; pip install --no-deps"):
+        speculators.installed_version()
+
+
+@pytest.mark.parametrize("head_type", ["vanilla", "gated", "rnn"])
+def test_speculators_sample_block_is_its_own_teacher_forcing(head_type):
+    from conformance.adapters import speculators
+    from dspark_ref import markov
+
+    try:
+        speculators.installed_version()
+    except AdapterLoadError as exc:
+        pytest.skip(f"speculators not importable: {exc}")
+    block = speculators.MarkovBlock(speculators.load_model_definitions())
+    ref = markov.build_markov_head({"markov_rank": RANK, "markov_head_type": head_type, "vocab_size": V,
+                                    "hidden_size": 5}, scale=0.5, generator=torch.Generator().manual_seed(1))
+    head = block.load_head(head_type, ref.state_dict(), V, RANK, 5, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    base, hidden = torch.randn(3, 4, V, generator=gen), torch.randn(3, 4, 5, generator=gen)
+    tokens, corrected = block.sample_block(head, base, torch.tensor([1, 2, 3]), hidden, torch.ones(3),
+                                           torch.tensor([1, V, V]), gen)
+    prev = torch.cat([torch.tensor([[1], [2], [3]]), tokens[:, :-1]], dim=1)
+    torch.testing.assert_close(block.apply_block_logits(head, base, prev, hidden), corrected)
+    assert torch.equal(tokens[0], corrected[0].argmax(dim=-1))
