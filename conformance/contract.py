@@ -288,7 +288,9 @@ class MarkovBlock(Protocol):
     corrected_logits[B, gamma, V])``. ``apply_block_logits(handle, base_logits,
     token_ids[B, gamma], hidden) -> corrected[B, gamma, V]``. Tokens are ids in ``[0, V)``;
     corrected logits are float32 or in the base logits' dtype, with no NaN or +inf where
-    the base logits have none (-inf stays -inf); all on the base logits' device.
+    the base logits have none (-inf stays -inf); all on the base logits' device. An IUT
+    that does not ship a head type raises ``NotImplementedError`` from ``load_head``
+    (reported as a skip naming the head).
     """
 
     def load_head(
@@ -600,7 +602,8 @@ class SpeculativeRound(Protocol):
 
     ``load_head(head_type, state_dict, vocab_size, rank, hidden_size, device, dtype) ->
     handle`` builds the IUT's Markov head from reference-layout weights (as
-    :class:`MarkovBlock`) in ``dtype`` (the head's parameter dtype: float32 or bfloat16).
+    :class:`MarkovBlock`) in ``dtype`` (the head's parameter dtype: float32 or bfloat16); a head
+    type the IUT does not ship raises ``NotImplementedError`` (a skip naming the head).
 
     ``round(head, base_logits[B, gamma, V] f32, first_prev[B] i64, hidden[B, gamma, d] |
     None, target_logits[B, gamma+1, V] f32, temperatures[B] f32, top_k[B] i64, top_p[B] f32,

@@ -2,9 +2,9 @@
 
 Accepted forms:
 
-* a built-in name: ``reference`` (the bundled ``dspark_ref``), ``sglang`` (the installed
-  PyPI package), ``mutant:<id>`` (a known-bug variant from ``fixtures/mutants`` of a
-  checkout: the mutants are not part of the wheel, and are found by module name, like any
+* a built-in name: ``reference`` (the bundled ``dspark_ref``), ``sglang``, ``vllm`` and
+  ``speculators`` (the installed PyPI packages; ``NAME==X`` also checks the installed version), ``mutant:<id>``
+  (a known-bug variant from ``fixtures/mutants`` of a checkout: the mutants are not part of the wheel, and are found by module name, like any
   third-party adapter, so the suite never imports them statically);
 * ``package.module:attr``, where ``attr`` is an ``Adapter`` or a zero-argument callable
   returning one;
@@ -26,6 +26,8 @@ MUTANTS_MODULE = "fixtures.mutants"
 _BUILTINS = {
     "reference": "conformance.adapters.reference:make_adapter",
     "sglang": "conformance.adapters.sglang:make_adapter",
+    "vllm": "conformance.adapters.vllm:make_adapter",
+    "speculators": "conformance.adapters.speculators:make_adapter",
 }
 
 

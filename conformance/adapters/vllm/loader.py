@@ -1,0 +1,358 @@
+"""Load vLLM's DSpark modules from the installed wheel without its engine.
+
+``import vllm`` runs the package ``__init__``, which pulls in the engine (config system,
+distributed runtime, model registry, compiled ``_C``). DSpark's kernels and its Markov loop
+live in plain modules of the V2 model runner, so this loader imports them directly, the way
+:mod:`conformance.adapters.sglang.loader` does for SGLang:
+
+* **No vllm package ``__init__`` runs.** Every package under ``vllm/`` is registered as a
+  bare module whose ``__path__`` points at the wheel's files.
+* **Stubs replace the few engine modules the DSpark files import** (``_ENGINE_STUBS``, each
+  with its reason). A stub hands out inert placeholders that raise :class:`StubCalled` when
+  called, except for the explicit values a module reads at import time (``_STUB_VALUES``):
+  ``init_logger`` returns a standard :mod:`logging` logger, ``CUDAGraphMode.NONE`` is a real
+  enum member (a default argument), and ``vllm.triton_utils`` hands out the installed
+  ``triton`` / ``triton.language`` / libdevice, as vLLM's own module does when Triton is
+  present.
+* **The libdevice shim** (``TRITON_INTERPRET=1`` only): Triton's interpreter cannot run
+  libdevice externs (``create_extern_elementwise`` is not implemented there, so
+  ``libdevice.log1p(x)`` yields ``None``). Under the interpreter ``tldevice`` is the real
+  libdevice module with the externs vLLM's kernels use (``_NUMPY_EXTERNS``: ``log1p``,
+  ``expm1``) replaced by their numpy functions applied to the interpreter's arrays. And
+  Triton 3.9's interpreter types ``mask & is_valid_req`` (a bool block and a bool scalar
+  loaded from a comparison, as in vLLM's ``gumbel_sample`` cache store) as int32, where
+  the compiler keeps int1, and its store then rejects the mask ("mask has unsupported
+  dtype"): :func:`_install_interpreter_mask_fix` turns an integer mask into ``mask != 0``
+  before a masked load or store. On a GPU neither is installed: the real libdevice and compiler run.
+
+If vLLM was already imported the normal way, its modules are used as they are.
+
+To support a new vLLM release: add its DSpark modules to ``DSPARK_MODULES`` (and to
+``FIRST_RELEASE`` when only later releases ship one); if its DSpark files import a new
+engine module, add a line to ``_ENGINE_STUBS`` with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import types
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Mapping
+
+from conformance.loading import AdapterLoadError
+
+__all__ = [
+    "MIN_VERSION",
+    "DSPARK_MODULES",
+    "OPTIONAL_MODULES",
+    "VLLMModules",
+    "StubCalled",
+    "installed_version",
+    "release_of",
+    "load_vllm",
+]
+
+MIN_VERSION = (0, 25, 0)  # first release with DSpark (V2 model runner only)
+
+_WORKER = "vllm.v1.worker.gpu"
+
+#: Short name -> module. Every release from ``MIN_VERSION`` ships all of them.
+DSPARK_MODULES: dict[str, str] = {
+    "gumbel": f"{_WORKER}.sample.gumbel",  # gumbel_sample, apply_temperature
+    "rejection": f"{_WORKER}.spec_decode.rejection_sampler_utils",  # rejection_sample
+    "speculator": f"{_WORKER}.spec_decode.dspark.speculator",  # DSparkSpeculator._sample_sequential
+}
+
+#: Modules loaded when they import; a failure leaves them out (``"name" in modules`` False)
+#: and is recorded in ``VLLMModules.missing`` with the reason.
+OPTIONAL_MODULES: dict[str, str] = {
+    "acceptance": f"{_WORKER}.spec_decode.acceptance_estimator",
+}
+
+#: Engine modules the DSpark files import, with why they are not needed here.
+_ENGINE_STUBS: dict[str, str] = {
+    "vllm.triton_utils": "Triton import hub (reads vllm.envs and the platform); explicit values",
+    "vllm.config": "engine configuration package (VllmConfig annotations)",
+    "vllm.config.compilation": "compilation config; only CUDAGraphMode.NONE, a default argument",
+    "vllm.logger": "vLLM's logging setup; init_logger returns a standard logger",
+    "vllm.v1.worker.gpu.spec_decode.dflash.speculator":
+        "DFlash speculator base class (backbone forward, KV cache, CUDA graphs); the suite feeds "
+        "base logits to the DSpark Markov loop",
+    "vllm.v1.worker.gpu.spec_decode.dspark.utils": "draft checkpoint loading; weights come as tensors",
+}
+
+
+class StubCalled(RuntimeError):
+    """vLLM called a placeholder of a stubbed engine module (see ``_ENGINE_STUBS``)."""
+
+
+class _PlaceholderMeta(type):
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        raise StubCalled(
+            f"{cls.__module__}.{cls.__qualname__} is a stub of a module vLLM's engine provides "
+            f"({_ENGINE_STUBS.get(cls.__module__, 'engine stub')}); this DSpark path needs it"
+        )
+
+
+class _CUDAGraphMode(enum.Enum):
+    """Stand-in for ``vllm.config.compilation.CUDAGraphMode``: the one member DSpark reads
+    (a default argument of ``_generate_draft``, never run here)."""
+
+    NONE = 0
+
+
+_NUMPY_EXTERNS = ("log1p", "expm1")
+
+
+def _interpreted_extern(name: str):
+    """A libdevice extern for Triton's interpreter: numpy's ``name`` on the tensor's array."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    numpy_fn = getattr(np, name)
+
+    def extern(x):
+        handle = x.handle
+        with np.errstate(all="ignore"):  # lanes a tl.where discards may be out of domain, as on a GPU
+            data = numpy_fn(handle.data)
+        return tl.core.tensor(TensorHandle(data, handle.dtype), x.type)
+
+    extern.__name__ = name
+    return extern
+
+
+def _libdevice() -> Any:
+    import triton.language.extra.libdevice as libdevice
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return libdevice
+    shim = types.ModuleType("vllm_conformance_libdevice_shim")
+    shim.__dict__.update({k: v for k, v in vars(libdevice).items() if not k.startswith("__")})
+    for name in _NUMPY_EXTERNS:
+        setattr(shim, name, _interpreted_extern(name))
+    return shim
+
+
+def _install_interpreter_mask_fix() -> None:
+    """Under ``TRITON_INTERPRET=1`` only: masked loads and stores accept an ``int1`` mask
+    whose array is not bool (see the module note). Idempotent."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder, "_dspark_mask_fix", False):
+        return
+
+    def as_bool(mask):
+        if mask is None or mask.data.dtype == np.bool_ or not np.issubdtype(mask.data.dtype, np.integer):
+            return mask
+        return interpreter.TensorHandle(mask.data != 0, tl.int1)
+
+    load, store = builder.create_masked_load, builder.create_masked_store
+    builder.create_masked_load = lambda self, ptrs, mask, *rest: load(self, ptrs, as_bool(mask), *rest)
+    builder.create_masked_store = lambda self, ptrs, value, mask, *rest: store(self, ptrs, value, as_bool(mask), *rest)
+    builder._dspark_mask_fix = True
+
+
+def _triton_values() -> dict[str, Any]:
+    import math
+
+    import triton
+    import triton.language as tl
+
+    return {"HAS_TRITON": True, "triton": triton, "tl": tl, "tldevice": _libdevice(),
+            "LOG2E": math.log2(math.e), "LOGE2": math.log(2.0)}
+
+
+#: Names a stubbed module must really provide (read at import time); everything else is a
+#: placeholder. Callables are evaluated when the stub is made.
+_STUB_VALUES: dict[str, Any] = {
+    "vllm.triton_utils": _triton_values,
+    "vllm.logger": lambda: {"init_logger": logging.getLogger},
+    "vllm.config.compilation": lambda: {"CUDAGraphMode": _CUDAGraphMode},
+}
+
+
+class _StubModule(types.ModuleType):
+    """A module whose unknown names are placeholders that raise :class:`StubCalled`."""
+
+    def __init__(self, name: str, values: Mapping[str, Any]) -> None:
+        super().__init__(name)
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or self._is_submodule(name):
+            raise AttributeError(f"stub module {self.__name__!r} has no attribute {name!r}")
+        placeholder = _PlaceholderMeta(name, (), {"__module__": self.__name__})
+        setattr(self, name, placeholder)
+        return placeholder
+
+    def _is_submodule(self, name: str) -> bool:
+        return any(os.path.exists(os.path.join(d, name + s)) for d in getattr(self, "__path__", ()) for s in ("", ".py"))
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, stub: bool) -> None:
+        self._stub = stub
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        if self._stub:
+            values = _STUB_VALUES.get(spec.name)
+            module = _StubModule(spec.name, values() if values else {})
+        else:
+            module = types.ModuleType(spec.name)
+        if spec.submodule_search_locations is not None:
+            module.__path__ = list(spec.submodule_search_locations)
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """Nothing to run: bare packages skip ``__init__``; stubs are complete."""
+
+
+class _WheelFinder(importlib.abc.MetaPathFinder):
+    """Serves ``vllm`` packages as bare modules and the stubbed modules as stubs."""
+
+    def __init__(self, root: str) -> None:
+        self._root = root
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "vllm" and not fullname.startswith("vllm."):
+            return None
+        directory = os.path.join(self._root, *fullname.split("."))
+        is_package = os.path.isdir(directory)
+        if fullname in _ENGINE_STUBS:
+            loader = _Loader(stub=True)
+        elif is_package:
+            loader = _Loader(stub=False)
+        else:
+            return None  # a real module: the path finder loads it from the parent's __path__
+        spec = importlib.machinery.ModuleSpec(fullname, loader, is_package=is_package)
+        spec.submodule_search_locations = [directory] if is_package else None
+        return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class VLLMModules:
+    """The loaded DSpark modules of one installed vLLM.
+
+    Attributes:
+        version: the installed version string, e.g. ``"0.33.0"``.
+        root: the directory holding the ``vllm`` package (read for constants).
+        modules: short name -> module (``DSPARK_MODULES``, plus the optional ones that loaded).
+        missing: optional short name -> why it did not load.
+    """
+
+    version: str
+    root: str
+    modules: Mapping[str, types.ModuleType]
+    missing: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __getitem__(self, short_name: str) -> types.ModuleType:
+        try:
+            return self.modules[short_name]
+        except KeyError:
+            why = self.missing.get(short_name, "not a DSpark module of the adapter")
+            raise KeyError(f"vllm=={self.version} has no DSpark module {short_name!r} ({why})") from None
+
+    def __contains__(self, short_name: object) -> bool:
+        return short_name in self.modules
+
+
+def release_of(text: str) -> tuple[int, ...]:
+    """``(major, minor, patch)`` of a version string (``"0.33.0"``, ``"0.29.1rc2"``)."""
+    parts = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def installed_version() -> str:
+    """The version of the installed ``vllm`` distribution.
+
+    Raises:
+        AdapterLoadError: not installed (the message says how to install it), or a release
+            older than ``MIN_VERSION`` (no DSpark).
+    """
+    try:
+        text = version("vllm")
+    except PackageNotFoundError as exc:
+        raise AdapterLoadError(
+            "vllm: the package is not installed; install the wheel without its engine "
+            "dependencies: pip install --no-deps --target DIR 'vllm==X', then PYTHONPATH=DIR"
+        ) from exc
+    if release_of(text) < MIN_VERSION:
+        raise AdapterLoadError(
+            f"vllm=={text}: DSpark needs vllm >= {'.'.join(map(str, MIN_VERSION))} (V2 model runner)"
+        )
+    return text
+
+
+@functools.cache
+def load_vllm() -> VLLMModules:
+    """Import the DSpark modules of the installed vLLM without its engine (see module note).
+
+    Cached: the import happens once per process.
+
+    Raises:
+        AdapterLoadError: not installed, too old, or a DSpark module failed to import; the
+            message names the version, the module and the missing piece.
+    """
+    version_text = installed_version()
+    root = _package_root(version_text)
+    if getattr(sys.modules.get("vllm"), "__file__", None) is None and not any(
+        isinstance(f, _WheelFinder) for f in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _WheelFinder(root))
+    _install_interpreter_mask_fix()
+    loaded = {short: _import(version_text, name) for short, name in DSPARK_MODULES.items()}
+    missing: dict[str, str] = {}
+    for short, name in OPTIONAL_MODULES.items():
+        try:
+            loaded[short] = _import(version_text, name)
+        except AdapterLoadError as exc:
+            missing[short] = str(exc)
+    return VLLMModules(version=version_text, root=root, modules=loaded, missing=missing)
+
+
+def _package_root(version_text: str) -> str:
+    """The directory holding the ``vllm`` package, found without importing it."""
+    module = sys.modules.get("vllm")
+    locations = list(getattr(module, "__path__", ()) or ())
+    if not locations:
+        spec = importlib.util.find_spec("vllm")
+        locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if not locations:
+        raise AdapterLoadError(f"vllm=={version_text}: the installed package has no files")
+    return os.path.dirname(locations[0])
+
+
+def _import(version_text: str, module_name: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise AdapterLoadError(
+            f"vllm=={version_text}: cannot import {module_name}: missing {missing!r} ({exc}). "
+            "If it is an engine module, add a stub to conformance/adapters/vllm/loader.py:_ENGINE_STUBS "
+            "with the reason"
+        ) from exc
+    except StubCalled as exc:
+        raise AdapterLoadError(f"vllm=={version_text}: importing {module_name} called a stub: {exc}") from exc

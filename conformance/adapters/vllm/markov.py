@@ -1,0 +1,208 @@
+"""Markov heads and block sampling (SPEC S2) through vLLM's DSpark Markov loop.
+
+``sample_block`` runs ``DSparkSpeculator._sample_sequential``, the loop vLLM captures in
+its draft CUDA graph: for each step it adds ``model.markov_bias(model.markov_embed(prev))``
+to the step's base logits and samples with ``gumbel_sample`` (vLLM's own noise, keyed by
+the request's seed and the position before the predicted token), writing the
+pre-temperature corrected logits into the speculator's ``draft_logits`` cache (what vLLM
+hands to its rejection sampler) and the tokens into ``draft_tokens``. The speculator is
+made with ``object.__new__`` (its ``__init__`` needs the engine's ``VllmConfig`` and the
+DFlash backbone, a stub here) and given exactly the buffers the loop reads, filled as the
+DFlash prepare-inputs step fills them for anchor-first blocks:
+
+* ``input_ids[r * gamma] = first_prev[r]`` (``_anchor_idx``), ``sample_indices`` the
+  identity, ``sample_idx_mapping[r * gamma + i] = r``, ``sample_pos = anchor_pos + 1 + i``
+  (the predicted token's position; vLLM keys its draw by ``sample_pos - 1``);
+* ``temperature`` / ``seeds``: the request state (:mod:`.engine_inputs`), seeds and anchor
+  positions drawn from the suite's generator;
+* ``draft_logits``: ``[B, gamma, V]`` in the base logits' dtype (vLLM keeps it in the
+  draft head's dtype): the probabilistic drafter (``draft_sample_method="probabilistic"``;
+  vLLM's default "greedy" drafter argmaxes and keeps no draft logits).
+
+The model the loop calls is :class:`_HeadModel`: ``compute_draft_logits`` returns the
+suite's base logits (the loop's ``head_hidden`` carries them; the backbone and LM head are
+not under test), ``markov_embed`` / ``markov_bias`` are the vanilla head's two products
+(vLLM's ``DSparkMarkovHead``: ``nn.Embedding`` W1, then W2 through the logits processor at
+scale 1; its module needs vLLM's parallel-linear stack, so the head's weights are applied
+as plain ``torch`` products in the head's dtype). Everything that varies between releases
+(the loop, its sampler calls, the cache arguments) is vLLM's own code.
+
+Releases whose drafter caches temperature-applied logits (0.25.0, ``cache_is_processed``)
+hold ``L / T`` there: ``sample_block`` multiplies the cache back by the same ``T`` (vLLM's
+verifier consumes ``L / T`` directly; the contract's corrected logits are ``L``).
+
+Teacher forcing (``apply_block_logits``): vLLM has no entry point for it. The adapter runs
+the same loop with the loop's ``gumbel_sample`` wrapped (:func:`_forcing`): the wrapper calls
+vLLM's ``gumbel_sample`` (which writes the step's corrected logits into the cache) and
+returns the given token, so the next step conditions on it. The corrected logits come from
+the same loop and the same cache writes as in sampling.
+
+Heads: vLLM ships the vanilla head only; ``gated`` and ``rnn`` raise ``NotImplementedError``
+(a skip naming the feature). ``markov_rank <= 0`` raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import types
+from typing import Iterator
+
+import torch
+
+from .engine_inputs import identity_mapping, positions_from, request_temperatures, sampling_constants, seeds_from
+from .loader import VLLMModules
+from .sampling import cache_is_processed, gumbel_kwargs
+
+__all__ = ["VLLMHead", "MarkovBlock", "run_markov_loop"]
+
+
+@dataclasses.dataclass(frozen=True)
+class VLLMHead:
+    """A vanilla head: ``w1 [V, r]`` (embedding) and ``w2 [V, r]`` (bias projection)."""
+
+    w1: torch.Tensor
+    w2: torch.Tensor
+
+
+class _HeadModel:
+    """The draft-model methods ``_sample_sequential`` calls (see the module note)."""
+
+    draft_id_to_target_id = None
+
+    def __init__(self, head: VLLMHead) -> None:
+        self._head = head
+
+    def compute_draft_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states
+
+    def map_draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids
+
+    def markov_embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding(token_ids, self._head.w1)
+
+    def markov_bias(self, markov_embed: torch.Tensor) -> torch.Tensor:
+        return markov_embed @ self._head.w2.t()
+
+
+def _speculator(modules: VLLMModules, head: VLLMHead, base_logits, first_prev, temperatures, seeds, anchor_pos):
+    """A ``DSparkSpeculator`` holding exactly what ``_sample_sequential`` reads."""
+    bs, gamma, vocab = base_logits.shape
+    device = base_logits.device
+    cls = modules["speculator"].DSparkSpeculator
+    spec = object.__new__(cls)
+    steps = torch.arange(gamma, device=device)
+    state = dict(
+        model=_HeadModel(head),
+        num_speculative_steps=gamma,
+        num_query_per_req=gamma,
+        sample_from_anchor=True,
+        sample_indices=torch.arange(bs * gamma, device=device),
+        sample_idx_mapping=identity_mapping(bs, device).repeat_interleave(gamma),
+        sample_pos=(anchor_pos[:, None] + 1 + steps[None, :]).reshape(-1),
+        input_buffers=types.SimpleNamespace(
+            input_ids=first_prev.to(torch.int64).repeat_interleave(max(gamma, 1))
+        ),
+        _anchor_idx=torch.arange(bs, dtype=torch.int64, device=device) * max(gamma, 1),
+        _step_cols=steps.to(torch.int32),
+        draft_tokens=torch.zeros(bs, gamma, dtype=torch.int64, device=device),
+        draft_logits=torch.empty(bs, gamma, vocab, dtype=base_logits.dtype, device=device),
+        temperature=temperatures,
+        seeds=seeds,
+        _d2t_scatter_index=None,
+        _draft_scatter_buf=None,
+        _draft_topk=None,
+        draft_watermarker=None,
+        use_fp64_gumbel=False,
+        use_confidence_head=False,
+        enable_adaptive_verification=False,
+        acceptance_estimator=None,
+        # The base class's acceptance-estimator hook (DraftModelSpeculator, stubbed with the
+        # DFlash base): it does nothing when acceptance_estimator is None, as here.
+        _maybe_predict_acceptance=lambda *args, **kwargs: None,
+    )
+    spec.__dict__.update(state)
+    return spec
+
+
+@contextlib.contextmanager
+def _forcing(module: types.ModuleType, tokens: torch.Tensor) -> Iterator[None]:
+    """Make ``module.gumbel_sample`` (the name the Markov loop calls) return ``tokens[:, i]``
+    at step ``i``, after running vLLM's ``gumbel_sample`` for its cache writes."""
+    real = module.gumbel_sample
+    step = [0]
+
+    def forced(*args, **kwargs):
+        real(*args, **kwargs)
+        out = tokens[:, step[0]]
+        step[0] += 1
+        return out
+
+    module.gumbel_sample = forced
+    try:
+        yield
+    finally:
+        module.gumbel_sample = real
+
+
+def run_markov_loop(modules: VLLMModules, head: VLLMHead, base_logits, first_prev, temperatures, seeds,
+                    anchor_pos, forced: torch.Tensor | None = None):
+    """``(tokens[B, gamma] i64, draft_logits[B, gamma, V])`` from ``_sample_sequential``
+    with the request state given (``temperatures`` already vLLM's state)."""
+    bs, gamma, vocab = base_logits.shape
+    spec = _speculator(modules, head, base_logits, first_prev, temperatures, seeds, anchor_pos)
+    hidden = base_logits.reshape(bs * gamma, vocab)
+    module = modules["speculator"]
+    with torch.no_grad(), (_forcing(module, forced) if forced is not None else contextlib.nullcontext()):
+        spec._sample_sequential(bs, hidden)
+    return spec.draft_tokens, spec.draft_logits
+
+
+class MarkovBlock:
+    """SPEC S2 through ``DSparkSpeculator._sample_sequential`` (see the module note)."""
+
+    def __init__(self, modules: VLLMModules) -> None:
+        self._modules = modules
+        self._eps, self._max_temp = sampling_constants(modules.root, modules.version)
+        gumbel_kwargs(modules["gumbel"].gumbel_sample, drafting=True, cache=torch.empty(0))  # fails early
+
+    def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device):
+        if rank <= 0:
+            raise ValueError(f"markov_rank must be positive, got {rank}")
+        if head_type != "vanilla":
+            raise NotImplementedError(
+                f"Markov head {head_type!r}: vLLM {self._modules.version} ships the vanilla head only"
+            )
+        w1, w2 = state_dict["W1.weight"], state_dict["W2.weight"]
+        return VLLMHead(w1.to(device), w2.to(device))
+
+    def _state(self, bs, temperatures, generator, device):
+        temps = request_temperatures(temperatures, self._eps, self._max_temp)
+        return temps, seeds_from(generator, bs, device), positions_from(generator, bs, device)
+
+    def sample_block(self, head, base_logits, first_prev, hidden, temperatures, top_k, generator):
+        temps, seeds, anchor_pos = self._state(base_logits.shape[0], temperatures, generator, base_logits.device)
+        head = VLLMHead(head.w1.to(base_logits.dtype), head.w2.to(base_logits.dtype))
+        tokens, cache = run_markov_loop(self._modules, head, base_logits.contiguous(), first_prev, temps, seeds,
+                                        anchor_pos)
+        if cache_is_processed(self._modules["gumbel"].gumbel_sample):
+            # 0.25.0 caches L / T (T the row's state; greedy rows undivided): undo the division
+            # with the same T to return the corrected logits L (one rounding more; SPEC S0).
+            scale = torch.where(temps > 0, temps, torch.ones_like(temps)).to(cache.dtype)
+            cache = cache * scale[:, None, None]
+        return tokens, cache
+
+    def apply_block_logits(self, head, base_logits, token_ids, hidden):
+        bs, gamma, _ = base_logits.shape
+        device = base_logits.device
+        # Greedy request state: the forced tokens replace the draws, whatever they are.
+        temps = torch.zeros(bs, dtype=torch.float32, device=device)
+        zeros = torch.zeros(bs, dtype=torch.int64, device=device)
+        head = VLLMHead(head.w1.to(base_logits.dtype), head.w2.to(base_logits.dtype))
+        # token_ids = [x0, x_0..x_{gamma-2}]: the loop reads x0 as the anchor and conditions
+        # step i + 1 on the token forced at step i.
+        forced = torch.cat([token_ids[:, 1:], token_ids[:, :1]], dim=1).to(torch.int64) if gamma else token_ids
+        _, logits = run_markov_loop(self._modules, head, base_logits.contiguous(), token_ids[:, 0] if gamma else zeros,
+                                    temps, zeros, zeros, forced=forced)
+        return logits

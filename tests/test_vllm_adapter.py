@@ -1,0 +1,326 @@
+"""Tests of the vLLM adapter (``conformance/adapters/vllm``): loader, translation, wiring;
+and of the speculators adapter (``conformance/adapters/speculators``), at the end.
+
+The loader's machinery (version gate, stubs, error messages) and the translation helpers
+are tested without vLLM. The rest needs the ``vllm`` wheel importable (``pip install
+--no-deps --target DIR 'vllm==X'``, ``PYTHONPATH=DIR``, and ``TRITON_INTERPRET=1`` on CPU)
+and is skipped, naming what is missing, otherwise. Conformance itself is the suite's job
+(``dspark-conformance run --impl vllm``); here each capability is only wired up on small
+cases. To add a case: one ``test_<topic>_*`` function, using the ``vllm`` fixture when it
+needs the wheel.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import types
+
+import pytest
+import torch
+
+from conformance import contract as c
+from conformance.adapters.vllm import engine_inputs, ledger, loader
+from conformance.adapters.vllm.sampling import cache_is_processed, gumbel_kwargs
+from conformance.loading import AdapterLoadError, load_adapter
+
+V, RANK = 40, 6
+CAPABILITIES = {c.StepSampler, c.MarkovBlock, c.ChainVerifier, c.GreedyVerifier, c.SpeculativeRound}
+
+
+@pytest.fixture(scope="module")
+def vllm() -> loader.VLLMModules:
+    """The loaded vLLM; skips (naming the missing piece) when the wheel or the interpreter is absent."""
+    try:
+        loader.installed_version()
+    except AdapterLoadError as exc:
+        pytest.skip(f"vllm not importable: {exc}")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("vLLM's DSpark kernels are Triton-only: on CPU set TRITON_INTERPRET=1")
+    return loader.load_vllm()
+
+
+# --------------------------------------------------------------------------- loader, no vLLM
+@pytest.mark.parametrize("text, release", [("0.33.0", (0, 33, 0)), ("0.29.1rc2", (0, 29, 1)),
+                                           ("0.25.0+cu129", (0, 25, 0)), ("1.0", (1, 0))])
+def test_loader_release_of(text, release):
+    assert loader.release_of(text) == release
+
+
+def test_loader_names_how_to_install_when_missing(monkeypatch):
+    def missing(name):
+        raise loader.PackageNotFoundError(name)
+
+    monkeypatch.setattr(loader, "version", missing)
+    with pytest.raises(AdapterLoadError, match=r"vllm: the package is not installed; .*pip install --no-deps"):
+        loader.installed_version()
+
+
+def test_loader_rejects_release_without_dspark(monkeypatch):
+    monkeypatch.setattr(loader, "version", lambda name: "0.24.0")
+    with pytest.raises(AdapterLoadError, match=r"vllm==0\.24\.0: DSpark needs vllm >= 0\.25\.0"):
+        loader.installed_version()
+
+
+def test_loader_import_error_names_version_module_and_missing_piece():
+    with pytest.raises(AdapterLoadError, match=r"vllm==9\.9\.9: cannot import no_such_pkg_xyz\.mod: "
+                                               r"missing 'no_such_pkg_xyz' .*_ENGINE_STUBS"):
+        loader._import("9.9.9", "no_such_pkg_xyz.mod")
+
+
+def test_loader_placeholder_call_names_the_stub():
+    stub = loader._StubModule("vllm.v1.worker.gpu.spec_decode.dflash.speculator", {})
+    with pytest.raises(loader.StubCalled, match=r"dflash\.speculator\.DFlashSpeculator is a stub .*backbone"):
+        stub.DFlashSpeculator()
+
+
+def test_loader_subclass_of_a_placeholder_cannot_be_instantiated():
+    # DSparkSpeculator subclasses the stubbed DFlash base: building it the normal way must raise.
+    base = loader._StubModule("vllm.v1.worker.gpu.spec_decode.dflash.speculator", {}).DFlashSpeculator
+    sub = type(base)("DSparkSpeculator", (base,), {"__module__": "x"})
+    with pytest.raises(loader.StubCalled):
+        sub()
+
+
+def test_loader_stub_values_are_real():
+    logger_stub = loader._StubModule("vllm.logger", loader._STUB_VALUES["vllm.logger"]())
+    assert logger_stub.init_logger("x").name == "x"
+    compilation = loader._StubModule("vllm.config.compilation", loader._STUB_VALUES["vllm.config.compilation"]())
+    assert compilation.CUDAGraphMode.NONE.name == "NONE"
+
+
+def test_loader_libdevice_shim_only_under_the_interpreter(monkeypatch):
+    import triton.language.extra.libdevice as libdevice
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert loader._libdevice() is libdevice
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    shim = loader._libdevice()
+    assert shim is not libdevice and shim.log1p is not libdevice.log1p and shim.exp is libdevice.exp
+
+
+def test_loader_missing_optional_module_says_why():
+    modules = loader.VLLMModules("0.33.0", "/nowhere", {}, {"acceptance": "cannot import it"})
+    assert "acceptance" not in modules
+    with pytest.raises(KeyError, match=r"vllm==0\.33\.0 has no DSpark module 'acceptance' \(cannot import it\)"):
+        modules["acceptance"]
+
+
+# --------------------------------------------------------------------------- translation, no vLLM
+def test_sampling_constants_read_from_the_installed_file(tmp_path):
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "sampling_params.py").write_text("_SAMPLING_EPS = 1e-5\n_MAX_TEMP = 1e-2\n")
+    assert engine_inputs.sampling_constants(str(tmp_path), "x") == (1e-5, 1e-2)
+
+
+def test_sampling_constants_missing_names_version(tmp_path):
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "sampling_params.py").write_text("_SAMPLING_EPS = 1e-5\n")
+    with pytest.raises(AdapterLoadError, match=r"vllm==y: sampling_params\.py defines no \['_MAX_TEMP'\]"):
+        engine_inputs.sampling_constants(str(tmp_path), "y")
+
+
+def test_request_temperatures_floor_before_greedy():
+    # vLLM's SamplingParams: floor 0 < T < 1e-2 to 1e-2 first, then T < 1e-5 is greedy (state 0).
+    got = engine_inputs.request_temperatures(torch.tensor([0.0, 1e-7, 1e-5, 5e-3, 1e-2, 0.7, 2.0]), 1e-5, 1e-2)
+    assert got.dtype == torch.float32
+    assert got.tolist() == pytest.approx([0.0, 1e-2, 1e-2, 1e-2, 1e-2, 0.7, 2.0])
+
+
+@pytest.mark.parametrize("value, message", [(float("nan"), "finite"), (float("inf"), "finite"),
+                                            (-0.5, "non-negative"), (2.5, r"in \[0, 2\]")])
+def test_request_temperatures_rejects_as_vllm_does(value, message):
+    with pytest.raises(ValueError, match=message):
+        engine_inputs.request_temperatures(torch.tensor([1.0, value]), 1e-5, 1e-2)
+
+
+def test_seeds_and_positions_follow_the_generator():
+    a = engine_inputs.seeds_from(torch.Generator().manual_seed(3), 4, torch.device("cpu"))
+    b = engine_inputs.seeds_from(torch.Generator().manual_seed(3), 4, torch.device("cpu"))
+    assert torch.equal(a, b) and a.dtype == torch.int64 and bool((a >= 0).all())
+    pos = engine_inputs.positions_from(torch.Generator().manual_seed(3), 4, torch.device("cpu"))
+    assert bool((pos >= 1).all()) and bool((pos < 2**20).all())
+
+
+def _gumbel_025(logits, expanded_idx_mapping, temperature, seed, pos, apply_temperature,
+                output_processed_logits=None, output_processed_logits_col=None, use_fp64=False): ...
+
+
+def _gumbel_028(logits, expanded_idx_mapping, temperature, seed, pos, apply_temperature,
+                logits_cache=None, logits_cache_col=None, use_fp64=False): ...
+
+
+def _gumbel_029(logits, expanded_idx_mapping, temperature, seed, pos, apply_temperature, is_drafting,
+                logits_cache=None, logits_cache_col=None, use_fp64=False): ...
+
+
+@pytest.mark.parametrize("fn, cache_name, drafting, processed", [
+    (_gumbel_025, "output_processed_logits", False, True),
+    (_gumbel_028, "logits_cache", False, False),
+    (_gumbel_029, "logits_cache", True, False),
+])
+def test_gumbel_kwargs_follow_the_signature(fn, cache_name, drafting, processed):
+    cache, col = torch.zeros(1), torch.zeros(())
+    kwargs = gumbel_kwargs(fn, drafting=True, cache=cache, cache_col=col)
+    assert kwargs[cache_name] is cache and ("is_drafting" in kwargs) == drafting
+    inspect.signature(fn).bind(*range(5), **kwargs)  # the installed function accepts them
+    assert cache_is_processed(fn) is processed
+
+
+def test_gumbel_kwargs_without_a_cache_argument_is_an_error():
+    def old(logits, expanded_idx_mapping, temperature, seed, pos, apply_temperature): ...
+
+    with pytest.raises(TypeError, match="takes no logits cache"):
+        gumbel_kwargs(old, drafting=True, cache=torch.zeros(1))
+
+
+@pytest.mark.parametrize("value, enabled", [(None, True), ("on", True), ("OFF", False), ("0", False)])
+def test_ledger_switch(monkeypatch, value, enabled):
+    if value is None:
+        monkeypatch.delenv(ledger.LEDGER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(ledger.LEDGER_ENV, value)
+    assert ledger.ledger_enabled() is enabled
+
+
+def test_ledger_entries_only_where_confirmed():
+    assert ledger.expected_failures("9.9.9") == ()
+    for test, _section, reason, where in ledger._LEDGER:
+        assert reason.startswith("V") and where
+        for version, devices in where.items():
+            entries = [e for e in ledger.expected_failures(version) if e.test == test]
+            assert len(entries) == 1 and entries[0].devices == devices and ledger.FINDINGS in entries[0].reason
+
+
+# --------------------------------------------------------------------------- with vLLM
+def test_adapter_builds_with_its_capabilities(vllm):
+    adapter = load_adapter("vllm")
+    assert adapter.name == f"vllm=={vllm.version}"
+    assert set(adapter.capabilities) == CAPABILITIES
+    assert adapter.conventions.greedy_rule == "temperature" and adapter.conventions.draft_truncates is False
+    assert load_adapter(f"vllm=={vllm.version}").name == adapter.name
+
+
+def test_adapter_version_pin_mismatch_names_the_installed_version(vllm):
+    with pytest.raises(AdapterLoadError, match=rf"--dspark-impl 'vllm==0\.0\.1': installed version is 'vllm=={vllm.version}'"):
+        load_adapter("vllm==0.0.1")
+
+
+def _head(block):
+    from dspark_ref import markov
+
+    ref = markov.build_markov_head({"markov_rank": RANK, "markov_head_type": "vanilla", "vocab_size": V,
+                                    "hidden_size": 5}, scale=0.5, generator=torch.Generator().manual_seed(1))
+    return ref, block.load_head("vanilla", ref.state_dict(), V, RANK, 5, torch.device("cpu"))
+
+
+def test_markov_sample_block_is_its_own_teacher_forcing(vllm):
+    from conformance.adapters.vllm.markov import MarkovBlock
+
+    block = MarkovBlock(vllm)
+    ref, head = _head(block)
+    gen = torch.Generator().manual_seed(0)
+    base, first = torch.randn(3, 4, V, generator=gen), torch.tensor([1, 2, 3])
+    tokens, corrected = block.sample_block(head, base, first, None, torch.tensor([1.0, 0.0, 0.5]),
+                                           torch.full((3,), V), gen)
+    prev = torch.cat([first[:, None], tokens[:, :-1]], dim=1)
+    assert torch.equal(block.apply_block_logits(head, base, prev, None), corrected)
+    expected = ref.apply_block_logits(base, prev) if hasattr(ref, "apply_block_logits") else None
+    if expected is not None:
+        torch.testing.assert_close(corrected, expected[1] if isinstance(expected, tuple) else expected)
+    assert torch.equal(tokens[1], corrected[1].argmax(dim=-1))  # the greedy row
+
+
+def test_markov_rejects_heads_vllm_lacks(vllm):
+    from conformance.adapters.vllm.markov import MarkovBlock
+
+    with pytest.raises(NotImplementedError, match="vanilla head only"):
+        MarkovBlock(vllm).load_head("gated", {}, V, RANK, 5, torch.device("cpu"))
+    with pytest.raises(ValueError, match="markov_rank must be positive"):
+        MarkovBlock(vllm).load_head("vanilla", {}, V, 0, 5, torch.device("cpu"))
+
+
+def test_greedy_verify_hand_case(vllm):
+    from conformance.adapters.vllm.verify import GreedyVerifier
+
+    target = torch.tensor([[[0.0, 5, 1], [7, 1, 1], [0, 0, 3]]])
+    verifier = GreedyVerifier(vllm)
+    accepted, tokens = verifier.verify_greedy(torch.tensor([[1, 0]]), target)
+    assert accepted.tolist() == [2] and tokens.tolist() == [[1, 0, 2]]
+    accepted, tokens = verifier.verify_greedy(torch.tensor([[1, 0]]), target, cap=0)
+    assert accepted.tolist() == [0] and tokens.tolist() == [[1, -1, -1]]
+
+
+def test_seeded_rows_repeat_and_explicit_uniforms_are_refused(vllm):
+    from conformance.adapters.vllm.verify import ChainVerifier
+
+    verifier = ChainVerifier(vllm)
+    gen = torch.Generator().manual_seed(2)
+    target, draft = torch.randn(4, 3, 8, generator=gen), torch.randn(4, 2, 8, generator=gen)
+    drafts = torch.randint(0, 8, (4, 2), generator=gen)
+    args = (drafts, target, draft, torch.ones(4), torch.full((4,), 8))
+    seeded = dict(seeds=torch.tensor([1, 2, 3, 4]), positions=torch.tensor([5, 6, 7, 8]))
+    first, again = verifier.verify(*args, **seeded), verifier.verify(*args, **seeded)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    with pytest.raises(NotImplementedError, match="explicit uniforms"):
+        verifier.verify(*args, accept_uniforms=torch.rand(4, 2, dtype=torch.float64))
+
+
+def test_round_hands_the_cache_to_the_verifier_and_repeats_when_seeded(vllm):
+    from conformance.adapters.vllm.round import SpeculativeRound
+
+    iut = SpeculativeRound(vllm)
+    ref, _ = _head(iut._block)
+    head = iut.load_head("vanilla", ref.state_dict(), V, RANK, 5, torch.device("cpu"), torch.float32)
+    gen = torch.Generator().manual_seed(4)
+    rows, gamma = 4, 3
+    base, target = torch.randn(rows, gamma, V, generator=gen), torch.randn(rows, gamma + 1, V, generator=gen)
+    temps = torch.tensor([1.0, 0.0, 0.7, 1.3])
+    neutral = (torch.full((rows,), V), torch.ones(rows), torch.zeros(rows))
+    seeded = dict(seeds=torch.tensor([9, 8, 7, 6]), positions=torch.tensor([3, 30, 300, 3000]))
+    first = iut.round(head, base, torch.tensor([1, 2, 3, 4]), None, target, temps, *neutral, **seeded)
+    again = iut.round(head, base, torch.tensor([1, 2, 3, 4]), None, target, temps, *neutral, **seeded)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    drafts, accepted, tokens, probs = first
+    assert drafts.shape == (rows, gamma) and tokens.shape == (rows, gamma + 1)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(rows, gamma))
+    assert torch.equal(probs[1].argmax(-1), drafts[1]) and bool((probs[1].max(-1).values == 1).all())
+    assert torch.equal(tokens[:, :1].clamp(min=-1), tokens[:, :1])  # the first slot is always committed
+    assert bool((tokens[:, 0] >= 0).all())
+    with pytest.raises(NotImplementedError, match="top-k / top-p"):
+        iut.round(head, base, torch.tensor([1, 2, 3, 4]), None, target, temps, torch.full((rows,), 2),
+                  torch.ones(rows), torch.zeros(rows), **seeded)
+
+
+# --------------------------------------------------------------------------- speculators
+def test_speculators_missing_names_how_to_install(monkeypatch):
+    from conformance.adapters import speculators
+
+    def missing(name):
+        raise speculators.PackageNotFoundError(name)
+
+    monkeypatch.setattr(speculators, "version", missing)
+    with pytest.raises(AdapterLoadError, match=r"speculators: the package is not installed; pip install --no-deps"):
+        speculators.installed_version()
+
+
+@pytest.mark.parametrize("head_type", ["vanilla", "gated", "rnn"])
+def test_speculators_sample_block_is_its_own_teacher_forcing(head_type):
+    from conformance.adapters import speculators
+    from dspark_ref import markov
+
+    try:
+        speculators.installed_version()
+    except AdapterLoadError as exc:
+        pytest.skip(f"speculators not importable: {exc}")
+    block = speculators.MarkovBlock(speculators.load_model_definitions())
+    ref = markov.build_markov_head({"markov_rank": RANK, "markov_head_type": head_type, "vocab_size": V,
+                                    "hidden_size": 5}, scale=0.5, generator=torch.Generator().manual_seed(1))
+    head = block.load_head(head_type, ref.state_dict(), V, RANK, 5, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    base, hidden = torch.randn(3, 4, V, generator=gen), torch.randn(3, 4, 5, generator=gen)
+    tokens, corrected = block.sample_block(head, base, torch.tensor([1, 2, 3]), hidden, torch.ones(3),
+                                           torch.tensor([1, V, V]), gen)
+    prev = torch.cat([torch.tensor([[1], [2], [3]]), tokens[:, :-1]], dim=1)
+    torch.testing.assert_close(block.apply_block_logits(head, base, prev, hidden), corrected)
+    assert torch.equal(tokens[0], corrected[0].argmax(dim=-1))
