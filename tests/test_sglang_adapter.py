@@ -21,10 +21,23 @@ import pytest
 import torch
 
 from conformance import contract as c
-from conformance.adapters.sglang import ledger, loader, make_adapter, make_blockwise_adapter, v0517, v0522
-from conformance.adapters.sglang import verify as sglang_verify
 from conformance.adapters import reference
-from conformance.adapters.sglang.engine_inputs import TOP_K_ALL, draft_input, sampling_info, tp_sync_argument
+from conformance.adapters.engine_import import is_stub
+from conformance.adapters.sglang import (
+    ledger,
+    loader,
+    make_adapter,
+    make_blockwise_adapter,
+    v0517,
+    v0522,
+)
+from conformance.adapters.sglang import verify as sglang_verify
+from conformance.adapters.sglang.engine_inputs import (
+    TOP_K_ALL,
+    draft_input,
+    sampling_info,
+    tp_sync_argument,
+)
 from conformance.loading import AdapterLoadError, load_adapter
 from dspark_ref import confidence, markov, verify
 
@@ -76,13 +89,13 @@ def test_loader_rejects_release_without_dspark():
 
 
 def test_loader_placeholder_call_names_the_stub():
-    stub = loader._StubModule("sglang.srt.managers.schedule_batch", {}, strict=False)
+    stub = loader._STUBS.module("sglang.srt.managers.schedule_batch", {}, strict=False)
     with pytest.raises(loader.StubCalled, match=r"schedule_batch\.ScheduleBatch is a stub .*annotations"):
         stub.ScheduleBatch()
 
 
 def test_loader_strict_stub_has_only_its_names():
-    stub = loader._StubModule("flashinfer.sampling", {"top_k_renorm_probs": None}, strict=True)
+    stub = loader._STUBS.module("flashinfer.sampling", {"top_k_renorm_probs": None}, strict=True)
     assert stub.top_k_renorm_probs is None
     with pytest.raises(AttributeError, match="softmax"):
         stub.softmax  # noqa: B018  (SGLang's `try: from flashinfer.sampling import softmax`)
@@ -167,7 +180,7 @@ def test_loader_imports_dspark_without_the_server(sglang):
     # The package __init__ (the server) never ran: `sglang` is a bare package here ...
     assert getattr(sys.modules["sglang"], "__file__", None) is None
     # ... and the server's batch types are stubs, the DSpark modules real files.
-    assert isinstance(sys.modules["sglang.srt.managers.schedule_batch"], loader._StubModule)
+    assert is_stub(sys.modules["sglang.srt.managers.schedule_batch"])
     assert sglang["heads"].__file__.endswith("sglang/srt/models/dspark.py")
 
 
@@ -207,7 +220,7 @@ def test_sampling_info_carries_request_truncation_only_when_asked():
 
 def test_loader_sampler_stub_carries_sglangs_own_top_p_renorm(sglang):
     sampler = sys.modules["sglang.srt.layers.sampler"]
-    assert isinstance(sampler, loader._StubModule)
+    assert is_stub(sampler)
     renorm = sampler.top_p_normalize_probs_torch
     assert renorm.__code__.co_filename.endswith("sglang/srt/layers/sampler.py")
     probs = torch.tensor([[0.5, 0.3, 0.2]])

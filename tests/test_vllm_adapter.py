@@ -69,23 +69,23 @@ def test_loader_import_error_names_version_module_and_missing_piece():
 
 
 def test_loader_placeholder_call_names_the_stub():
-    stub = loader._StubModule("vllm.v1.worker.gpu.spec_decode.dflash.speculator", {})
+    stub = loader._STUBS.module("vllm.v1.worker.gpu.spec_decode.dflash.speculator", {})
     with pytest.raises(loader.StubCalled, match=r"dflash\.speculator\.DFlashSpeculator is a stub .*backbone"):
         stub.DFlashSpeculator()
 
 
 def test_loader_subclass_of_a_placeholder_cannot_be_instantiated():
     # DSparkSpeculator subclasses the stubbed DFlash base: building it the normal way must raise.
-    base = loader._StubModule("vllm.v1.worker.gpu.spec_decode.dflash.speculator", {}).DFlashSpeculator
+    base = loader._STUBS.module("vllm.v1.worker.gpu.spec_decode.dflash.speculator", {}).DFlashSpeculator
     sub = type(base)("DSparkSpeculator", (base,), {"__module__": "x"})
     with pytest.raises(loader.StubCalled):
         sub()
 
 
 def test_loader_stub_values_are_real():
-    logger_stub = loader._StubModule("vllm.logger", loader._STUB_VALUES["vllm.logger"]())
+    logger_stub = loader._STUBS.module("vllm.logger", loader._STUB_VALUES["vllm.logger"]())
     assert logger_stub.init_logger("x").name == "x"
-    compilation = loader._StubModule("vllm.config.compilation", loader._STUB_VALUES["vllm.config.compilation"]())
+    compilation = loader._STUBS.module("vllm.config.compilation", loader._STUB_VALUES["vllm.config.compilation"]())
     assert compilation.CUDAGraphMode.NONE.name == "NONE"
 
 

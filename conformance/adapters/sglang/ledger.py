@@ -9,9 +9,7 @@ in here and fails the gate.
 
 from __future__ import annotations
 
-import os
-from typing import Mapping
-
+from conformance.adapters import ledgers
 from conformance.contract import ExpectedFailure
 
 FINDINGS = "docs/conformance/sglang-findings.md"
@@ -22,15 +20,10 @@ LEDGER_ENV = "DSPARK_SGLANG_LEDGER"
 
 
 def ledger_enabled() -> bool:
-    """False when ``DSPARK_SGLANG_LEDGER`` is ``off`` (or ``0``); on otherwise.
+    """False when ``DSPARK_SGLANG_LEDGER`` is ``off`` (or ``0``); on otherwise (ValueError for
+    any other value)."""
+    return ledgers.enabled(LEDGER_ENV)
 
-    Raises:
-        ValueError: any other value (names the variable and the accepted values).
-    """
-    value = os.environ.get(LEDGER_ENV, "on").strip().lower()
-    if value not in ("on", "1", "off", "0"):
-        raise ValueError(f"{LEDGER_ENV}={value!r}: expected 'on' or 'off'")
-    return value in ("on", "1")
 
 _CAP0 = "F1: cap 0 gives accepted = -1 (min(raw, cap - 1) without the clamp at 0); IndexError on CPU"
 _ZERO_NOISE = "F4: torch path divides p / E with E = 0 on a -inf logit: 0/0 = NaN wins the argmax"
@@ -48,16 +41,13 @@ _FOLDED = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")
 #: F2 and F3 have no entry: under the SPEC S0 bound they are within bound, not bit-identical
 #: (see the findings); a run that shows them beyond the bound would be a new finding.
 
-
-def _on(devices: tuple[str, ...], *versions: str) -> dict[str, tuple[str, ...]]:
-    return {version: devices for version in versions}
-
+_on = ledgers.on
 
 #: (test, section, reason, where): ``where`` maps each SGLang version on which the failure
 #: was confirmed by a run to the devices of those runs. Nothing applies elsewhere: an
 #: unmeasured version or device shows its failures. 0.5.22 was measured on CPU only, and
 #: 0.5.17-0.5.20 on the H200 without the statistical cases (none of which is listed).
-_LEDGER: tuple[tuple[str, str, str, Mapping[str, tuple[str, ...]]], ...] = (
+_LEDGER: tuple[ledgers.Row, ...] = (
     *(
         (f"test_S5_greedy_verify_{case}", "S5", _CAP0, {**_on(_BOTH, *_FOLDED, "0.5.23"), "0.5.22": _CPU})
         for case in ("hand_cases[S5/greedy/hand-cases]", "matches_argmax_oracle[S5/greedy/random-V1000-l5]",
@@ -108,8 +98,4 @@ _LEDGER: tuple[tuple[str, str, str, Mapping[str, tuple[str, ...]]], ...] = (
 def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
     """The entries confirmed for SGLang ``version`` (e.g. ``"0.5.21"``), each on the devices
     where it was measured."""
-    return tuple(
-        ExpectedFailure(test, section, f"{reason} [{FINDINGS}]", where[version])
-        for test, section, reason, where in _LEDGER
-        if version in where
-    )
+    return ledgers.scoped(_LEDGER, version, FINDINGS)

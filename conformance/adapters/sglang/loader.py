@@ -46,17 +46,22 @@ import contextlib
 import dataclasses
 import functools
 import importlib
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import os
 import sys
 import types
+from collections.abc import Iterator, Mapping
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Iterator, Literal, Mapping
+from typing import Any, Literal
 
 import torch
 
+from conformance.adapters.engine_import import (
+    StubCalled,
+    Stubs,
+    WheelFinder,
+    install_finder,
+)
 from conformance.loading import AdapterLoadError
 
 __all__ = [
@@ -213,7 +218,7 @@ _MISSING_THIRD_PARTY: dict[str, dict[str, Any]] = {
     "huggingface_hub": {"snapshot_download": None},
     "flashinfer": {},
     "flashinfer.sampling": {"top_k_renorm_probs": None, "top_p_renorm_probs": None},
-    # "sgl_kernel": placeholders, added below _PlaceholderMeta.
+    # "sgl_kernel": placeholders, added below _STUBS.
 }
 
 #: Why each module of ``_MISSING_THIRD_PARTY`` may be a stub (the message of ``StubCalled``).
@@ -226,94 +231,23 @@ _THIRD_PARTY_REASONS: dict[str, str] = {
 }
 
 
-class StubCalled(RuntimeError):
-    """SGLang called a placeholder of a stubbed server module (see ``_SERVER_STUBS``)."""
-
-
-class _PlaceholderMeta(type):
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        raise StubCalled(
-            f"{cls.__module__}.{cls.__qualname__} is a stub of a module SGLang's server or platform "
-            f"provides ({_stub_reason(cls.__module__)}); this DSpark path needs it"
-        )
-
-
 def _stub_reason(module: str) -> str:
     return _SERVER_STUBS.get(module) or _THIRD_PARTY_REASONS.get(module) or "platform stub"
 
 
-def _placeholder(module: str, name: str) -> type:
-    """A stand-in for ``module.name`` that raises :class:`StubCalled` when called."""
-    return _PlaceholderMeta(name, (), {"__module__": module})
+_STUBS = Stubs("SGLang's server or platform", _stub_reason)
+_MISSING_THIRD_PARTY["sgl_kernel"] = {"fast_topk": _STUBS.placeholder("sgl_kernel", "fast_topk")}  # StubCalled if called
 
 
-_MISSING_THIRD_PARTY["sgl_kernel"] = {"fast_topk": _placeholder("sgl_kernel", "fast_topk")}  # StubCalled if called
-
-
-class _StubModule(types.ModuleType):
-    """A module whose unknown names are placeholders (or, if ``strict``, missing)."""
-
-    def __init__(self, name: str, values: Mapping[str, Any], *, strict: bool) -> None:
-        super().__init__(name)
-        self.__dict__.update(values)
-        self._strict = strict
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or self._strict or self._is_submodule(name):
-            raise AttributeError(f"stub module {self.__name__!r} has no attribute {name!r}")
-        placeholder = _PlaceholderMeta(name, (), {"__module__": self.__name__})
-        setattr(self, name, placeholder)
-        return placeholder
-
-    def _is_submodule(self, name: str) -> bool:
-        # ``from pkg import sub`` must import the real submodule, not get a placeholder.
-        return any(
-            os.path.exists(os.path.join(directory, name + suffix))
-            for directory in getattr(self, "__path__", ())
-            for suffix in ("", ".py")
-        )
-
-
-class _Loader(importlib.abc.Loader):
-    def __init__(self, values: Mapping[str, Any] | None) -> None:
-        self._values = values  # None: a bare package
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        if self._values is None:
-            module = types.ModuleType(spec.name)
-        else:
-            module = _StubModule(spec.name, self._values, strict=False)
-        if spec.submodule_search_locations is not None:
-            module.__path__ = list(spec.submodule_search_locations)
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        """Nothing to run: bare packages skip ``__init__``; stubs are complete."""
-
-
-class _WheelFinder(importlib.abc.MetaPathFinder):
-    """Serves ``sglang`` packages as bare modules and the stubbed modules as stubs."""
-
-    def __init__(self, root: str) -> None:
-        self._root = root  # the directory holding the ``sglang`` package
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "sglang" and not fullname.startswith("sglang."):
-            return None
-        directory = os.path.join(self._root, *fullname.split("."))
-        is_package = os.path.isdir(directory)
-        if fullname in _SERVER_STUBS or fullname in _PLATFORM_STUBS:
-            values = dict(_PLATFORM_STUBS.get(fullname, {}))
-            if fullname in _REAL_FUNCTIONS:
-                values.update(_functions_from_source(directory + ".py", fullname, _REAL_FUNCTIONS[fullname]))
-            loader = _Loader(values)
-        elif is_package:
-            loader = _Loader(None)
-        else:
-            return None  # a real module: the path finder loads it from the parent's __path__
-        spec = importlib.machinery.ModuleSpec(fullname, loader, is_package=is_package)
-        spec.submodule_search_locations = [directory] if is_package else None
-        return spec
+def _stub_values(fullname: str, path: str) -> Mapping[str, Any] | None:
+    """The values of the stub serving ``fullname`` (``path``: its file without ``.py``), or
+    None where the real module loads."""
+    if fullname not in _SERVER_STUBS and fullname not in _PLATFORM_STUBS:
+        return None
+    values = dict(_PLATFORM_STUBS.get(fullname, {}))
+    if fullname in _REAL_FUNCTIONS:
+        values.update(_functions_from_source(path + ".py", fullname, _REAL_FUNCTIONS[fullname]))
+    return values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,8 +363,7 @@ def _install_finder(version_text: str) -> None:
     if spec is None or not spec.submodule_search_locations:
         raise AdapterLoadError(f"sglang=={version_text}: the installed package has no files")
     root = os.path.dirname(list(spec.submodule_search_locations)[0])
-    if not any(isinstance(f, _WheelFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _WheelFinder(root))
+    install_finder(WheelFinder("sglang", root, _STUBS, _stub_values))
 
 
 @contextlib.contextmanager
@@ -443,7 +376,7 @@ def _missing_third_party_stubs() -> Iterator[None]:
             continue  # installed, or a submodule of an installed package
         if not parent and importlib.util.find_spec(name) is not None:
             continue
-        sys.modules[name] = _StubModule(name, values, strict=True)
+        sys.modules[name] = _STUBS.module(name, values, strict=True)
         added.append(name)
     try:
         yield

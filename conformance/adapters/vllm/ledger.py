@@ -9,9 +9,7 @@ the run reports XPASS and the entry must go. A new divergence is not in here and
 
 from __future__ import annotations
 
-import os
-from typing import Mapping
-
+from conformance.adapters import ledgers
 from conformance.contract import ExpectedFailure
 
 FINDINGS = "docs/conformance/vllm-findings.md"
@@ -19,15 +17,9 @@ LEDGER_ENV = "DSPARK_VLLM_LEDGER"
 
 
 def ledger_enabled() -> bool:
-    """False when ``DSPARK_VLLM_LEDGER`` is ``off`` (or ``0``); on otherwise.
-
-    Raises:
-        ValueError: any other value (names the variable and the accepted values).
-    """
-    value = os.environ.get(LEDGER_ENV, "on").strip().lower()
-    if value not in ("on", "1", "off", "0"):
-        raise ValueError(f"{LEDGER_ENV}={value!r}: expected 'on' or 'off'")
-    return value in ("on", "1")
+    """False when ``DSPARK_VLLM_LEDGER`` is ``off`` (or ``0``); on otherwise (ValueError for
+    any other value)."""
+    return ledgers.enabled(LEDGER_ENV)
 
 
 _HOT = "V1: request temperatures above 2 are rejected (SamplingParams: 'temperature must be in [0, 2]')"
@@ -39,15 +31,12 @@ _CPU = ("cpu",)
 _CUDA = ("cuda",)
 _BOTH = ("cpu", "cuda")
 
-
-def _on(devices: tuple[str, ...], *versions: str) -> dict[str, tuple[str, ...]]:
-    return {version: devices for version in versions}
-
+_on = ledgers.on
 
 #: (test, section, reason, where): ``where`` maps each vLLM version on which the failure was
 #: confirmed by a run to the devices of those runs. Nothing applies elsewhere: an unmeasured
 #: version or device shows its failures.
-_LEDGER: tuple[tuple[str, str, str, Mapping[str, tuple[str, ...]]], ...] = (
+_LEDGER: tuple[ledgers.Row, ...] = (
     ("test_S3_zero_probability[S3/vocab-crop/neg-inf-never-drawn]", "S3", _HOT,
      {**_on(_CPU, "0.25.0", "0.28.0", "0.29.0"), "0.33.0": _BOTH}),
     # V2 by the H200 run of 0.33.0 (ledger off): 167,505 of 382,814 greedy rows (T < 1e-5) sampled.
@@ -58,8 +47,4 @@ _LEDGER: tuple[tuple[str, str, str, Mapping[str, tuple[str, ...]]], ...] = (
 def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
     """The entries confirmed for vLLM ``version`` (e.g. ``"0.33.0"``), each on the devices
     where it was measured."""
-    return tuple(
-        ExpectedFailure(test, section, f"{reason} [{FINDINGS}]", where[version])
-        for test, section, reason, where in _LEDGER
-        if version in where
-    )
+    return ledgers.scoped(_LEDGER, version, FINDINGS)

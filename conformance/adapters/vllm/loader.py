@@ -38,16 +38,21 @@ import dataclasses
 import enum
 import functools
 import importlib
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import logging
 import os
 import sys
 import types
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Mapping
+from typing import Any
 
+from conformance.adapters.engine_import import (
+    StubCalled,
+    Stubs,
+    WheelFinder,
+    install_finder,
+)
 from conformance.loading import AdapterLoadError
 
 __all__ = [
@@ -91,16 +96,7 @@ _ENGINE_STUBS: dict[str, str] = {
 }
 
 
-class StubCalled(RuntimeError):
-    """vLLM called a placeholder of a stubbed engine module (see ``_ENGINE_STUBS``)."""
-
-
-class _PlaceholderMeta(type):
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        raise StubCalled(
-            f"{cls.__module__}.{cls.__qualname__} is a stub of a module vLLM's engine provides "
-            f"({_ENGINE_STUBS.get(cls.__module__, 'engine stub')}); this DSpark path needs it"
-        )
+_STUBS = Stubs("vLLM's engine", lambda module: _ENGINE_STUBS.get(module, "engine stub"))
 
 
 class _CUDAGraphMode(enum.Enum):
@@ -186,62 +182,12 @@ _STUB_VALUES: dict[str, Any] = {
 }
 
 
-class _StubModule(types.ModuleType):
-    """A module whose unknown names are placeholders that raise :class:`StubCalled`."""
-
-    def __init__(self, name: str, values: Mapping[str, Any]) -> None:
-        super().__init__(name)
-        self.__dict__.update(values)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or self._is_submodule(name):
-            raise AttributeError(f"stub module {self.__name__!r} has no attribute {name!r}")
-        placeholder = _PlaceholderMeta(name, (), {"__module__": self.__name__})
-        setattr(self, name, placeholder)
-        return placeholder
-
-    def _is_submodule(self, name: str) -> bool:
-        return any(os.path.exists(os.path.join(d, name + s)) for d in getattr(self, "__path__", ()) for s in ("", ".py"))
-
-
-class _Loader(importlib.abc.Loader):
-    def __init__(self, stub: bool) -> None:
-        self._stub = stub
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        if self._stub:
-            values = _STUB_VALUES.get(spec.name)
-            module = _StubModule(spec.name, values() if values else {})
-        else:
-            module = types.ModuleType(spec.name)
-        if spec.submodule_search_locations is not None:
-            module.__path__ = list(spec.submodule_search_locations)
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        """Nothing to run: bare packages skip ``__init__``; stubs are complete."""
-
-
-class _WheelFinder(importlib.abc.MetaPathFinder):
-    """Serves ``vllm`` packages as bare modules and the stubbed modules as stubs."""
-
-    def __init__(self, root: str) -> None:
-        self._root = root
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "vllm" and not fullname.startswith("vllm."):
-            return None
-        directory = os.path.join(self._root, *fullname.split("."))
-        is_package = os.path.isdir(directory)
-        if fullname in _ENGINE_STUBS:
-            loader = _Loader(stub=True)
-        elif is_package:
-            loader = _Loader(stub=False)
-        else:
-            return None  # a real module: the path finder loads it from the parent's __path__
-        spec = importlib.machinery.ModuleSpec(fullname, loader, is_package=is_package)
-        spec.submodule_search_locations = [directory] if is_package else None
-        return spec
+def _stub_values(fullname: str, path: str) -> Mapping[str, Any] | None:
+    """The values of the stub serving ``fullname``, or None where the real module loads."""
+    if fullname not in _ENGINE_STUBS:
+        return None
+    values = _STUB_VALUES.get(fullname)
+    return values() if values else {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,10 +263,8 @@ def load_vllm() -> VLLMModules:
     """
     version_text = installed_version()
     root = _package_root(version_text)
-    if getattr(sys.modules.get("vllm"), "__file__", None) is None and not any(
-        isinstance(f, _WheelFinder) for f in sys.meta_path
-    ):
-        sys.meta_path.insert(0, _WheelFinder(root))
+    if getattr(sys.modules.get("vllm"), "__file__", None) is None:
+        install_finder(WheelFinder("vllm", root, _STUBS, _stub_values))
     _install_interpreter_mask_fix()
     loaded = {short: _import(version_text, name) for short, name in DSPARK_MODULES.items()}
     missing: dict[str, str] = {}
