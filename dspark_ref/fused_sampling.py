@@ -72,6 +72,7 @@ __all__ = ["KERNEL_INTERPRETED", "fused_exponential_race", "philox_state", "spli
 KERNEL_INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") == "1"
 
 _MIN_TILE = 16
+_MAX_TILE = 2048  # the default tile at production vocabularies
 _PROGRAMS_PER_SM = 4  # programs a launch aims to keep per SM (grid B * S)
 _INTERPRETED_PROGRAMS = 8  # the interpreter's stand-in for the GPU's program count
 # Bits of the kernel's value-check word: 1 NaN/+inf logit, 2 all -inf row, 4 bad noise,
@@ -284,7 +285,7 @@ def fused_exponential_race(
     *,
     rng_state: torch.Tensor | None = None,
     greedy_mask: torch.Tensor | None = None,
-    tile: int = 2048,
+    tile: int | None = None,
     splits: int | None = None,
 ) -> torch.Tensor:
     """One-launch exponential race over ``[B, V]`` logits (SPEC S3; module note).
@@ -296,7 +297,8 @@ def fused_exponential_race(
         noise: ``[B, V]`` float32 iid Exp(1) (explicit noise), or None with ``rng_state``.
         rng_state: int64 ``[2]`` from :func:`philox_state` (counter noise; advanced in place).
         greedy_mask: optional ``[B]`` bool; True rows take the argmax of ``L`` (lowest index).
-        tile: columns per tile, a power of two ``>= 16``.
+        tile: columns per tile, a power of two ``>= 16`` (default: ``V`` rounded up to a
+            power of two, within ``[16, 2048]``).
         splits: programs per row (default :func:`splits_for`).
 
     Returns:
@@ -314,6 +316,8 @@ def fused_exponential_race(
         >>> fused_exponential_race(logits, torch.ones(1), torch.ones(1, 4), tile=16)  # doctest: +SKIP
         tensor([2])
     """
+    if tile is None and isinstance(logits, torch.Tensor) and logits.ndim == 2:
+        tile = min(_MAX_TILE, max(_MIN_TILE, 1 << max(0, logits.shape[1] - 1).bit_length()))
     _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, splits)
     rows, vocab = logits.shape
     device = logits.device
@@ -340,7 +344,7 @@ def fused_exponential_race(
         rows, vocab, n_tiles, per_program, splits,
         logits.stride(0), 0 if counter_noise else noise.stride(0),
         TILE=tile, SPLITS_POW2=triton.next_power_of_2(splits), COUNTER_NOISE=counter_noise,
-        LIBDEVICE_EXP=not KERNEL_INTERPRETED,
+        LIBDEVICE_EXP=not KERNEL_INTERPRETED, num_warps=max(1, min(8, tile // 256)),
     )
     if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         flag_word = sync[0]
