@@ -243,7 +243,7 @@ def philox_state(seed: int, device: torch.device | str) -> torch.Tensor:
     return torch.tensor([seed, 0], dtype=torch.int64, device=device)
 
 
-def _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, splits) -> None:
+def _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, splits, num_warps) -> None:
     check_tensor("logits", logits, ndim=2, dtypes=FLOAT_DTYPES)
     if logits.shape[1] == 0:
         raise ValueError(f"logits: expected a non-empty vocabulary axis, got shape {tuple(logits.shape)}")
@@ -263,6 +263,10 @@ def _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, spli
         raise ValueError(f"tile: expected a power of two >= {_MIN_TILE}, got {tile}")
     if splits is not None:
         check_int("splits", splits, minimum=1)
+    if num_warps is not None:
+        check_int("num_warps", num_warps, minimum=1, maximum=32)
+        if num_warps & (num_warps - 1):
+            raise ValueError(f"num_warps: expected a power of two, got {num_warps}")
     if triton is None:
         raise ValueError("fused_exponential_race: triton is not installed")
     if logits.device.type != "cuda" and not KERNEL_INTERPRETED:
@@ -287,6 +291,7 @@ def fused_exponential_race(
     greedy_mask: torch.Tensor | None = None,
     tile: int | None = None,
     splits: int | None = None,
+    num_warps: int | None = None,
 ) -> torch.Tensor:
     """One-launch exponential race over ``[B, V]`` logits (SPEC S3; module note).
 
@@ -300,6 +305,9 @@ def fused_exponential_race(
         tile: columns per tile, a power of two ``>= 16`` (default: ``V`` rounded up to a
             power of two, within ``[16, 2048]``).
         splits: programs per row (default :func:`splits_for`).
+        num_warps: warps per program (default ``tile / 256`` within ``[1, 8]``); ``splits``,
+            ``tile`` and ``num_warps`` change the speed, never the law (the token only within
+            the rounding bound of the module note).
 
     Returns:
         ``[B]`` int64 token ids in ``[0, V)``.
@@ -318,7 +326,7 @@ def fused_exponential_race(
     """
     if tile is None and isinstance(logits, torch.Tensor) and logits.ndim == 2:
         tile = min(_MAX_TILE, max(_MIN_TILE, 1 << max(0, logits.shape[1] - 1).bit_length()))
-    _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, splits)
+    _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, splits, num_warps)
     rows, vocab = logits.shape
     device = logits.device
     if logits.stride(1) != 1:
@@ -344,7 +352,7 @@ def fused_exponential_race(
         rows, vocab, n_tiles, per_program, splits,
         logits.stride(0), 0 if counter_noise else noise.stride(0),
         TILE=tile, SPLITS_POW2=triton.next_power_of_2(splits), COUNTER_NOISE=counter_noise,
-        LIBDEVICE_EXP=not KERNEL_INTERPRETED, num_warps=max(1, min(8, tile // 256)),
+        LIBDEVICE_EXP=not KERNEL_INTERPRETED, num_warps=num_warps or max(1, min(8, tile // 256)),
     )
     if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         flag_word = sync[0]
