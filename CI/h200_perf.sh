@@ -10,7 +10,8 @@
 # pkgs/sglang-0.5.23; unset or missing: the SGLang bench columns and tier are skipped),
 # WORKERS (xdist workers of the tier runs, default 4). Runs from the checkout's root.
 # Writes to OUTDIR: bench_step.json (+ .txt; ratios in bench_ratios.md), gpu_tier_reference/
-# and gpu_tier_sglang/ (dspark-conformance reports), tiled_cuda.txt, fused_sweep.json,
+# and gpu_tier_sglang/ (dspark-conformance reports), power_replay/ (power of the reference
+# tier's assertions at TV 0.002 on simulated data), tiled_cuda.txt, fused_sweep.json,
 # steps.json (per step: exit code, wall seconds) and summary.txt. Regenerate the tables from
 # the JSON later with `python -m bench.summary OUTDIR/bench_step.json --markdown FILE`.
 # A step is skipped when less time is left than its limit. Exit: 0 if every step that ran
@@ -59,6 +60,11 @@ step bench 170 "$out/bench_step.txt" \
 step gpu-tier-reference 110 "$out/gpu_tier_reference.txt" \
   "$py" -m conformance.cli run --impl reference --device cuda --workers "$workers" \
   --report "$out/gpu_tier_reference" -- -m gpu_tier
+
+# Power at TV 0.002 of the tier's 30 assertions, replayed on simulated data (CPU work).
+[ -f "$out/gpu_tier_reference/results.json" ] && step power-replay 40 "$out/power_replay.txt" \
+  "$py" -m conformance.cli calibrate --seeds 0 --power-seeds 0 --replicates 2000 --jobs 4 \
+  --replay-results "$out/gpu_tier_reference/results.json" --report "$out/power_replay"
 
 step tiled-cuda 60 "$out/tiled_cuda.txt" \
   "$py" -m pytest -q -p no:randomly -p no:cacheprovider tests/test_tiled_sampling.py \

@@ -153,8 +153,11 @@ if triton is not None:
             else:
                 old_scale = tl.exp(old_arg)
                 new_scale = tl.exp(new_arg)
-            old = tl.where(greedy, run_key, tl.where(run_key >= 0.0, run_key * old_scale, -1.0))
-            new = tl.where(greedy, tile_key, tl.where(tile_key >= 0.0, tile_key * new_scale, -1.0))
+            # A zero scale is a probability underflowing to 0: key -1, also for an inf key (E = 0).
+            old = tl.where(greedy, run_key,
+                           tl.where((run_key >= 0.0) & (old_scale > 0.0), run_key * old_scale, -1.0))
+            new = tl.where(greedy, tile_key,
+                           tl.where((tile_key >= 0.0) & (new_scale > 0.0), tile_key * new_scale, -1.0))
             take = new > old  # ties keep the earlier tile: the lower index
             run_key = tl.where(take, new, old)
             run_idx = tl.where(take, tile_idx, run_idx)
@@ -179,7 +182,7 @@ if triton is not None:
                 scale = libdevice.exp(arg)
             else:
                 scale = tl.exp(arg)
-            rescaled = tl.where(greedy, keys, tl.where(keys >= 0.0, keys * scale, -1.0))
+            rescaled = tl.where(greedy, keys, tl.where((keys >= 0.0) & (scale > 0.0), keys * scale, -1.0))
             rescaled = tl.where(here, rescaled, -float("inf"))
             best = tl.max(rescaled, axis=0)
             winner = tl.min(tl.where(rescaled == best, idx, vocab_size), axis=0)

@@ -260,18 +260,22 @@ def test_s3_interpreted_fused_matches_untiled_for_any_split(seed, rows, vocab, t
 def test_s3_interpreted_fused_rescale_traps():
     # Row 0: the max rises tile after tile (the running key is rescaled three times);
     # row 1: the winner sits in an early tile whose unrescaled key is smaller than a later
-    # tile's; row 2: greedy, tied maxima in programs 0 and 2 (lowest index wins).
-    logits = torch.full((3, 64), -6.0)
+    # tile's; row 2: greedy, tied maxima in programs 0 and 2 (lowest index wins); row 3: E = 0
+    # on tile 0's maximum (an inf key) that a later maximum 200 higher makes probability 0.
+    logits = torch.full((4, 64), -6.0)
     logits[0, [3, 20, 37, 60]] = torch.tensor([1.0, 2.0, 3.0, 4.0])
     logits[1, 5], logits[1, 50] = 8.0, 0.0
     logits[2, [41, 9]] = 2.0
-    noise = torch.ones(3, 64)
+    logits[3, 3], logits[3, 40] = 0.0, 200.0
+    noise = torch.ones(4, 64)
+    noise[3, 3] = 0.0
     noise[0, 60] = 100.0  # token 60 loses: 37 wins
     noise[1, 50] = 1e-2  # unrescaled key of 50 (100) beats 5's (1); rescaled it is e^-8 * 100 < 1
-    greedy = torch.tensor([False, False, True])
+    greedy = torch.tensor([False, False, True, False])
+    assert exponential_race(logits[3:], torch.ones(1), noise[3:]).tolist() == [40]
     for splits in (1, 2, 4):
-        tokens = fused_exponential_race(logits, torch.ones(3), noise, greedy_mask=greedy, tile=16, splits=splits)
-        assert tokens.tolist() == [37, 5, 9], splits
+        tokens = fused_exponential_race(logits, torch.ones(4), noise, greedy_mask=greedy, tile=16, splits=splits)
+        assert tokens.tolist() == [37, 5, 9, 40], splits
 
 
 @needs_interpreter
