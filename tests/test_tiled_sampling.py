@@ -391,20 +391,23 @@ def test_s3_gpu_fused_counter_noise_fresh_under_graph_replay():
 
 @pytest.mark.gpu
 @needs_compiled_kernel
-@pytest.mark.parametrize("rows", [1, 64, 256])
-def test_s3_gpu_fused_counter_noise_law(rows):
-    """Counter noise at V = 129,280: chi-square of 4 tokens plus 'rest' (one mass placement
-    as the S3 tiled law case), 2^20 draws, alpha = PER_ASSERTION_ALPHA; fixed seed."""
+@pytest.mark.parametrize("splits", [1, 9, 64])
+def test_s3_gpu_fused_counter_noise_law(splits):
+    """Counter noise at V = 129,280 with 1, 9 and 64 programs per row: chi-square of 4
+    tokens plus 'rest' (the mass placement of the S3 tiled law case), 2^20 draws in 256
+    calls of 4,096 rows, alpha = PER_ASSERTION_ALPHA; fixed seed."""
+    rows = 4096
     vocab, places = 129_280, torch.tensor([0, 64_640, 129_278, 129_279])
     row = torch.full((vocab,), -30.0)
     row[places] = torch.tensor([0.4, 0.3, 0.2, 0.1]).log()
     probs = torch.softmax(row.double(), dim=0)
     binned = torch.cat([probs[places], (1 - probs[places].sum()).reshape(1)])
-    state, logits = philox_state(rows, "cuda"), row.cuda().expand(rows, -1)
+    state, logits = philox_state(splits, "cuda"), row.cuda().expand(rows, -1).contiguous()
+    temperatures = torch.ones(rows, device="cuda")
     counts = torch.zeros(vocab, dtype=torch.int64, device="cuda")
-    for _ in range(-(-(1 << 20) // rows)):
-        counts += torch.bincount(fused_exponential_race(logits, torch.ones(rows, device="cuda"), rng_state=state),
-                                 minlength=vocab)
+    for _ in range((1 << 20) // rows):
+        tokens = fused_exponential_race(logits, temperatures, rng_state=state, splits=splits)
+        counts += torch.bincount(tokens, minlength=vocab)
     hits = counts.cpu()[places]
     observed = torch.cat([hits, (counts.sum().cpu() - hits.sum()).reshape(1)])
     stats.goodness_of_fit(observed, binned, name="tests/fused/counter-law-gpu").assert_ok()
