@@ -9,6 +9,12 @@ baseline row (``eager sample_step [call]`` for ``step``, ``FoldedDraftSampler.pr
 [eager]`` for ``folded``) / this median. ``--quick`` shrinks shapes and time budgets for a
 CPU smoke run. Exit status 1 if any implementation failed (its row says why), else 0.
 
+With the ``step`` rows, a second table gives each ratio of the reference's fused race to
+SGLang's ``MarkovSampleStep`` and to the copy roofline side by side (``bench/summary.py``;
+``python -m bench.summary JSON`` regenerates it from the JSON). SGLang is imported from
+``--sglang-path DIR`` (default ``$DSPARK_SGLANG_PATH``) when given, else from the
+environment; when it is absent its rows say so and its ratio columns stay empty.
+
 ``tiers`` times the test tiers in a subprocess each (not part of ``all``): the CPU tier
 ``python -m pytest conformance tests -q -n W`` and, with ``--device cuda``, the GPU tier
 (the same plus ``--dspark-device cuda``); it reports wall seconds and pytest's summary.
@@ -19,6 +25,8 @@ Example (H200): ``python -m bench all --device cuda --json bench_h200.json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import shlex
 import subprocess
 import sys
@@ -27,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from . import folded, step_sampler, throughput
+from . import folded, step_sampler, summary, throughput
 from .common import Timing, copy_bandwidth, environment, finalize, format_table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--copy-mib", type=int, help="copy-bandwidth buffer in MiB (default 1024 on cuda)")
     parser.add_argument("--no-graphs", action="store_true", help="skip the [graph] rows of the step benchmark")
     parser.add_argument("--workers", type=_workers, default="auto", help="tiers: pytest-xdist -n (default auto)")
+    parser.add_argument("--sglang-path", metavar="DIR", default=os.environ.get("DSPARK_SGLANG_PATH"),
+                        help="directory holding the sglang package (pip --target DIR); default $DSPARK_SGLANG_PATH")
     return parser
+
+
+def use_sglang_path(parser: argparse.ArgumentParser, path: str | None) -> None:
+    """Put ``path`` first on ``sys.path`` so the SGLang rows import that copy (None: no change)."""
+    if path is None:
+        return
+    if not os.path.isdir(os.path.join(path, "sglang")):
+        parser.error(f"--sglang-path: {path!r} holds no sglang package directory")
+    sys.path.insert(0, os.path.abspath(path))
 
 
 def _device(parser: argparse.ArgumentParser, name: str | None) -> torch.device:
@@ -105,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the chosen benchmark(s); print the table; exit status as in the module note."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    use_sglang_path(parser, args.sglang_path)
     device = _device(parser, args.device)
     timing, copy_bytes = _timing(args, device)
     env = {**environment(timing), "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])}
@@ -123,8 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         rows += BENCHMARKS[name](timing, copy, quick=args.quick)
     rows = finalize(rows, copy)
     print(format_table(rows))
+    ratios = summary.ratios(dataclasses.asdict(r) for r in rows)
+    if ratios:
+        print("\n" + summary.format_ratios(ratios))
     if args.json:
-        write_json(args.json, {"environment": env, "copy_bandwidth": copy, "rows": rows})
+        write_json(args.json, {"environment": env, "copy_bandwidth": copy, "rows": rows, "ratios": ratios,
+                               "targets": summary.targets(ratios)})
         print(f"\nwrote {args.json}")
     return int(any(r.status.startswith("failed") for r in rows))
 

@@ -3,10 +3,13 @@
 Every implementation gets the same logits (float32 or bf16), temperatures (0.8, every row
 sampling) and float32 Exp(1) noise, all made once, untimed:
 
-* ``ref triton race``: ``tiled_exponential_race(..., backend="triton")`` (tile partials in
-  Triton, the ``[B, n_tiles]`` combine in torch);
-* ``ref triton race + noise refresh``: ``noise.exponential_()`` then the above, which is
-  what the folded draft does every step (fresh noise in place);
+* ``ref fused race``: ``fused_exponential_race(logits, temps, noise)``, the one-launch Triton
+  race with explicit noise (``dspark_ref/fused_sampling.py``; what the reference adapter's
+  ``NoiseStepSampler`` runs on CUDA, and ``tiled_exponential_race(backend="triton")``);
+* ``ref fused race, counter noise``: the same kernel making Philox noise in registers,
+  its state advanced on the device (the reference ``StepSampler`` on CUDA);
+* ``ref fused race + noise refresh``: ``noise.exponential_()`` then ``ref fused race``,
+  which is what the folded draft does every step (fresh noise in place);
 * ``eager sample_step`` (the baseline of the speedup column) and ``eager
   exponential_race``: the torch reference, computing ``softmax(L / T) / E`` in float32;
 * ``sglang MarkovSampleStep``: SGLang 0.5.22+'s fused bias-add + race kernel (its torch
@@ -19,14 +22,15 @@ value checks) and, on CUDA, as a CUDA-graph replay of that call (``[graph]``: ke
 
 Bytes moved per step (``GB/s`` = bytes / median time):
 
-* reference and eager rows: logits ``B*V*itemsize`` + noise ``B*V*4`` (read);
+* reference explicit-noise and eager rows: logits ``B*V*itemsize`` + noise ``B*V*4`` (read);
+* counter noise: logits only;
 * ``+ noise refresh``: also the noise write, ``B*V*4``;
 * SGLang: logits + the bias it adds, ``B*V*4`` (noise is generated, not read);
 * ``roofline logits+noise``: logits + noise; ``roofline logits only``: the floor for a
   kernel that makes its noise in registers, as SGLang's does.
 
-Outputs (``[B]`` int64) and the tile partials (``[B, V / 1024]``) are negligible and not
-counted.
+Outputs (``[B]`` int64) and the kernel's per-program partials are negligible and not
+counted. Ratios of ours to SGLang and to the roofline: ``bench/summary.py``.
 """
 
 from __future__ import annotations
@@ -37,9 +41,9 @@ from typing import NamedTuple
 
 import torch
 
-from dspark_ref import tiled_sampling
+from dspark_ref import fused_sampling
+from dspark_ref.fused_sampling import fused_exponential_race, philox_state
 from dspark_ref.sampling import exponential_noise, exponential_race, sample_step
-from dspark_ref.tiled_sampling import tiled_exponential_race
 
 from .common import CopyBandwidth, Row, Timing, describe, measure, roofline_row, skipped_row
 
@@ -90,9 +94,9 @@ def _sglang_step(device: torch.device) -> _SGLangStep:
 
 
 def _triton_unavailable(device: torch.device) -> str | None:
-    if tiled_sampling.triton is None:
+    if fused_sampling.triton is None:
         return "triton is not installed"
-    if device.type != "cuda" and not tiled_sampling.KERNEL_INTERPRETED:
+    if device.type != "cuda" and not fused_sampling.KERNEL_INTERPRETED:
         return f"the Triton kernel needs CUDA tensors (or TRITON_INTERPRET=1), device is {device}"
     return None
 
@@ -107,23 +111,29 @@ class _Impl(NamedTuple):
 
 def _impls(logits, temps, noise, sglang: _SGLangStep, device) -> list[_Impl]:
     batch, vocab = logits.shape
-    race_bytes = batch * vocab * (logits.dtype.itemsize + 4)  # logits + float32 noise
+    logit_bytes = batch * vocab * logits.dtype.itemsize
+    race_bytes = logit_bytes + batch * vocab * 4  # logits + float32 noise
     greedy = torch.zeros(batch, dtype=torch.bool, device=device)
     no_triton = _triton_unavailable(device)
 
-    def triton_race():
-        return tiled_exponential_race(logits, temps, noise, backend="triton")
+    def fused_race():
+        return fused_exponential_race(logits, temps, noise)
 
-    def refreshed_triton_race():
+    def counter_race():
+        state = philox_state(SGLANG_NOISE_KEY, device)
+        return lambda: fused_exponential_race(logits, temps, rng_state=state)
+
+    def refreshed_fused_race():
         noise.exponential_()
-        return triton_race()
+        return fused_race()
 
     return [
         _Impl("eager sample_step", lambda: lambda: sample_step(logits, temps, greedy, noise=noise),
               race_bytes, baseline=True),
         _Impl("eager exponential_race", lambda: lambda: exponential_race(logits, temps, noise), race_bytes),
-        _Impl("ref triton race", lambda: triton_race, race_bytes, no_triton),
-        _Impl("ref triton race + noise refresh", lambda: refreshed_triton_race, race_bytes + batch * vocab * 4,
+        _Impl("ref fused race", lambda: fused_race, race_bytes, no_triton),
+        _Impl("ref fused race, counter noise", counter_race, logit_bytes, no_triton),
+        _Impl("ref fused race + noise refresh", lambda: refreshed_fused_race, race_bytes + batch * vocab * 4,
               no_triton),
         # SGLang reads a float32 bias [B, V] instead of noise: the same byte count.
         _Impl("sglang MarkovSampleStep", lambda: sglang.factory(logits, temps), race_bytes, sglang.skip),

@@ -13,6 +13,12 @@ takes its defaults from here (DESIGN.md "Statistics policy"). How the numbers fo
   and the expected token distribution that an assertion must detect.
 * ``TARGET_POWER = 0.999``: the probability of detecting a fault of that size; sample sizes
   are computed from (alpha, effect, power) by ``stats.sample_size_for_*``.
+* Tiers: the cases marked ``gpu_tier`` (batched draws of one capability, cheap on a GPU)
+  are sized at ``GPU_TIER_MIN_TV = 0.002`` when the run's device is CUDA and at the CPU
+  tier's ``DEFAULT_MIN_TV`` otherwise (:func:`tier_min_tv`; the plugin's ``tier_min_tv``
+  fixture). Alpha and power are the same in both tiers; the chi-square noncentrality is
+  ``4 n TV^2``, so a GPU-tier assertion draws about ``(0.01 / 0.002)^2 = 25`` times the
+  CPU tier's samples. Resizing an assertion this way declares no new assertion.
 
 A :class:`StatLedger` records each statistical assertion id executed in a run (the plugin
 keeps one per run, filled by its ``stat_check`` fixture), so the run can check that it
@@ -34,6 +40,10 @@ __all__ = [
     "PER_ASSERTION_ALPHA",
     "DEFAULT_MIN_TV",
     "TARGET_POWER",
+    "GPU_TIER_MIN_TV",
+    "TIERS",
+    "tier_of",
+    "tier_min_tv",
     "SAMPLE_SCALE",
     "set_sample_scale",
     "StatLedger",
@@ -44,6 +54,39 @@ MAX_STATISTICAL_ASSERTIONS = 200
 PER_ASSERTION_ALPHA = FAMILY_WISE_ALPHA / MAX_STATISTICAL_ASSERTIONS
 DEFAULT_MIN_TV = 0.01
 TARGET_POWER = 0.999
+GPU_TIER_MIN_TV = 0.002
+#: tier name -> the declared minimum TV of its ``gpu_tier`` cases
+TIERS = {"cpu": DEFAULT_MIN_TV, "gpu": GPU_TIER_MIN_TV}
+
+
+def tier_of(device_type: str) -> str:
+    """The tier a run on ``device_type`` belongs to: ``"gpu"`` for ``"cuda"``, else ``"cpu"``.
+
+    Raises:
+        ValueError: ``device_type`` not ``"cpu"`` or ``"cuda"``.
+
+    Example:
+        >>> tier_of("cuda"), tier_of("cpu")
+        ('gpu', 'cpu')
+    """
+    if device_type not in ("cpu", "cuda"):
+        raise ValueError(f"device_type: expected 'cpu' or 'cuda', got {device_type!r}")
+    return "gpu" if device_type == "cuda" else "cpu"
+
+
+def tier_min_tv(device_type: str, gpu_tier: bool) -> float:
+    """The minimum TV a case must detect: its tier's (:data:`TIERS`) for a ``gpu_tier`` case,
+    ``DEFAULT_MIN_TV`` for every other case, on any device.
+
+    Raises:
+        ValueError: as :func:`tier_of`.
+
+    Example:
+        >>> tier_min_tv("cuda", True), tier_min_tv("cpu", True), tier_min_tv("cuda", False)
+        (0.002, 0.01, 0.01)
+    """
+    tier = tier_of(device_type)
+    return TIERS[tier] if gpu_tier else DEFAULT_MIN_TV
 
 #: Run-wide factor on every computed sample size, set by ``--dspark-budget`` (default 1):
 #: below 1 a run is faster and has less power, above 1 more. Alpha never changes, so the

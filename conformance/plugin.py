@@ -57,6 +57,8 @@ _SUITE_DIR = Path(__file__).resolve().parent
 SUITE_BUG_TYPES = (NameError, ImportError, SyntaxError)  # with UnboundLocalError, ModuleNotFoundError
 MARKERS = (
     "gpu: needs CUDA (skipped cleanly without it)",
+    "gpu_tier: statistical case sized at its tier's effect: TV 0.002 with --dspark-device cuda, "
+    "0.01 on CPU (conformance/budget.py; run the GPU tier alone with -m gpu_tier)",
     "statistical: a distributional assertion drawing on the family-wise alpha budget",
     "slow: long-running; excluded from the quick tier",
 )
@@ -222,6 +224,14 @@ def require(dspark_adapter: "Adapter", pytestconfig: pytest.Config) -> Callable[
         return validating(capability, impl)
 
     return _require
+
+
+@pytest.fixture
+def tier_min_tv(request: pytest.FixtureRequest) -> float:
+    """The minimum TV this case is sized for: ``budget.tier_min_tv`` of the run's device and
+    the case's ``gpu_tier`` marker (0.002 on CUDA for a marked case, else 0.01)."""
+    device = run_session(request.config).device
+    return budget.tier_min_tv(device, request.node.get_closest_marker("gpu_tier") is not None)
 
 
 @pytest.fixture

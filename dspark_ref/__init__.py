@@ -9,6 +9,7 @@ module                SPEC   what
 ``markov``            S2     vanilla / gated / rnn Markov heads, ``sample_block``
 ``sampling``          S3     greedy rule, temperature clamp, exponential race
 ``tiled_sampling``    S3     tiled race (Triton kernel, torch fallback)
+``fused_sampling``    S3     one-launch Triton race (explicit or counter noise)
 ``folded``            S4     folded draft sampler, memory gate
 ``verify``            S5     chain / greedy verification, cap, seeded uniforms
 ``simulated``         S6     simulated acceptance and its verify executor
@@ -58,6 +59,9 @@ _EXPORTS: dict[str, str] = {
     "KERNEL_INTERPRETED": "tiled_sampling",
     "tile_partials": "tiled_sampling",
     "tiled_exponential_race": "tiled_sampling",
+    "fused_exponential_race": "fused_sampling",
+    "philox_state": "fused_sampling",
+    "splits_for": "fused_sampling",
     "FoldingMode": "folded",
     "GIB": "folded",
     "HEADROOM_GIB": "folded",

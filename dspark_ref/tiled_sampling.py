@@ -24,22 +24,24 @@ Greedy rows take the tile-wise maximum of the logits, lowest index among ties (t
 tile reaching the global maximum, then the first index in it): exactly ``greedy_argmax``
 for float32, bf16 and fp16 logits (float64 logits are compared after rounding to float32).
 
-Backends: ``"triton"`` runs ``_race_tile_kernel`` (one program per (row, tile)) and
-combines the ``[B, n_tiles]`` partials in torch; ``"torch"`` computes the same partials
-with tensor ops; ``"auto"`` picks Triton for CUDA tensors, or for any tensors when the
-kernel was built under ``TRITON_INTERPRET=1`` (the Triton interpreter, which runs on CPU
-tensors). ``TRITON_INTERPRET`` is read once, when this module is imported, because
-``triton.jit`` decides there whether the kernel is compiled or interpreted.
+Backends: ``"triton"`` runs the race in one launch, combine included
+(``fused_sampling.fused_exponential_race``, whose running rescale and rounding bound its
+module note gives), and :func:`tile_partials` runs ``_race_tile_kernel`` (one program per
+(row, tile)); ``"torch"`` computes the partials with tensor ops and combines them in torch;
+``"auto"`` picks Triton for CUDA tensors, or for any tensors when the kernels were built
+under ``TRITON_INTERPRET=1`` (the Triton interpreter, which runs on CPU tensors).
+``TRITON_INTERPRET`` is read once, when ``fused_sampling`` is imported, because
+``triton.jit`` decides there whether the kernels are compiled or interpreted.
 """
 
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
 from dspark_ref._checks import check_choice, check_int, check_same_device, check_tensor
+from dspark_ref.fused_sampling import KERNEL_INTERPRETED, fused_exponential_race, triton
 from dspark_ref.sampling import (
     TEMPERATURE_FLOOR,
     _check_logits,
@@ -48,17 +50,12 @@ from dspark_ref.sampling import (
     _first_argmax,
 )
 
-try:
-    import triton
+if triton is not None:
     import triton.language as tl
-except ImportError:  # CPU-only installs: the torch backend still works.
-    triton = None
 
 __all__ = ["BACKENDS", "KERNEL_INTERPRETED", "tile_partials", "tiled_exponential_race"]
 
 BACKENDS = ("auto", "triton", "torch")
-# Whether the Triton kernel below was built for the interpreter (CPU tensors).
-KERNEL_INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") == "1"
 _MIN_TILE = 16
 # Tile key of a zero-probability token: below every key >= 0 of a token with p > 0.
 _ZERO_PROBABILITY_KEY = -1.0
@@ -265,6 +262,10 @@ def tiled_exponential_race(
         >>> tiled_exponential_race(logits, torch.ones(1), torch.ones(1, 4), tile=16, backend="torch")
         tensor([2])
     """
+    check_choice("backend", backend, BACKENDS)
+    if isinstance(logits, torch.Tensor) and _resolve_backend(backend, logits.device) == "triton":
+        # One launch; it checks its arguments, and the values in-kernel (one host read).
+        return fused_exponential_race(logits, temperatures, noise, greedy_mask=greedy_mask, tile=tile)
     _check_tiled_race(logits, temperatures, noise, greedy_mask, tile, backend)
     if greedy_mask is None:
         greedy_mask = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from bench import common, folded
+from bench import common, folded, summary
 from bench.__main__ import main, tier_commands
 from bench.common import CopyBandwidth, Row, Timing
 
@@ -84,9 +84,52 @@ def test_bench_tier_commands():
     assert tier_commands("3", torch.device("cuda")) == {"cpu": base, "gpu": [*base, "--dspark-device", "cuda"]}
 
 
+def _step_rows(shape, ours_graph_ms, sglang_graph_ms):
+    rows = [
+        {"benchmark": "step", "shape": shape, "impl": "ref fused race [graph]", "median_ms": ours_graph_ms},
+        {"benchmark": "step", "shape": shape, "impl": "ref fused race, counter noise [graph]", "median_ms": 0.01},
+        {"benchmark": "step", "shape": shape, "impl": "ref fused race [call]", "median_ms": 0.05},
+        {"benchmark": "step", "shape": shape, "impl": "ref fused race, counter noise [call]", "median_ms": 0.04},
+        {"benchmark": "step", "shape": shape, "impl": "roofline logits+noise", "median_ms": 0.008},
+        {"benchmark": "step", "shape": shape, "impl": "roofline logits only", "median_ms": 0.004},
+        {"benchmark": "step", "shape": shape, "impl": "sglang MarkovSampleStep [call]", "median_ms": 0.08},
+    ]
+    if sglang_graph_ms is not None:
+        rows.append({"benchmark": "step", "shape": shape, "impl": "sglang MarkovSampleStep [graph]",
+                     "median_ms": sglang_graph_ms})
+    else:
+        rows.append({"benchmark": "step", "shape": shape, "impl": "sglang MarkovSampleStep [graph]",
+                     "median_ms": None, "status": "skipped: not installed"})
+    return rows
+
+
+def test_bench_summary_ratios_side_by_side():
+    rows = _step_rows("B=64 V=129280 float32", 0.01, 0.0454) + [{"benchmark": "folded", "shape": "x", "impl": "y"}]
+    records = summary.ratios(rows)
+    assert [(r["mode"], r["impl"]) for r in records] == [
+        ("call", "ref fused race"), ("call", "ref fused race, counter noise"),
+        ("graph", "ref fused race"), ("graph", "ref fused race, counter noise"),
+    ]
+    graph = records[2]
+    assert graph["ours_over_sglang"] == pytest.approx(0.01 / 0.0454)
+    assert graph["ours_over_roofline"] == pytest.approx(0.01 / 0.008)
+    assert graph["pct_roofline"] == pytest.approx(80.0)
+    met = summary.targets(records)
+    assert met["roofline_met"] and met["compared"] == 2 and met["slower_than_sglang"] == []
+    assert "targets:" in summary.format_ratios(records) and summary.markdown(records).count("\n") == 6
+
+
+def test_bench_summary_without_sglang_leaves_its_ratios_empty_and_flags_misses():
+    records = summary.ratios(_step_rows("B=64 V=129280 float32", 0.02, None))
+    assert [r["ours_over_sglang"] for r in records if r["mode"] == "graph"] == [None, None]
+    met = summary.targets(records)
+    assert not met["roofline_met"] and met["compared"] == 1 and met["slower_than_sglang"] == []
+
+
 @pytest.mark.parametrize("argv, message", [
     (["tiers", "--workers", "many"], "--workers"),
     (["nonsense"], "benchmark"),
+    (["step", "--sglang-path", "/nonexistent/dir"], "--sglang-path"),
 ])
 def test_bench_cli_rejects_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -28,6 +28,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from dspark_ref.sampling import TEMPERATURE_FLOOR, exponential_noise, exponential_race, greedy_argmax
+from conformance import stats
+from dspark_ref.fused_sampling import fused_exponential_race, philox_state
 from dspark_ref.tiled_sampling import KERNEL_INTERPRETED, tile_partials, tiled_exponential_race
 
 try:
@@ -244,6 +246,109 @@ def test_s3_interpreted_triton_greedy_ties_and_zero_noise():
     assert tokens.tolist() == [20, 33]
 
 
+@needs_interpreter
+@settings(max_examples=20, deadline=None)
+@given(**shapes, splits=st.sampled_from([1, 2, 3, 7, None]))
+def test_s3_interpreted_fused_matches_untiled_for_any_split(seed, rows, vocab, tile, masked_fraction, splits):
+    logits, temperatures, noise, greedy = _case(seed, rows, vocab, masked_fraction=masked_fraction)
+    tokens = fused_exponential_race(logits, temperatures, noise, greedy_mask=greedy, tile=tile, splits=splits)
+    expected = _untiled(logits, temperatures, noise, greedy)
+    assert _mismatched_rows(tokens, expected, logits, temperatures, noise, greedy) == []
+
+
+@needs_interpreter
+def test_s3_interpreted_fused_rescale_traps():
+    # Row 0: the max rises tile after tile (the running key is rescaled three times);
+    # row 1: the winner sits in an early tile whose unrescaled key is smaller than a later
+    # tile's; row 2: greedy, tied maxima in programs 0 and 2 (lowest index wins); row 3: E = 0
+    # on tile 0's maximum (an inf key) that a later maximum 200 higher makes probability 0.
+    logits = torch.full((4, 64), -6.0)
+    logits[0, [3, 20, 37, 60]] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    logits[1, 5], logits[1, 50] = 8.0, 0.0
+    logits[2, [41, 9]] = 2.0
+    logits[3, 3], logits[3, 40] = 0.0, 200.0
+    noise = torch.ones(4, 64)
+    noise[3, 3] = 0.0
+    noise[0, 60] = 100.0  # token 60 loses: 37 wins
+    noise[1, 50] = 1e-2  # unrescaled key of 50 (100) beats 5's (1); rescaled it is e^-8 * 100 < 1
+    greedy = torch.tensor([False, False, True, False])
+    assert exponential_race(logits[3:], torch.ones(1), noise[3:]).tolist() == [40]
+    for splits in (1, 2, 4):
+        tokens = fused_exponential_race(logits, torch.ones(4), noise, greedy_mask=greedy, tile=16, splits=splits)
+        assert tokens.tolist() == [37, 5, 9, 40], splits
+
+
+@needs_interpreter
+def test_s3_interpreted_fused_counter_noise_law():
+    """Counter noise: chi-square of 400 draws of one row (V=20: two tiles of 16 in one
+    program; the interpreter runs Philox slowly) against float64 softmax(L/T), alpha =
+    PER_ASSERTION_ALPHA, fixed seed; the GPU law test below draws 2^20 at V = 129,280."""
+    rows, vocab = 200, 20
+    generator = torch.Generator().manual_seed(5)
+    row = torch.randn(vocab, generator=generator)
+    temperature = 0.8
+    probs = torch.softmax(row.double() / temperature, dim=0)
+    state = philox_state(20260, "cpu")
+    draws = [fused_exponential_race(row.expand(rows, -1), torch.full((rows,), temperature), rng_state=state,
+                                    tile=16, splits=1) for _ in range(2)]
+    assert state.tolist() == [20260, 2]
+    counts = torch.bincount(torch.cat(draws), minlength=vocab)
+    stats.goodness_of_fit(counts, probs, name="tests/fused/counter-law").assert_ok()
+
+
+@needs_interpreter
+def test_s3_interpreted_fused_counter_noise_is_fresh_per_call_and_reproducible():
+    logits = torch.zeros(16, 32)  # uniform rows: every token equally likely
+    temperatures = torch.ones(16)
+    first, again = philox_state(1, "cpu"), philox_state(1, "cpu")
+    a = fused_exponential_race(logits, temperatures, rng_state=first, tile=16)
+    b = fused_exponential_race(logits, temperatures, rng_state=first, tile=16)
+    assert first.tolist() == [1, 2]
+    assert not torch.equal(a, b)  # a fresh call: fresh noise (P(equal) = 32^-16)
+    assert len(set(a.tolist())) > 1  # fresh across rows
+    assert torch.equal(fused_exponential_race(logits, temperatures, rng_state=again, tile=16), a)
+
+
+@needs_interpreter
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(logits=torch.tensor([[0.0, math.nan] * 16, [0.0] * 32])), "logits"),
+        (dict(logits=torch.tensor([[-INF] * 32, [0.0] * 32])), "logits"),
+        (dict(noise=-torch.ones(2, 32)), "noise"),
+        (dict(temperatures=torch.tensor([1.0, -0.5])), "temperatures"),
+        (dict(temperatures=torch.tensor([1.0, INF])), "temperatures"),
+    ],
+)
+def test_s3_interpreted_fused_flags_bad_values_then_recovers(bad, match):
+    args = dict(logits=torch.zeros(2, 32), temperatures=torch.ones(2), noise=torch.ones(2, 32)) | bad
+    with pytest.raises(ValueError, match=match):
+        fused_exponential_race(args["logits"], args["temperatures"], args["noise"], tile=16)
+    good = fused_exponential_race(torch.zeros(2, 32), torch.ones(2), torch.ones(2, 32), tile=16)
+    assert good.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(), ValueError, "exactly one"),
+        (dict(noise=torch.ones(2, 4), rng_state=torch.zeros(2, dtype=torch.int64)), ValueError, "exactly one"),
+        (dict(rng_state=torch.zeros(3, dtype=torch.int64)), ValueError, "rng_state"),
+        (dict(rng_state=torch.zeros(2, dtype=torch.int32)), TypeError, "rng_state"),
+        (dict(noise=torch.ones(2, 4), tile=24), ValueError, "tile"),
+        (dict(noise=torch.ones(2, 4), splits=0), ValueError, "splits"),
+    ],
+)
+def test_s3_fused_rejects_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        fused_exponential_race(torch.zeros(2, 4), torch.ones(2), kwargs.pop("noise", None), **kwargs)
+
+
+def test_s3_philox_state_rejects_bad_seed():
+    with pytest.raises(ValueError, match="seed"):
+        philox_state(-1, "cpu")
+
+
 # --- compiled Triton kernel on a GPU -------------------------------------------------
 
 
@@ -258,6 +363,51 @@ def test_s3_gpu_triton_matches_torch_mirror(rows, vocab, dtype):
     args = (logits, temperatures, noise)
     triton_tokens = tiled_exponential_race(*args, greedy_mask=greedy, backend="triton")
     torch_tokens = tiled_exponential_race(*args, greedy_mask=greedy, backend="torch")
-    assert torch.equal(triton_tokens, torch_tokens)
+    # The fused kernel rescales a running key (fused_sampling's rounding bound), the mirror
+    # each tile key once: both agree with each other and the untiled race up to near-ties.
+    assert _mismatched_rows(triton_tokens, torch_tokens, logits.float(), temperatures, noise, greedy) == []
     expected = _untiled(logits, temperatures, noise, greedy)
     assert _mismatched_rows(triton_tokens, expected, logits.float(), temperatures, noise, greedy) == []
+
+
+@pytest.mark.gpu
+@needs_compiled_kernel
+def test_s3_gpu_fused_counter_noise_fresh_under_graph_replay():
+    """SPEC S3 fresh noise under CUDA-graph replay: the state advances on the device."""
+    logits, temperatures = torch.zeros(64, 129_280, device="cuda"), torch.ones(64, device="cuda")
+    state = philox_state(3, "cuda")
+    out = fused_exponential_race(logits, temperatures, rng_state=state)  # compiles; state -> 1
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fused_exponential_race(logits, temperatures, rng_state=state)
+    replays = []
+    for _ in range(3):
+        graph.replay()
+        replays.append(out.clone())
+    torch.cuda.synchronize()
+    assert state.tolist() == [3, 4]
+    assert not torch.equal(replays[0], replays[1]) and not torch.equal(replays[1], replays[2])
+
+
+@pytest.mark.gpu
+@needs_compiled_kernel
+@pytest.mark.parametrize("splits", [1, 9, 64])
+def test_s3_gpu_fused_counter_noise_law(splits):
+    """Counter noise at V = 129,280 with 1, 9 and 64 programs per row: chi-square of 4
+    tokens plus 'rest' (the mass placement of the S3 tiled law case), 2^20 draws in 256
+    calls of 4,096 rows, alpha = PER_ASSERTION_ALPHA; fixed seed."""
+    rows = 4096
+    vocab, places = 129_280, torch.tensor([0, 64_640, 129_278, 129_279])
+    row = torch.full((vocab,), -30.0)
+    row[places] = torch.tensor([0.4, 0.3, 0.2, 0.1]).log()
+    probs = torch.softmax(row.double(), dim=0)
+    binned = torch.cat([probs[places], (1 - probs[places].sum()).reshape(1)])
+    state, logits = philox_state(splits, "cuda"), row.cuda().expand(rows, -1).contiguous()
+    temperatures = torch.ones(rows, device="cuda")
+    counts = torch.zeros(vocab, dtype=torch.int64, device="cuda")
+    for _ in range((1 << 20) // rows):
+        tokens = fused_exponential_race(logits, temperatures, rng_state=state, splits=splits)
+        counts += torch.bincount(tokens, minlength=vocab)
+    hits = counts.cpu()[places]
+    observed = torch.cat([hits, (counts.sum().cpu() - hits.sum()).reshape(1)])
+    stats.goodness_of_fit(observed, binned, name="tests/fused/counter-law-gpu").assert_ok()

@@ -2,7 +2,10 @@
 
 Each class below implements one capability of :mod:`conformance.contract` by calling the
 reference; mutants (``fixtures/mutants``) subclass these and change one thing. The
-reference's greedy rule is SGLang's (``top_k <= 1``).
+reference's greedy rule is SGLang's (``top_k <= 1``). On CUDA tensors the SPEC step (S3)
+runs as the fused Triton race (``dspark_ref.fused_sampling``: counter noise for
+``StepSampler``, the given noise for ``NoiseStepSampler``); elsewhere, and for a mutant's
+``steps``, as ``sample_step`` in torch.
 """
 
 from __future__ import annotations
@@ -11,7 +14,18 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from dspark_ref import confidence, folded, markov, scheduler, simulated, speculative, speculative_round, verify
+from dspark_ref import (
+    confidence,
+    folded,
+    fused_sampling,
+    markov,
+    scheduler,
+    simulated,
+    speculative,
+    speculative_round,
+    verify,
+)
+from dspark_ref._checks import check_int
 from dspark_ref.sampling import (
     TEMPERATURE_FLOOR,
     RaceSteps,
@@ -33,15 +47,35 @@ def greedy_mask_of(temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Ten
     return greedy_rows(temperatures=temperatures, top_k=top_k, rule=GREEDY_RULE)
 
 
+def _fused(logits: torch.Tensor) -> bool:
+    """Whether the SPEC step runs as the fused Triton kernel: CUDA tensors and triton."""
+    return logits.is_cuda and fused_sampling.triton is not None
+
+
+def _philox_from(generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """A fresh counter-noise state ``[seed, 0]`` on ``device``, its seed drawn from
+    ``generator`` on the generator's device (no host read)."""
+    where = device if generator is None else generator.device
+    seed = torch.randint(0, 2**62, (1,), generator=generator, device=where).to(device)
+    return torch.cat([seed, torch.zeros_like(seed)])
+
+
 class StepSampler:
-    """SPEC S3 through :func:`dspark_ref.sampling.sample_step` (fresh noise per call).
-    ``steps``: the race's steps, a :class:`dspark_ref.sampling.RaceSteps` (None: the SPEC
-    step)."""
+    """SPEC S3 through :func:`dspark_ref.sampling.sample_step` (fresh noise per call), or on
+    CUDA :func:`dspark_ref.fused_sampling.fused_exponential_race` with counter noise seeded
+    from ``generator`` on every call. ``steps``: the race's steps, a
+    :class:`dspark_ref.sampling.RaceSteps` (None: the SPEC step; a subclass runs in torch)."""
 
     def __init__(self, steps: RaceSteps | None = None) -> None:
         self.steps = steps
 
     def sample(self, logits, temperatures, top_k, vocab_size, generator):
+        if self.steps is None and _fused(logits):
+            check_int("vocab_size", vocab_size, minimum=1, maximum=logits.shape[1])
+            return fused_sampling.fused_exponential_race(
+                logits[:, :vocab_size], temperatures, rng_state=_philox_from(generator, logits.device),
+                greedy_mask=greedy_mask_of(temperatures, top_k),
+            )
         return sample_step(
             logits, temperatures, greedy_mask_of(temperatures, top_k),
             generator=generator, vocab_size=vocab_size, steps=self.steps,
@@ -49,9 +83,13 @@ class StepSampler:
 
 
 class NoiseStepSampler:
-    """SPEC S3 exponential race with explicit noise."""
+    """SPEC S3 exponential race with explicit noise (on CUDA: the fused Triton kernel)."""
 
     def sample_with_noise(self, logits, temperatures, top_k, noise):
+        if _fused(logits):
+            return fused_sampling.fused_exponential_race(
+                logits, temperatures, noise, greedy_mask=greedy_mask_of(temperatures, top_k)
+            )
         return sample_step(logits, temperatures, greedy_mask_of(temperatures, top_k), noise=noise)
 
 

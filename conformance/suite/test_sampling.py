@@ -9,8 +9,11 @@ float64 and shares no code with ``dspark_ref``. Exact cases move the oracle's no
 from near-ties (:func:`_separate`), so float32 rounding cannot flip a winner.
 
 Statistical cases draw all samples of one assertion by repeating one logits row in a batch
-(chunked to ``_call_elements`` floats per call), with ``n`` from
-``stats.sample_size_for_tv`` at ``budget.DEFAULT_MIN_TV`` unless the case says otherwise.
+(chunked to ``_call_elements`` floats per call, tokens kept on the device until the last
+call), with ``n`` from ``stats.sample_size_for_tv`` at the case's tier effect
+(``tier_min_tv``: every statistical case here is in the GPU tier, ``gpu_tier``: TV 0.002
+with ``--dspark-device cuda``, ``budget.DEFAULT_MIN_TV`` on CPU) unless the case says
+otherwise.
 
 To add a case: register it with ``case(...)`` next to its test (clauses from
 ``conformance.cases.SPEC_CLAUSES``, ``statistical=`` the number of ``stat_check`` calls it
@@ -26,7 +29,7 @@ import torch
 
 from conformance import stats
 from conformance.seeds import derive_seed
-from conformance.budget import DEFAULT_MIN_TV
+from conformance.budget import DEFAULT_MIN_TV, tier_of
 from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
 from conformance.suite.support.inputs import logit_rows
@@ -101,11 +104,11 @@ def _exp_noise(shape, generator: torch.Generator) -> torch.Tensor:
 
 def _call_elements(device: torch.device) -> int:
     """Logit floats per sampler call in statistical draws (memory of one call)."""
-    return 1 << (28 if device.type == "cuda" else 22)
+    return 1 << (29 if device.type == "cuda" else 22)
 
 
 def _assert_ids_below(tokens: torch.Tensor, vocab: int, where: str) -> None:
-    tokens = tokens.cpu()
+    """On the tokens' device: one host read, more only to name the offending rows."""
     bad = (tokens < 0) | (tokens >= vocab)
     assert not bool(bad.any()), (
         f"{where}: token ids must lie in [0, {vocab}), got {tokens[bad][:8].tolist()} "
@@ -124,18 +127,16 @@ def _assert_tokens(got: torch.Tensor, expected: torch.Tensor, rows: torch.Tensor
 
 
 def _draw(sampler, row, temperature: float, top_k: int, vocab: int, n: int, generator, device):
-    """``n`` tokens of one ``[V_pad]`` logits row through ``StepSampler``, chunked calls."""
-    per_call = max(1, _call_elements(device) // row.shape[-1])
-    row = row.to(device)
+    """``n`` tokens of one ``[V_pad]`` logits row through ``StepSampler`` (chunked calls on
+    one set of input buffers), returned on ``device``: no host read until the last call."""
+    per_call = min(n, max(1, _call_elements(device) // row.shape[-1]))
+    logits = row.to(device).expand(per_call, -1).contiguous()
+    temps = torch.full((per_call,), temperature, device=device)
+    top_ks = torch.full((per_call,), top_k, dtype=torch.int64, device=device)
     out = []
     for start in range(0, n, per_call):
         rows = min(per_call, n - start)
-        out.append(sampler.sample(
-            row.expand(rows, -1).contiguous(),
-            torch.full((rows,), temperature, device=device),
-            torch.full((rows,), top_k, dtype=torch.int64, device=device),
-            vocab, generator,
-        ).cpu())
+        out.append(sampler.sample(logits[:rows], temps[:rows], top_ks[:rows], vocab, generator))
     tokens = torch.cat(out)
     _assert_ids_below(tokens, vocab, "StepSampler.sample")
     return tokens
@@ -160,15 +161,18 @@ LAW_CASES = [
 
 
 @pytest.mark.statistical
+@pytest.mark.gpu_tier
 @pytest.mark.parametrize("case, family, temperature", LAW_CASES)
-def test_S3_law(case, family, temperature, require, dspark_device, case_seed, case_generator, stat_check):
+def test_S3_law(case, family, temperature, require, dspark_device, case_seed, case_generator, stat_check,
+                tier_min_tv):
     sampler = require(StepSampler)
     vocab = 8
     row = logit_rows(family, 1, vocab, _inputs_generator(case_seed))[0]
     probs = _softmax64(row, temperature)
-    n = stats.sample_size_for_tv(probs)
+    n = stats.sample_size_for_tv(probs, min_tv=tier_min_tv)
     tokens = _draw(sampler, row, temperature, vocab, vocab, n, case_generator, dspark_device)
-    stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab), probs, name=case.id))
+    stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab).cpu(), probs, name=case.id,
+                                     min_tv=tier_min_tv))
 
 
 RACE_CASES = [
@@ -332,12 +336,14 @@ def _fine_row(vocab: int, gen: torch.Generator) -> torch.Tensor:
 
 
 @pytest.mark.statistical
+@pytest.mark.gpu_tier
 @pytest.mark.parametrize("case", [MIXED_STEP], ids=case_id)
-def test_S3_greedy_rule_mixed(case, require, dspark_device, dspark_adapter, case_seed, case_generator, stat_check):
+def test_S3_greedy_rule_mixed(case, require, dspark_device, dspark_adapter, case_seed, case_generator, stat_check,
+                              tier_min_tv):
     sampler = require(StepSampler)
     rule, vocab = dspark_adapter.conventions.greedy_rule, 8
     row = _fine_row(vocab, _inputs_generator(case_seed))
-    n = stats.sample_size_for_tv(vocab)
+    n = stats.sample_size_for_tv(vocab, min_tv=tier_min_tv)
     kind, temps, top_k = _mixed_batch(vocab, n)
     logits = row.expand(len(kind), -1).contiguous()
     got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), vocab,
@@ -349,7 +355,8 @@ def test_S3_greedy_rule_mixed(case, require, dspark_device, dspark_adapter, case
     laws = (("both-sample-T1", 3), ("rule-samples", disagree))
     for detail, k in laws:
         counts = torch.bincount(got[kind == k], minlength=vocab)
-        stat_check(stats.goodness_of_fit(counts, _softmax64(row, KINDS[k][1]), name=f"{case.id}/{detail}"))
+        stat_check(stats.goodness_of_fit(counts, _softmax64(row, KINDS[k][1]), name=f"{case.id}/{detail}",
+                                         min_tv=tier_min_tv))
 
 
 @pytest.mark.parametrize("case", [MIXED_NOISE], ids=case_id)
@@ -409,7 +416,8 @@ def test_S3_tiled_exact(case, vocab, require, dspark_device, dspark_adapter, cas
 # of them alone in its tile at V = 1025); every other logit is 30 below the smallest of them.
 # A tile fault (a tile dropped, its noise not loaded, keys not rescaled) moves at least the
 # mass of one token (>= 0.1), so on CPU min_tv = 0.05 (n ~ 7k rows of V floats) suffices;
-# the production vocabularies run in the GPU tier at the default min_tv.
+# the production vocabularies need CUDA; on CUDA every vocabulary runs at the GPU tier's
+# effect (tier_min_tv).
 TILE_EDGE_MIN_TV = 0.05
 TILE_LAW_CASES = [
     pytest.param(
@@ -426,10 +434,14 @@ TILE_LAW_CASES = [
 
 
 @pytest.mark.statistical
+@pytest.mark.gpu_tier
 @pytest.mark.parametrize("case, vocab, min_tv", TILE_LAW_CASES)
-def test_S3_tiled_law(case, vocab, min_tv, require, dspark_device, case_seed, case_generator, stat_check, request):
+def test_S3_tiled_law(case, vocab, min_tv, require, dspark_device, case_seed, case_generator, stat_check, request,
+                      tier_min_tv):
     if request.node.get_closest_marker("gpu") and dspark_device.type != "cuda":
         pytest.skip("gpu tier: production vocabulary needs --dspark-device cuda")
+    if tier_of(dspark_device.type) == "gpu":
+        min_tv = tier_min_tv
     sampler = require(StepSampler)
     places = torch.tensor([0, vocab // 2, vocab - 2, vocab - 1])
     mass = _probs_row((0.4, 0.3, 0.2, 0.1), _inputs_generator(case_seed))
@@ -439,7 +451,7 @@ def test_S3_tiled_law(case, vocab, min_tv, require, dspark_device, case_seed, ca
     binned = torch.cat([probs[places], (1 - probs[places].sum()).reshape(1)])
     n = stats.sample_size_for_tv(len(binned), min_tv=min_tv)
     tokens = _draw(sampler, row, 1.0, vocab, vocab, n, case_generator, dspark_device)
-    hits = torch.bincount(tokens, minlength=vocab)[places]
+    hits = torch.bincount(tokens, minlength=vocab)[places.to(tokens.device)].cpu()
     counts = torch.cat([hits, (n - hits.sum()).reshape(1)])
     stat_check(stats.goodness_of_fit(counts, binned, name=case.id, min_tv=min_tv))
 
@@ -528,21 +540,22 @@ FRESH_CASES = [
 
 
 @pytest.mark.statistical
+@pytest.mark.gpu_tier
 @pytest.mark.parametrize("case", FRESH_CASES, ids=case_id)
-def test_S3_fresh_noise(case, require, dspark_device, case_seed, case_generator, stat_check):
+def test_S3_fresh_noise(case, require, dspark_device, case_seed, case_generator, stat_check, tier_min_tv):
     sampler = require(StepSampler)
     vocab = 4
     row = _probs_row((0.4, 0.3, 0.2, 0.1), _inputs_generator(case_seed))
     probs = _softmax64(row, 1.0)
     joint = torch.outer(probs, probs).flatten()
-    n = stats.sample_size_for_tv(joint)
+    n = stats.sample_size_for_tv(joint, min_tv=tier_min_tv)
     if case is FRESH_CASES[0]:
         tokens = _draw(sampler, row, 1.0, vocab, vocab, 2 * n, case_generator, dspark_device)
         first, second = tokens[0::2], tokens[1::2]
     else:
         first, second = (_draw(sampler, row, 1.0, vocab, vocab, n, case_generator, dspark_device) for _ in range(2))
-    counts = torch.bincount(first * vocab + second, minlength=vocab * vocab)
-    stat_check(stats.goodness_of_fit(counts, joint, name=case.id))
+    counts = torch.bincount(first * vocab + second, minlength=vocab * vocab).cpu()
+    stat_check(stats.goodness_of_fit(counts, joint, name=case.id, min_tv=tier_min_tv))
 
 
 # --------------------------------------------------------------------------- truncation
@@ -572,22 +585,25 @@ def _draw_truncated(sampler, row, temperature, cut: dict, n: int, generator, dev
         torch.full((n,), float(cut["top_p"]), device=device),
         torch.full((n,), float(cut["min_p"]), device=device),
         generator,
-    ).cpu()
+    )
     return tokens
 
 
 @pytest.mark.statistical
+@pytest.mark.gpu_tier
 @pytest.mark.parametrize("case, name, value, temperature", TRUNCATION_CASES)
-def test_S3_truncation(case, name, value, temperature, require, dspark_device, case_seed, case_generator, stat_check):
+def test_S3_truncation(case, name, value, temperature, require, dspark_device, case_seed, case_generator, stat_check,
+                       tier_min_tv):
     sampler = require(TruncatedStepSampler)
     vocab = len(EIGHT_PROBS)
     row = _probs_row(EIGHT_PROBS, _inputs_generator(case_seed))
     expected = _truncated64(_softmax64(row, temperature), name, value)
-    n = stats.sample_size_for_tv(expected)
+    n = stats.sample_size_for_tv(expected, min_tv=tier_min_tv)
     cut = NEUTRAL | {"top_k": vocab, name.replace("-", "_"): value}
     tokens = _draw_truncated(sampler, row, temperature, cut, n, case_generator, dspark_device)
     _assert_ids_below(tokens, vocab, case.id)
-    stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab), expected, name=case.id))
+    stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab).cpu(), expected, name=case.id,
+                                     min_tv=tier_min_tv))
 
 
 # Twelve tokens tie with the 3rd probability; the rule keeps all 12 or the lowest 2 of them
@@ -599,13 +615,15 @@ TOP_K_TIE = case("S3/top-k-ties/k3-of-12-tied", "top_k = 3 with twelve tokens ti
 
 
 @pytest.mark.statistical
+@pytest.mark.gpu_tier
 @pytest.mark.parametrize("case", [TOP_K_TIE], ids=case_id)
 def test_S3_top_k_ties_follow_the_declared_rule(case, require, dspark_adapter, dspark_device, case_generator,
-                                                stat_check):
+                                                stat_check, tier_min_tv):
     sampler = require(TruncatedStepSampler)
     row, temperature = torch.tensor(TIED_AT_CUT), 0.8
     expected = truncated_law(_softmax64(row, temperature), 3, 1.0, 0.0, dspark_adapter.conventions.top_k_ties)
-    n = stats.sample_size_for_tv(expected)
+    n = stats.sample_size_for_tv(expected, min_tv=tier_min_tv)
     tokens = _draw_truncated(sampler, row, temperature, NEUTRAL | {"top_k": 3}, n, case_generator, dspark_device)
     _assert_ids_below(tokens, len(TIED_AT_CUT), case.id)
-    stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=len(TIED_AT_CUT)), expected, name=case.id))
+    stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=len(TIED_AT_CUT)).cpu(), expected,
+                                     name=case.id, min_tv=tier_min_tv))

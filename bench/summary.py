@@ -1,0 +1,142 @@
+"""Ratios from one ``step`` run: the reference's fused race against SGLang's
+``MarkovSampleStep`` and against the copy roofline, side by side, per shape and mode.
+
+For each shape and mode (``call``: as called; ``graph``: a CUDA-graph replay) and each of
+the reference's two fused rows:
+
+* ``ours / sglang``: our median over ``sglang MarkovSampleStep``'s (same shape and mode;
+  below 1: ours is faster; empty when SGLang did not run);
+* ``ours / roofline``: our median over the roofline time of the bytes we must move
+  (``roofline logits+noise`` for explicit noise, ``roofline logits only`` for counter noise,
+  which is what SGLang reads besides its bias); ``% roofline`` is its inverse in percent.
+
+The issue 18 targets are reported by :func:`targets`: ``% roofline >= 80`` for explicit
+noise at ``B=64 V=129280 float32 [graph]``, and ``ours / sglang < 1`` at every shape and
+mode for the counter-noise row (the one comparable with SGLang's in-kernel noise).
+
+Command line (regenerates the tables from a bench JSON, e.g. the H200 run's):
+``python -m bench.summary OUTDIR/bench_step.json [--markdown PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["OURS", "SGLANG", "ROOFLINES", "ratios", "targets", "format_ratios", "markdown", "main"]
+
+OURS = ("ref fused race", "ref fused race, counter noise")
+SGLANG = "sglang MarkovSampleStep"
+ROOFLINES = {"ref fused race": "roofline logits+noise", "ref fused race, counter noise": "roofline logits only"}
+MODES = ("call", "graph")
+TARGET_SHAPE, TARGET_PCT = "B=64 V=129280 float32", 80.0
+
+
+def _ms(row: dict[str, Any] | None) -> float | None:
+    return row.get("median_ms") if row is not None and row.get("status", "ok") == "ok" else None
+
+
+def ratios(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (shape, mode, our row) of the ``step`` rows (dicts as in the bench
+    JSON): ``shape``, ``mode``, ``impl``, ``ours_ms``, ``sglang_ms``, ``ours_over_sglang``,
+    ``roofline_ms``, ``ours_over_roofline``, ``pct_roofline`` (None where a row is missing,
+    skipped or failed)."""
+    step = [r for r in rows if r["benchmark"] == "step"]
+    index = {(r["shape"], r["impl"]): r for r in step}
+    shapes = list(dict.fromkeys(r["shape"] for r in step))
+    out = []
+    for shape in shapes:
+        for mode in MODES:
+            sglang = _ms(index.get((shape, f"{SGLANG} [{mode}]")))
+            for impl in OURS:
+                ours = _ms(index.get((shape, f"{impl} [{mode}]")))
+                if ours is None and (shape, f"{impl} [{mode}]") not in index:
+                    continue
+                roof = _ms(index.get((shape, ROOFLINES[impl])))
+                out.append({
+                    "shape": shape, "mode": mode, "impl": impl, "ours_ms": ours, "sglang_ms": sglang,
+                    "ours_over_sglang": ours / sglang if ours and sglang else None,
+                    "roofline_ms": roof,
+                    "ours_over_roofline": ours / roof if ours and roof else None,
+                    "pct_roofline": 100.0 * roof / ours if ours and roof else None,
+                })
+    return out
+
+
+def targets(summary: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The issue 18 targets (module note): ``roofline_pct`` at the target shape, whether it
+    is met, the counter-noise shapes/modes not faster than SGLang (``slower_than_sglang``)
+    and how many had an SGLang time (``compared``)."""
+    explicit = [s for s in summary if s["impl"] == OURS[0] and s["shape"] == TARGET_SHAPE and s["mode"] == "graph"]
+    pct = explicit[0]["pct_roofline"] if explicit else None
+    counter = [s for s in summary if s["impl"] == OURS[1] and s["ours_over_sglang"] is not None]
+    slower = [f"{s['shape']} [{s['mode']}]" for s in counter if s["ours_over_sglang"] >= 1.0]
+    return {"roofline_pct": pct, "roofline_met": pct is not None and pct >= TARGET_PCT,
+            "compared": len(counter), "slower_than_sglang": slower}
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "" if value is None else format(value, fmt)
+
+
+_HEAD = ("shape", "mode", "impl", "ours ms", "sglang ms", "ours/sglang", "roofline ms", "ours/roofline", "% roofline")
+
+
+def _cells(s: dict[str, Any]) -> list[str]:
+    return [s["shape"], s["mode"], s["impl"], _num(s["ours_ms"], ".4f"), _num(s["sglang_ms"], ".4f"),
+            _num(s["ours_over_sglang"], ".3f"), _num(s["roofline_ms"], ".4f"), _num(s["ours_over_roofline"], ".3f"),
+            _num(s["pct_roofline"], ".1f")]
+
+
+def format_ratios(summary: Sequence[dict[str, Any]]) -> str:
+    """The ratios as a fixed-width table, then the targets line."""
+    cells = [_cells(s) for s in summary]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(_HEAD)]
+
+    def line(values):
+        return "  ".join(v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths)))
+
+    met = targets(summary)
+    tail = (f"targets: {TARGET_SHAPE} [graph] explicit noise at {_num(met['roofline_pct'], '.1f') or '-'}% of the "
+            f"roofline (>= {TARGET_PCT:g}%: {'met' if met['roofline_met'] else 'NOT met'}); counter noise vs SGLang: "
+            f"{met['compared'] - len(met['slower_than_sglang'])} of {met['compared']} shapes/modes faster"
+            + (f", slower at {', '.join(met['slower_than_sglang'])}" if met["slower_than_sglang"] else ""))
+    return "\n".join([line(_HEAD), line(["-" * w for w in widths])] + [line(c) for c in cells] + ["", tail])
+
+
+def markdown(summary: Sequence[dict[str, Any]], environment: dict[str, Any] | None = None) -> str:
+    """The ratios as a markdown table (for ``docs/performance.md``), headed by the device."""
+    lines = []
+    if environment:
+        lines.append(f"Device {environment.get('device_name')}, torch {environment.get('torch')}, triton "
+                     f"{environment.get('triton')}, sglang {environment.get('sglang')}; "
+                     f"`{environment.get('command', '')}`.\n")
+    lines.append("| " + " | ".join(_HEAD) + " |")
+    lines.append("|" + "|".join("---" if i < 3 else "---:" for i in range(len(_HEAD))) + "|")
+    lines += ["| " + " | ".join(_cells(s)) + " |" for s in summary]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.summary JSON [--markdown PATH]``: print the ratios of a bench JSON."""
+    parser = argparse.ArgumentParser(prog="python -m bench.summary", description=__doc__.split("\n\n")[0])
+    parser.add_argument("json", help="a bench JSON (python -m bench step --json PATH)")
+    parser.add_argument("--markdown", metavar="PATH", help="also write the markdown table here")
+    args = parser.parse_args(argv)
+    with open(args.json, encoding="utf-8") as handle:
+        payload = json.load(handle)
+    summary = ratios(payload["rows"])
+    if not summary:
+        parser.error(f"{args.json}: no step rows of the fused race")
+    print(format_ratios(summary))
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as handle:
+            handle.write(markdown(summary, payload.get("environment")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
