@@ -391,6 +391,8 @@ def test_s3_gpu_fused_counter_noise_fresh_under_graph_replay():
 
 @pytest.mark.gpu
 @needs_compiled_kernel
+@pytest.mark.xfail(strict=True, reason="known defect (docs/performance.md, 'Counter noise'): on the H200 the "
+                   "counter-noise law is biased at V = 129,280 (TV 0.007, p < 1e-100 at every split count)")
 @pytest.mark.parametrize("splits", [1, 9, 64])
 def test_s3_gpu_fused_counter_noise_law(splits):
     """Counter noise at V = 129,280 with 1, 9 and 64 programs per row: chi-square of 4

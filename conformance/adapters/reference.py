@@ -3,8 +3,8 @@
 Each class below implements one capability of :mod:`conformance.contract` by calling the
 reference; mutants (``fixtures/mutants``) subclass these and change one thing. The
 reference's greedy rule is SGLang's (``top_k <= 1``). On CUDA tensors the SPEC step (S3)
-runs as the fused Triton race (``dspark_ref.fused_sampling``: counter noise for
-``StepSampler``, the given noise for ``NoiseStepSampler``); elsewhere, and for a mutant's
+runs as the fused Triton race (``dspark_ref.fused_sampling``) on torch's Exp(1) noise (drawn
+from the call's generator for ``StepSampler``, given for ``NoiseStepSampler``); elsewhere, and for a mutant's
 ``steps``, as ``sample_step`` in torch.
 """
 
@@ -31,6 +31,7 @@ from dspark_ref.sampling import (
     RaceSteps,
     Truncation,
     clamp_temperature,
+    exponential_noise,
     greedy_argmax,
     greedy_rows,
     sample_step,
@@ -52,18 +53,11 @@ def _fused(logits: torch.Tensor) -> bool:
     return logits.is_cuda and fused_sampling.triton is not None
 
 
-def _philox_from(generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
-    """A fresh counter-noise state ``[seed, 0]`` on ``device``, its seed drawn from
-    ``generator`` on the generator's device (no host read)."""
-    where = device if generator is None else generator.device
-    seed = torch.randint(0, 2**62, (1,), generator=generator, device=where).to(device)
-    return torch.cat([seed, torch.zeros_like(seed)])
-
-
 class StepSampler:
     """SPEC S3 through :func:`dspark_ref.sampling.sample_step` (fresh noise per call), or on
-    CUDA :func:`dspark_ref.fused_sampling.fused_exponential_race` with counter noise seeded
-    from ``generator`` on every call. ``steps``: the race's steps, a
+    CUDA :func:`dspark_ref.fused_sampling.fused_exponential_race` on Exp(1) noise drawn from
+    ``generator`` on every call (not the kernel's counter noise: biased on the H200 at large V,
+    docs/performance.md). ``steps``: the race's steps, a
     :class:`dspark_ref.sampling.RaceSteps` (None: the SPEC step; a subclass runs in torch)."""
 
     def __init__(self, steps: RaceSteps | None = None) -> None:
@@ -72,9 +66,10 @@ class StepSampler:
     def sample(self, logits, temperatures, top_k, vocab_size, generator):
         if self.steps is None and _fused(logits):
             check_int("vocab_size", vocab_size, minimum=1, maximum=logits.shape[1])
+            cropped = logits[:, :vocab_size]
+            noise = exponential_noise(cropped.shape, generator=generator, device=logits.device)
             return fused_sampling.fused_exponential_race(
-                logits[:, :vocab_size], temperatures, rng_state=_philox_from(generator, logits.device),
-                greedy_mask=greedy_mask_of(temperatures, top_k),
+                cropped, temperatures, noise, greedy_mask=greedy_mask_of(temperatures, top_k)
             )
         return sample_step(
             logits, temperatures, greedy_mask_of(temperatures, top_k),
