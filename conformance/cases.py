@@ -60,7 +60,7 @@ SPEC_CLAUSES: dict[str, str] = {
     "S6.executor": "a fresh length on every verify step; reused buffer",
     "S7.runtime-gamma": "confidence shapes follow the runtime gamma",
     "S7.calibration": "c = sigmoid(raw / t); prefix survival = cumprod",
-    "S7.sts": "STS preserves order and lowers ECE",
+    "S7.sts": "STS fitted left to right on the cumulative product, earlier positions fixed; order kept, ECE lowered",
     "S8.algorithm-1": "causal scheduler matches Algorithm 1 with early stop and tie order",
     "S8.lossless": "Appendix A: the scheduler keeps the output law (0.7, 0.3)",
     "S9.greedy": "greedy speculative output equals greedy decoding",
