@@ -21,6 +21,9 @@ from .sections import SECTIONS
 SPEC_CLAUSES: dict[str, str] = {
     "S0.numerically-equal": "reordered float arithmetic agrees within a derived roundoff bound; bit identity apart",
     "S1.base-logits": "U = h @ W_lm.T cropped to org_vocab_size",
+    "S1.layouts": "bonus-anchor layout: anchor plus gamma queries, the anchor's position cropped, gamma = block - 1",
+    "S1.draft-vocab": "padded draft vocab cropped, never remapped; reduced vocab: d2t validated, draws mapped before "
+                      "storage and conditioning, block lifted with -inf elsewhere",
     "S2.vanilla": "vanilla head bias = W2(W1[prev])",
     "S2.gated": "gated head bias = W2(sigmoid(Wg [h; W1[prev]] + bg) * W1[prev])",
     "S2.rnn": "rnn head with a state carried across the block, s_0 = 0",

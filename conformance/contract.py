@@ -48,6 +48,7 @@ __all__ = [
     "NoiseStepSampler",
     "TruncatedStepSampler",
     "MarkovBlock",
+    "DraftLayouts",
     "FoldedDraft",
     "FoldedSession",
     "FoldGate",
@@ -88,6 +89,11 @@ class Conventions:
             verifier truncates the target law either way (SPEC S5).
         dtypes: LM-head dtypes the folded sampler supports.
         devices: device types the adapter runs on (``"cpu"``, ``"cuda"``).
+        layouts: the block layouts of :class:`DraftLayouts` (SPEC S1): ``"anchor-first"``
+            (the default) and ``"bonus-anchor"`` (``sample_from_anchor = False``).
+        draft_vocabularies: the draft vocabularies :class:`DraftLayouts` takes (SPEC S1):
+            ``"target"`` (the target's), ``"padded"`` (wider, cropped) and ``"reduced"``
+            (smaller, with a draft-to-target map ``d2t``).
     """
 
     greedy_rule: Literal["top_k", "temperature"] = "top_k"
@@ -96,6 +102,8 @@ class Conventions:
     draft_truncates: bool = True
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
     devices: tuple[str, ...] = ("cpu", "cuda")
+    layouts: tuple[str, ...] = ("anchor-first",)
+    draft_vocabularies: tuple[str, ...] = ("target",)
 
 
 _DEVICE_TYPES = ("cpu", "cuda")
@@ -321,6 +329,50 @@ class MarkovBlock(Protocol):
         token_ids: torch.Tensor,
         hidden: torch.Tensor | None,
     ) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class DraftLayouts(Protocol):
+    """SPEC S1 layouts and draft vocabularies, through the IUT's Markov block sampler.
+
+    ``draft_block(head_type, state_dict, base_logits[B, Q, V_d] f32, first_prev[B] i64,
+    hidden[B, Q, d] | None, temperatures[B] f32, top_k[B] i64, generator, *, layout,
+    vocab_size, d2t) -> (tokens[B, gamma] i64 in [0, vocab_size), corrected[B, gamma,
+    vocab_size] float)`` on the base logits' device.
+
+    * ``layout`` (one of ``Conventions.layouts``): ``"anchor-first"``, ``Q = gamma``, every
+      position predicts; ``"bonus-anchor"``, ``Q = gamma + 1``: the anchor's position (0) is
+      cropped from the base logits and the hidden states, step ``k`` reads position ``k + 1``.
+    * Vocabulary (``Conventions.draft_vocabularies``), ``V = vocab_size``: ``V_d == V``,
+      ``d2t`` None (``"target"``); ``V_d > V``, ``d2t`` None (``"padded"``): the logits are
+      cropped to ``V``, never remapped; ``V_d < V`` with ``d2t [V_d] i64`` (``"reduced"``):
+      the target id of each draft id (vLLM's offsets converted by the adapter). Sampled
+      draft ids are mapped to target ids before they are returned and before they condition
+      the next Markov step; ``corrected`` holds the corrected logits in the target's
+      columns ``d2t``, ``-inf`` elsewhere. A ``d2t`` of the wrong length, with a value
+      outside ``[0, V)`` or with two draft ids on one target id raises ``ValueError``.
+    * The head (``head_type`` as :class:`MarkovBlock`) travels as reference-layout weights:
+      ``W1.weight [V, r]`` (indexed by target ids: the anchor and the mapped draws),
+      ``W2.weight [V_d, r]`` (the bias over the draft vocabulary), plus ``Wg`` / ``Wz``.
+    * Greedy rows follow the declared rule; sampling rows draw from ``softmax(L_k / T)``
+      over the (cropped or lifted) vocabulary, fresh noise from ``generator``.
+    """
+
+    def draft_block(
+        self,
+        head_type: str,
+        state_dict: Mapping[str, torch.Tensor],
+        base_logits: torch.Tensor,
+        first_prev: torch.Tensor,
+        hidden: torch.Tensor | None,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        layout: str,
+        vocab_size: int,
+        d2t: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 # --------------------------------------------------------------------------- S4
@@ -660,6 +712,7 @@ CAPABILITIES: tuple[type, ...] = (
     NoiseStepSampler,
     TruncatedStepSampler,
     MarkovBlock,
+    DraftLayouts,
     FoldedDraft,
     FoldGate,
     FoldRouting,

@@ -6,6 +6,7 @@ One module per SPEC topic (``docs/architecture.md`` maps them):
 module                SPEC   what
 ====================  =====  ==========================================================
 ``proposal``          S1     base logits and the eager block proposal
+``layouts``           S1     bonus-anchor layout, padded / reduced draft vocabularies
 ``markov``            S2     vanilla / gated / rnn Markov heads, ``sample_block``
 ``sampling``          S3     greedy rule, temperature clamp, exponential race
 ``tiled_sampling``    S3     tiled race (Triton kernel, torch fallback)
@@ -32,6 +33,11 @@ _EXPORTS: dict[str, str] = {
     "DraftProposal": "proposal",
     "base_logits": "proposal",
     "propose_block": "proposal",
+    "draft_block": "proposal",
+    "LAYOUTS": "layouts",
+    "block_positions": "layouts",
+    "check_d2t": "layouts",
+    "lift_to_target": "layouts",
     "MarkovHead": "markov",
     "VanillaMarkovHead": "markov",
     "GatedMarkovHead": "markov",

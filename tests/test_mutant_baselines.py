@@ -100,6 +100,26 @@ def _probe_markov_block(impl) -> list:
     return out
 
 
+def _probe_draft_layouts(impl) -> list:
+    out = []
+    vocab, rank, hidden, rows, gamma = 24, 4, 6, 3, 4
+    for seed, (head_type, layout, draft_vocab) in enumerate(
+            (("vanilla", "anchor-first", 24), ("gated", "bonus-anchor", 24), ("vanilla", "anchor-first", 31),
+             ("gated", "bonus-anchor", 31), ("vanilla", "anchor-first", 10), ("rnn", "bonus-anchor", 10))):
+        g = _gen(90 + seed)
+        state = _head_weights(head_type, vocab, rank, hidden, seed)
+        state["W2.weight"] = torch.randn(draft_vocab, rank, generator=g)
+        queries = gamma + (layout == "bonus-anchor")
+        base = torch.randn(rows, queries, draft_vocab, generator=g) * 2
+        base[..., vocab:] += 6.0  # padding that wins if not cropped
+        d2t = torch.randperm(vocab, generator=g)[:draft_vocab] if draft_vocab < vocab else None
+        temps, top_k = torch.tensor([1.0, 0.6, 1.0]), torch.tensor([50, 50, 1])
+        out.append(impl.draft_block(head_type, state, base, torch.randint(0, vocab, (rows,), generator=g),
+                                    torch.randn(rows, queries, hidden, generator=g), temps, top_k, g, layout=layout,
+                                    vocab_size=vocab, d2t=d2t))
+    return out
+
+
 def _probe_folded_draft(impl) -> list:
     vocab, rank, gamma, bs = 64, 4, 3, 4
     head = reference.MarkovBlock().load_head("vanilla", _head_weights("vanilla", vocab, rank, 6, 20), vocab,
@@ -264,6 +284,7 @@ PROBES: dict[type, Callable[[Any], list]] = {
     c.NoiseStepSampler: _probe_noise_step_sampler,
     c.TruncatedStepSampler: _probe_truncated_step_sampler,
     c.MarkovBlock: _probe_markov_block,
+    c.DraftLayouts: _probe_draft_layouts,
     c.FoldedDraft: _probe_folded_draft,
     c.FoldGate: _probe_fold_gate,
     c.FoldRouting: _probe_fold_routing,

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from dspark_ref import confidence, folded, markov, scheduler, simulated, speculative, speculative_round, verify
+from dspark_ref import confidence, folded, markov, proposal, scheduler, simulated, speculative, speculative_round, verify
 from dspark_ref.sampling import (
     TEMPERATURE_FLOOR,
     RaceSteps,
@@ -26,6 +26,8 @@ from .. import contract as c
 
 GREEDY_RULE = "top_k"
 TOP_K_TIES = "all"
+LAYOUTS = ("anchor-first", "bonus-anchor")
+DRAFT_VOCABULARIES = ("target", "padded", "reduced")
 
 
 def greedy_mask_of(temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
@@ -100,6 +102,34 @@ class MarkovBlock:
 
     def apply_block_logits(self, head, base_logits, token_ids, hidden):
         return markov.apply_block_logits(head, base_logits, token_ids, hidden)
+
+
+class DraftLayouts:
+    """SPEC S1 layouts and draft vocabularies through :func:`dspark_ref.proposal.draft_block`;
+    the head is built from the registry ``head_types`` with ``W1`` over the target vocabulary
+    and ``W2`` over the draft vocabulary (the base logits' width)."""
+
+    head_types = markov.HEAD_TYPES
+
+    def load_head(self, head_type, state_dict, draft_vocab_size, vocab_size, hidden_size, device):
+        """The reference head of ``state_dict`` (rank from ``W1.weight``) on ``device``."""
+        config = {"markov_head_type": head_type, "markov_rank": state_dict["W1.weight"].shape[1],
+                  "vocab_size": vocab_size, "hidden_size": hidden_size}
+        if draft_vocab_size != vocab_size:
+            config["draft_vocab_size"] = draft_vocab_size
+        head = markov.build_markov_head(config, head_types=self.head_types)
+        head.load_state_dict(dict(state_dict))
+        return head.to(device)
+
+    def draft_block(self, head_type, state_dict, base_logits, first_prev, hidden, temperatures, top_k, generator, *,
+                    layout, vocab_size, d2t):
+        hidden_size = None if hidden is None else hidden.shape[-1]
+        head = self.load_head(head_type, state_dict, base_logits.shape[-1], vocab_size, hidden_size,
+                              base_logits.device)
+        sampler = MarkovBlock().step_sampler(temperatures, top_k, generator)
+        block = proposal.draft_block(head, base_logits, first_prev, hidden, sampler, layout=layout,
+                                     vocab_size=vocab_size, d2t=d2t)
+        return block.tokens, block.corrected_logits
 
 
 class FoldedSession:
@@ -332,6 +362,7 @@ def capabilities() -> dict[type, Any]:
         c.NoiseStepSampler: NoiseStepSampler(),
         c.TruncatedStepSampler: TruncatedStepSampler(),
         c.MarkovBlock: MarkovBlock(),
+        c.DraftLayouts: DraftLayouts(),
         c.FoldedDraft: FoldedDraft(),
         c.FoldGate: FoldGate(),
         c.FoldRouting: FoldRouting(),
@@ -350,7 +381,8 @@ def make_adapter() -> c.Adapter:
     """The reference adapter: every capability, SGLang's greedy rule, CPU and CUDA."""
     return c.Adapter(
         name="reference",
-        conventions=c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=True),
+        conventions=c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=True,
+                                  layouts=LAYOUTS, draft_vocabularies=DRAFT_VOCABULARIES),
         capabilities=capabilities(),
         description="dspark_ref: the bundled reference implementation of SPEC S1-S9",
     )
