@@ -526,12 +526,31 @@ class _ValidatingSpeculativeRound(_Validating):
         return out
 
 
+class _ValidatingTensorParallelRound(_Validating):
+    capability = c.TensorParallelRound
+
+    def tp_round(self, group, head_type, state_dict, base_logits, *args, **kwargs):
+        where = self._where("tp_round")
+        out = self._impl.tp_round(group, head_type, state_dict, base_logits, *args, **kwargs)
+        draft_tokens, lengths, accepted, tokens = _pair(where, out, ("draft_tokens", "verify_lengths", "accepted",
+                                                                     "tokens"))
+        rows, gamma, vocab = base_logits.shape
+        device = base_logits.device
+        _ints(rows, gamma, device=device, values=Ids(0, vocab)).check(where, draft_tokens, "draft_tokens")
+        _ints(rows, device=device, values=Counts(0, gamma)).check(where, lengths, "verify_lengths")
+        _ints(rows, device=device, values=Counts(0, gamma)).check(where, accepted, "accepted")
+        _ints(rows, gamma + 1, device=device, values=Ids(-1, vocab)).check(where, tokens, "tokens")
+        return out
+
+
 _VALIDATORS: dict[type, type[_Validating]] = {
     proxy.capability: proxy
     for proxy in (
         _ValidatingStepSampler, _ValidatingNoiseStepSampler, _ValidatingTruncatedStepSampler,
-        _ValidatingMarkovBlock, _ValidatingDraftLayouts, _ValidatingFoldedDraft, _ValidatingFoldGate, _ValidatingFoldRouting,
+        _ValidatingMarkovBlock, _ValidatingDraftLayouts, _ValidatingFoldedDraft, _ValidatingFoldGate,
+        _ValidatingFoldRouting,
         _ValidatingChainVerifier, _ValidatingTruncatedChainVerifier, _ValidatingGreedyVerifier,
+        _ValidatingTensorParallelRound,
         _ValidatingSimulatedAcceptance, _ValidatingConfidence, _ValidatingPrefixScheduler,
         _ValidatingSpeculativeLoop, _ValidatingSpeculativeRound,
     )

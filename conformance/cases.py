@@ -56,6 +56,8 @@ SPEC_CLAUSES: dict[str, str] = {
     "S5.seeded": "seeded rows repeat; streams 0 and 1 independent",
     "S5.mixed": "mixed greedy / sampling batches",
     "S5.truncation": "the target law under top-k / top-p / min-p is the renormalised truncated softmax of L / T",
+    "S5.tensor-parallel": "ranks with the same inputs and seeds compute identical drafts, verify lengths, accepted "
+                          "counts and tokens, whatever their local generators and profiled tables",
     "S5.streams": "draft noise and the verifier's coins and correction draw are independent streams",
     "S6.match-expected": "floor/ceil draw whose mean is the clamped value",
     "S6.multinomial": "round(clamp(Normal(value, 1), 1, max_len))",

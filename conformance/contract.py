@@ -56,6 +56,8 @@ __all__ = [
     "ChainVerifier",
     "TruncatedChainVerifier",
     "GreedyVerifier",
+    "RankGroup",
+    "TensorParallelRound",
     "SimulatedAcceptance",
     "Confidence",
     "PrefixScheduler",
@@ -540,6 +542,69 @@ class GreedyVerifier(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
+@runtime_checkable
+class RankGroup(Protocol):
+    """The tensor-parallel group one rank of :class:`TensorParallelRound` runs in (the suite
+    provides it, over ``torch.distributed``).
+
+    ``rank`` (0-based) and ``world_size``; ``broadcast(tensor, src=0)`` overwrites ``tensor``
+    in place with rank ``src``'s values (a collective: every rank of the group calls it, in
+    the same order); ``rank_in_group`` equals ``rank`` (the name SGLang's groups use).
+    """
+
+    rank: int
+    world_size: int
+    rank_in_group: int
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None: ...
+
+
+@runtime_checkable
+class TensorParallelRound(Protocol):
+    """SPEC S5 "Tensor parallelism" (S10: ranks diverging in draft noise or verify budget):
+    one speculative round on one rank of a tensor-parallel group.
+
+    ``tp_round(group, head_type, state_dict, base_logits[B, gamma, V] f32, first_prev[B] i64,
+    hidden[B, gamma, d] | None, target_logits[B, gamma+1, V] f32, temperatures[B] f32,
+    top_k[B] i64, confidences[B, gamma] f64 in [0, 1], sps: Sequence[float], *, generator,
+    seeds[B] i64, positions[B] i64) -> (draft_tokens[B, gamma] i64 in [0, V), verify_lengths[B]
+    i64 in [0, gamma], accepted[B] i64 in [0, gamma], tokens[B, gamma+1] i64 in [-1, V):
+    padded with -1)``, on the base logits' device.
+
+    * The suite starts one process per rank (``group``: a :class:`RankGroup`) and calls
+      ``tp_round`` on every rank with the same request inputs: head weights (reference
+      layout, as :class:`MarkovBlock`), logits, confidences, and the request's ``seeds`` /
+      ``positions`` (each row's seed and first draft position).
+    * Rank-local state may differ between ranks: ``generator`` is the rank's own generator
+      (the suite may seed it per rank), ``sps`` the steps-per-second table the rank profiled
+      (``sps[b - 1]`` at forward batch size ``b``; it may differ per rank).
+    * The IUT drafts with its Markov sampler, picks each row's verify length with its
+      scheduler from ``confidences`` and a steps-per-second table (SPEC S8), verifies that
+      many drafts (SPEC S5) and returns what this rank computed. SPEC S5: every rank returns
+      identical draft tokens, verify lengths, accepted counts and tokens, whether the IUT
+      gets there by per-request seeds or by broadcasting rank 0's decisions.
+    """
+
+    def tp_round(
+        self,
+        group: RankGroup,
+        head_type: str,
+        state_dict: Mapping[str, torch.Tensor],
+        base_logits: torch.Tensor,
+        first_prev: torch.Tensor,
+        hidden: torch.Tensor | None,
+        target_logits: torch.Tensor,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        confidences: torch.Tensor,
+        sps: Sequence[float],
+        *,
+        generator: torch.Generator,
+        seeds: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+
 # --------------------------------------------------------------------------- S6
 @runtime_checkable
 class SimulatedAcceptance(Protocol):
@@ -719,6 +784,7 @@ CAPABILITIES: tuple[type, ...] = (
     ChainVerifier,
     TruncatedChainVerifier,
     GreedyVerifier,
+    TensorParallelRound,
     SimulatedAcceptance,
     Confidence,
     PrefixScheduler,

@@ -17,6 +17,7 @@ module                SPEC   what
 ``scheduler``         S8     Algorithm 1 and the production variant
 ``speculative``       S9     the speculative loop (``tiny_models``: its small models)
 ``speculative_round`` S9     one round: the drafter's laws handed to the verifier
+``tensor_parallel``   S5     one round on one rank of a tensor-parallel group
 ====================  =====  ==========================================================
 
 Every public name of those modules is importable from here (``from dspark_ref import
@@ -115,6 +116,9 @@ _EXPORTS: dict[str, str] = {
     "RoundResult": "speculative_round",
     "RoundParts": "speculative_round",
     "draft_and_verify": "speculative_round",
+    "TPRoundResult": "tensor_parallel",
+    "TPSteps": "tensor_parallel",
+    "tp_round": "tensor_parallel",
     "TargetOutput": "tiny_models",
     "DraftBlock": "tiny_models",
     "TinyTargetLM": "tiny_models",

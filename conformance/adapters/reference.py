@@ -11,7 +11,18 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from dspark_ref import confidence, folded, markov, proposal, scheduler, simulated, speculative, speculative_round, verify
+from dspark_ref import (
+    confidence,
+    folded,
+    markov,
+    proposal,
+    scheduler,
+    simulated,
+    speculative,
+    speculative_round,
+    tensor_parallel,
+    verify,
+)
 from dspark_ref.sampling import (
     TEMPERATURE_FLOOR,
     RaceSteps,
@@ -265,6 +276,27 @@ class GreedyVerifier:
         return result.accepted, result.tokens
 
 
+class TensorParallelRound:
+    """SPEC S5 tensor parallelism through :func:`dspark_ref.tensor_parallel.tp_round`: seeded
+    rows only (the rank's generator unread), rank 0's plan broadcast. ``steps``: a
+    :class:`dspark_ref.tensor_parallel.TPSteps` (None: the SPEC steps)."""
+
+    def __init__(self, steps: tensor_parallel.TPSteps | None = None) -> None:
+        self.steps = steps
+
+    def tp_round(self, group, head_type, state_dict, base_logits, first_prev, hidden, target_logits, temperatures,
+                 top_k, confidences, sps, *, generator, seeds, positions):
+        vocab, rank = state_dict["W1.weight"].shape
+        head = MarkovBlock().load_head(head_type, state_dict, vocab, rank, None if hidden is None else hidden.shape[-1],
+                                       base_logits.device)
+        result = tensor_parallel.tp_round(
+            group, head, base_logits, first_prev, hidden, target_logits, temperatures,
+            greedy_mask_of(temperatures, top_k), confidences, sps, seeds=seeds, positions=positions,
+            generator=generator, steps=self.steps,
+        )
+        return result.draft_tokens, result.verify_lengths, result.accepted, result.tokens
+
+
 class SimulatedAcceptance:
     """SPEC S6 through :mod:`dspark_ref.simulated`."""
 
@@ -369,6 +401,7 @@ def capabilities() -> dict[type, Any]:
         c.ChainVerifier: ChainVerifier(),
         c.TruncatedChainVerifier: TruncatedChainVerifier(),
         c.GreedyVerifier: GreedyVerifier(),
+        c.TensorParallelRound: TensorParallelRound(),
         c.SimulatedAcceptance: SimulatedAcceptance(),
         c.Confidence: Confidence(),
         c.PrefixScheduler: PrefixScheduler(),
