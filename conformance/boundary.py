@@ -274,6 +274,22 @@ class _ValidatingMarkovBlock(_Validating):
         return _corrected(base_logits).check(self._where("apply_block_logits"), out)
 
 
+class _ValidatingDraftLayouts(_Validating):
+    capability = c.DraftLayouts
+
+    def draft_block(self, head_type, state_dict, base_logits, *args, layout, vocab_size, **kwargs):
+        where = self._where("draft_block")
+        out = self._impl.draft_block(head_type, state_dict, base_logits, *args, layout=layout,
+                                     vocab_size=vocab_size, **kwargs)
+        tokens, corrected = _pair(where, out, ("tokens", "corrected_logits"))
+        batch, queries, _ = base_logits.shape
+        gamma = queries - 1 if layout == "bonus-anchor" else queries
+        _ints(batch, gamma, device=base_logits.device, values=Ids(0, vocab_size)).check(where, tokens, "tokens")
+        Expected((torch.float32, base_logits.dtype), (batch, gamma, vocab_size), base_logits.device,
+                 LogitsOf(base_logits)).check(where, corrected, "corrected_logits")
+        return out
+
+
 class _ValidatingFoldedSession(_Validating):
     """A session of :class:`_ValidatingFoldedDraft`: ``replay`` is checked against the
     session's ``gamma``, ``vocab_size``, ``lm_dtype``, ``device`` and the batch size of
@@ -510,12 +526,31 @@ class _ValidatingSpeculativeRound(_Validating):
         return out
 
 
+class _ValidatingTensorParallelRound(_Validating):
+    capability = c.TensorParallelRound
+
+    def tp_round(self, group, head_type, state_dict, base_logits, *args, **kwargs):
+        where = self._where("tp_round")
+        out = self._impl.tp_round(group, head_type, state_dict, base_logits, *args, **kwargs)
+        draft_tokens, lengths, accepted, tokens = _pair(where, out, ("draft_tokens", "verify_lengths", "accepted",
+                                                                     "tokens"))
+        rows, gamma, vocab = base_logits.shape
+        device = base_logits.device
+        _ints(rows, gamma, device=device, values=Ids(0, vocab)).check(where, draft_tokens, "draft_tokens")
+        _ints(rows, device=device, values=Counts(0, gamma)).check(where, lengths, "verify_lengths")
+        _ints(rows, device=device, values=Counts(0, gamma)).check(where, accepted, "accepted")
+        _ints(rows, gamma + 1, device=device, values=Ids(-1, vocab)).check(where, tokens, "tokens")
+        return out
+
+
 _VALIDATORS: dict[type, type[_Validating]] = {
     proxy.capability: proxy
     for proxy in (
         _ValidatingStepSampler, _ValidatingNoiseStepSampler, _ValidatingTruncatedStepSampler,
-        _ValidatingMarkovBlock, _ValidatingFoldedDraft, _ValidatingFoldGate, _ValidatingFoldRouting,
+        _ValidatingMarkovBlock, _ValidatingDraftLayouts, _ValidatingFoldedDraft, _ValidatingFoldGate,
+        _ValidatingFoldRouting,
         _ValidatingChainVerifier, _ValidatingTruncatedChainVerifier, _ValidatingGreedyVerifier,
+        _ValidatingTensorParallelRound,
         _ValidatingSimulatedAcceptance, _ValidatingConfidence, _ValidatingPrefixScheduler,
         _ValidatingSpeculativeLoop, _ValidatingSpeculativeRound,
     )

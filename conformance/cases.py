@@ -21,6 +21,9 @@ from .sections import SECTIONS
 SPEC_CLAUSES: dict[str, str] = {
     "S0.numerically-equal": "reordered float arithmetic agrees within a derived roundoff bound; bit identity apart",
     "S1.base-logits": "U = h @ W_lm.T cropped to org_vocab_size",
+    "S1.layouts": "bonus-anchor layout: anchor plus gamma queries, the anchor's position cropped, gamma = block - 1",
+    "S1.draft-vocab": "padded draft vocab cropped, never remapped; reduced vocab: d2t validated, draws mapped before "
+                      "storage and conditioning, block lifted with -inf elsewhere",
     "S2.vanilla": "vanilla head bias = W2(W1[prev])",
     "S2.gated": "gated head bias = W2(sigmoid(Wg [h; W1[prev]] + bg) * W1[prev])",
     "S2.rnn": "rnn head with a state carried across the block, s_0 = 0",
@@ -53,6 +56,8 @@ SPEC_CLAUSES: dict[str, str] = {
     "S5.seeded": "seeded rows repeat; streams 0 and 1 independent",
     "S5.mixed": "mixed greedy / sampling batches",
     "S5.truncation": "the target law under top-k / top-p / min-p is the renormalised truncated softmax of L / T",
+    "S5.tensor-parallel": "ranks with the same inputs and seeds compute identical drafts, verify lengths, accepted "
+                          "counts and tokens, whatever their local generators and profiled tables",
     "S5.streams": "draft noise and the verifier's coins and correction draw are independent streams",
     "S6.match-expected": "floor/ceil draw whose mean is the clamped value",
     "S6.multinomial": "round(clamp(Normal(value, 1), 1, max_len))",
@@ -60,7 +65,7 @@ SPEC_CLAUSES: dict[str, str] = {
     "S6.executor": "a fresh length on every verify step; reused buffer",
     "S7.runtime-gamma": "confidence shapes follow the runtime gamma",
     "S7.calibration": "c = sigmoid(raw / t); prefix survival = cumprod",
-    "S7.sts": "STS preserves order and lowers ECE",
+    "S7.sts": "STS fitted left to right on the cumulative product, earlier positions fixed; order kept, ECE lowered",
     "S8.algorithm-1": "causal scheduler matches Algorithm 1 with early stop and tie order",
     "S8.lossless": "Appendix A: the scheduler keeps the output law (0.7, 0.3)",
     "S9.greedy": "greedy speculative output equals greedy decoding",

@@ -48,6 +48,7 @@ __all__ = [
     "NoiseStepSampler",
     "TruncatedStepSampler",
     "MarkovBlock",
+    "DraftLayouts",
     "FoldedDraft",
     "FoldedSession",
     "FoldGate",
@@ -55,6 +56,8 @@ __all__ = [
     "ChainVerifier",
     "TruncatedChainVerifier",
     "GreedyVerifier",
+    "RankGroup",
+    "TensorParallelRound",
     "SimulatedAcceptance",
     "Confidence",
     "PrefixScheduler",
@@ -88,6 +91,11 @@ class Conventions:
             verifier truncates the target law either way (SPEC S5).
         dtypes: LM-head dtypes the folded sampler supports.
         devices: device types the adapter runs on (``"cpu"``, ``"cuda"``).
+        layouts: the block layouts of :class:`DraftLayouts` (SPEC S1): ``"anchor-first"``
+            (the default) and ``"bonus-anchor"`` (``sample_from_anchor = False``).
+        draft_vocabularies: the draft vocabularies :class:`DraftLayouts` takes (SPEC S1):
+            ``"target"`` (the target's), ``"padded"`` (wider, cropped) and ``"reduced"``
+            (smaller, with a draft-to-target map ``d2t``).
     """
 
     greedy_rule: Literal["top_k", "temperature"] = "top_k"
@@ -96,6 +104,8 @@ class Conventions:
     draft_truncates: bool = True
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
     devices: tuple[str, ...] = ("cpu", "cuda")
+    layouts: tuple[str, ...] = ("anchor-first",)
+    draft_vocabularies: tuple[str, ...] = ("target",)
 
 
 _DEVICE_TYPES = ("cpu", "cuda")
@@ -323,6 +333,50 @@ class MarkovBlock(Protocol):
     ) -> torch.Tensor: ...
 
 
+@runtime_checkable
+class DraftLayouts(Protocol):
+    """SPEC S1 layouts and draft vocabularies, through the IUT's Markov block sampler.
+
+    ``draft_block(head_type, state_dict, base_logits[B, Q, V_d] f32, first_prev[B] i64,
+    hidden[B, Q, d] | None, temperatures[B] f32, top_k[B] i64, generator, *, layout,
+    vocab_size, d2t) -> (tokens[B, gamma] i64 in [0, vocab_size), corrected[B, gamma,
+    vocab_size] float)`` on the base logits' device.
+
+    * ``layout`` (one of ``Conventions.layouts``): ``"anchor-first"``, ``Q = gamma``, every
+      position predicts; ``"bonus-anchor"``, ``Q = gamma + 1``: the anchor's position (0) is
+      cropped from the base logits and the hidden states, step ``k`` reads position ``k + 1``.
+    * Vocabulary (``Conventions.draft_vocabularies``), ``V = vocab_size``: ``V_d == V``,
+      ``d2t`` None (``"target"``); ``V_d > V``, ``d2t`` None (``"padded"``): the logits are
+      cropped to ``V``, never remapped; ``V_d < V`` with ``d2t [V_d] i64`` (``"reduced"``):
+      the target id of each draft id (vLLM's offsets converted by the adapter). Sampled
+      draft ids are mapped to target ids before they are returned and before they condition
+      the next Markov step; ``corrected`` holds the corrected logits in the target's
+      columns ``d2t``, ``-inf`` elsewhere. A ``d2t`` of the wrong length, with a value
+      outside ``[0, V)`` or with two draft ids on one target id raises ``ValueError``.
+    * The head (``head_type`` as :class:`MarkovBlock`) travels as reference-layout weights:
+      ``W1.weight [V, r]`` (indexed by target ids: the anchor and the mapped draws),
+      ``W2.weight [V_d, r]`` (the bias over the draft vocabulary), plus ``Wg`` / ``Wz``.
+    * Greedy rows follow the declared rule; sampling rows draw from ``softmax(L_k / T)``
+      over the (cropped or lifted) vocabulary, fresh noise from ``generator``.
+    """
+
+    def draft_block(
+        self,
+        head_type: str,
+        state_dict: Mapping[str, torch.Tensor],
+        base_logits: torch.Tensor,
+        first_prev: torch.Tensor,
+        hidden: torch.Tensor | None,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        layout: str,
+        vocab_size: int,
+        d2t: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
 # --------------------------------------------------------------------------- S4
 @runtime_checkable
 class FoldedSession(Protocol):
@@ -486,6 +540,69 @@ class GreedyVerifier(Protocol):
     def verify_greedy(
         self, draft_tokens: torch.Tensor, target_logits: torch.Tensor, cap: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@runtime_checkable
+class RankGroup(Protocol):
+    """The tensor-parallel group one rank of :class:`TensorParallelRound` runs in (the suite
+    provides it, over ``torch.distributed``).
+
+    ``rank`` (0-based) and ``world_size``; ``broadcast(tensor, src=0)`` overwrites ``tensor``
+    in place with rank ``src``'s values (a collective: every rank of the group calls it, in
+    the same order); ``rank_in_group`` equals ``rank`` (the name SGLang's groups use).
+    """
+
+    rank: int
+    world_size: int
+    rank_in_group: int
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None: ...
+
+
+@runtime_checkable
+class TensorParallelRound(Protocol):
+    """SPEC S5 "Tensor parallelism" (S10: ranks diverging in draft noise or verify budget):
+    one speculative round on one rank of a tensor-parallel group.
+
+    ``tp_round(group, head_type, state_dict, base_logits[B, gamma, V] f32, first_prev[B] i64,
+    hidden[B, gamma, d] | None, target_logits[B, gamma+1, V] f32, temperatures[B] f32,
+    top_k[B] i64, confidences[B, gamma] f64 in [0, 1], sps: Sequence[float], *, generator,
+    seeds[B] i64, positions[B] i64) -> (draft_tokens[B, gamma] i64 in [0, V), verify_lengths[B]
+    i64 in [0, gamma], accepted[B] i64 in [0, gamma], tokens[B, gamma+1] i64 in [-1, V):
+    padded with -1)``, on the base logits' device.
+
+    * The suite starts one process per rank (``group``: a :class:`RankGroup`) and calls
+      ``tp_round`` on every rank with the same request inputs: head weights (reference
+      layout, as :class:`MarkovBlock`), logits, confidences, and the request's ``seeds`` /
+      ``positions`` (each row's seed and first draft position).
+    * Rank-local state may differ between ranks: ``generator`` is the rank's own generator
+      (the suite may seed it per rank), ``sps`` the steps-per-second table the rank profiled
+      (``sps[b - 1]`` at forward batch size ``b``; it may differ per rank).
+    * The IUT drafts with its Markov sampler, picks each row's verify length with its
+      scheduler from ``confidences`` and a steps-per-second table (SPEC S8), verifies that
+      many drafts (SPEC S5) and returns what this rank computed. SPEC S5: every rank returns
+      identical draft tokens, verify lengths, accepted counts and tokens, whether the IUT
+      gets there by per-request seeds or by broadcasting rank 0's decisions.
+    """
+
+    def tp_round(
+        self,
+        group: RankGroup,
+        head_type: str,
+        state_dict: Mapping[str, torch.Tensor],
+        base_logits: torch.Tensor,
+        first_prev: torch.Tensor,
+        hidden: torch.Tensor | None,
+        target_logits: torch.Tensor,
+        temperatures: torch.Tensor,
+        top_k: torch.Tensor,
+        confidences: torch.Tensor,
+        sps: Sequence[float],
+        *,
+        generator: torch.Generator,
+        seeds: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
 # --------------------------------------------------------------------------- S6
@@ -660,12 +777,14 @@ CAPABILITIES: tuple[type, ...] = (
     NoiseStepSampler,
     TruncatedStepSampler,
     MarkovBlock,
+    DraftLayouts,
     FoldedDraft,
     FoldGate,
     FoldRouting,
     ChainVerifier,
     TruncatedChainVerifier,
     GreedyVerifier,
+    TensorParallelRound,
     SimulatedAcceptance,
     Confidence,
     PrefixScheduler,

@@ -19,7 +19,7 @@ Options:
   (the main job sets it; a partial run only warns);
 * ``--dspark-budget FACTOR``   scale statistical sample sizes (runtime vs power; alpha fixed).
 
-Fixtures: ``dspark_adapter``, ``require`` (capability behind the boundary checks of
+Fixtures: ``dspark_adapter``, ``dspark_impl`` (its ``--dspark-impl`` name), ``require`` (capability behind the boundary checks of
 ``conformance.boundary``, or a skip: not offered, or declared unable to run on this device /
 torch build), ``dspark_device``,
 ``case_seed`` and ``case_generator`` (seeded from the case key), ``stat_check`` (asserts a
@@ -189,6 +189,13 @@ def _failure(excinfo: pytest.ExceptionInfo) -> dict[str, Any]:
 def dspark_adapter(pytestconfig: pytest.Config) -> "Adapter":
     """The implementation under test."""
     return run_session(pytestconfig).adapter
+
+
+@pytest.fixture(scope="session")
+def dspark_impl(pytestconfig: pytest.Config) -> str:
+    """The ``--dspark-impl`` name of the implementation under test (``reference`` by default):
+    what a case that starts processes of its own (SPEC S5 tensor parallelism) loads there."""
+    return run_session(pytestconfig).impl
 
 
 @pytest.fixture(scope="session")

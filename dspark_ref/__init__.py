@@ -6,6 +6,7 @@ One module per SPEC topic (``docs/architecture.md`` maps them):
 module                SPEC   what
 ====================  =====  ==========================================================
 ``proposal``          S1     base logits and the eager block proposal
+``layouts``           S1     bonus-anchor layout, padded / reduced draft vocabularies
 ``markov``            S2     vanilla / gated / rnn Markov heads, ``sample_block``
 ``sampling``          S3     greedy rule, temperature clamp, exponential race
 ``tiled_sampling``    S3     tiled race (Triton kernel, torch fallback)
@@ -17,6 +18,7 @@ module                SPEC   what
 ``scheduler``         S8     Algorithm 1 and the production variant
 ``speculative``       S9     the speculative loop (``tiny_models``: its small models)
 ``speculative_round`` S9     one round: the drafter's laws handed to the verifier
+``tensor_parallel``   S5     one round on one rank of a tensor-parallel group
 ====================  =====  ==========================================================
 
 Every public name of those modules is importable from here (``from dspark_ref import
@@ -33,6 +35,11 @@ _EXPORTS: dict[str, str] = {
     "DraftProposal": "proposal",
     "base_logits": "proposal",
     "propose_block": "proposal",
+    "draft_block": "proposal",
+    "LAYOUTS": "layouts",
+    "block_positions": "layouts",
+    "check_d2t": "layouts",
+    "lift_to_target": "layouts",
     "MarkovHead": "markov",
     "VanillaMarkovHead": "markov",
     "GatedMarkovHead": "markov",
@@ -113,6 +120,9 @@ _EXPORTS: dict[str, str] = {
     "RoundResult": "speculative_round",
     "RoundParts": "speculative_round",
     "draft_and_verify": "speculative_round",
+    "TPRoundResult": "tensor_parallel",
+    "TPSteps": "tensor_parallel",
+    "tp_round": "tensor_parallel",
     "TargetOutput": "tiny_models",
     "DraftBlock": "tiny_models",
     "TinyTargetLM": "tiny_models",

@@ -35,6 +35,7 @@ from dspark_ref._checks import (
     check_tensor,
     check_token_ids,
 )
+from dspark_ref.layouts import check_d2t
 
 __all__ = [
     "MarkovHead",
@@ -64,18 +65,23 @@ class MarkovHead(nn.Module):
     one seed gives the same head on every device.
 
     Attributes:
-        vocab_size: ``V``. rank: ``r``. hidden_size: ``d`` (None when unused).
+        vocab_size: ``V``, the width of the bias (``W2``'s output: the draft vocabulary).
+        prev_vocab_size: the ids the head conditions on (``W1``'s rows: the target
+            vocabulary, SPEC S1); ``vocab_size`` unless a draft vocabulary differs from it.
+        rank: ``r``. hidden_size: ``d`` (None when unused).
         needs_hidden: whether ``step_bias`` reads the step's hidden state.
     """
 
     needs_hidden = False
 
-    def __init__(self, vocab_size: int, rank: int, hidden_size: int | None = None) -> None:
+    def __init__(self, vocab_size: int, rank: int, hidden_size: int | None = None, *,
+                 prev_vocab_size: int | None = None) -> None:
         super().__init__()
         self.vocab_size = vocab_size
+        self.prev_vocab_size = vocab_size if prev_vocab_size is None else prev_vocab_size
         self.rank = rank
         self.hidden_size = hidden_size
-        self.W1 = nn.utils.skip_init(nn.Embedding, vocab_size, rank)
+        self.W1 = nn.utils.skip_init(nn.Embedding, self.prev_vocab_size, rank)
         self.W2 = nn.utils.skip_init(nn.Linear, rank, vocab_size, bias=False)
 
     def _finish_init(self, scale: float, generator: torch.Generator | None, device, dtype) -> None:
@@ -126,6 +132,8 @@ class VanillaMarkovHead(MarkovHead):
 
     Args:
         vocab_size: ``V >= 1``. rank: ``r >= 1``.
+        prev_vocab_size: rows of ``W1`` (ids conditioned on; default ``vocab_size``; SPEC S1
+            draft vocabularies).
         scale: std of the ``N(0, scale)`` initial weights (>= 0).
         generator: CPU ``torch.Generator`` for reproducible weights.
         device, dtype: where the parameters live (default CPU, float32).
@@ -144,13 +152,15 @@ class VanillaMarkovHead(MarkovHead):
         vocab_size: int,
         rank: int,
         *,
+        prev_vocab_size: int | None = None,
         scale: float = DEFAULT_INIT_SCALE,
         generator: torch.Generator | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        _check_head_args(vocab_size=vocab_size, rank=rank, scale=scale, generator=generator, dtype=dtype)
-        super().__init__(vocab_size, rank)
+        _check_head_args(vocab_size=vocab_size, rank=rank, scale=scale, generator=generator, dtype=dtype,
+                         prev_vocab_size=prev_vocab_size)
+        super().__init__(vocab_size, rank, prev_vocab_size=prev_vocab_size)
         self._finish_init(scale, generator, device, dtype)
 
     def step_bias(self, prev, hidden_k, state):
@@ -171,6 +181,7 @@ class _HiddenConditionedHead(MarkovHead):
         rank: int,
         hidden_size: int,
         *,
+        prev_vocab_size: int | None = None,
         scale: float = DEFAULT_INIT_SCALE,
         generator: torch.Generator | None = None,
         device: torch.device | str | None = None,
@@ -178,9 +189,9 @@ class _HiddenConditionedHead(MarkovHead):
     ) -> None:
         _check_head_args(
             vocab_size=vocab_size, rank=rank, hidden_size=hidden_size, scale=scale,
-            generator=generator, dtype=dtype, needs_hidden=True,
+            generator=generator, dtype=dtype, needs_hidden=True, prev_vocab_size=prev_vocab_size,
         )
-        super().__init__(vocab_size, rank, hidden_size)
+        super().__init__(vocab_size, rank, hidden_size, prev_vocab_size=prev_vocab_size)
         self._add_layers(rank, hidden_size)
         self._finish_init(scale, generator, device, dtype)
 
@@ -259,7 +270,10 @@ def build_markov_head(
     """Build a head from DeepSpec-style config keys (SPEC S2).
 
     Keys: ``markov_rank`` (int >= 1), ``markov_head_type`` (one of ``head_types``,
-    default ``"vanilla"``), ``vocab_size``, ``hidden_size`` (every type but vanilla).
+    default ``"vanilla"``), ``vocab_size``, ``hidden_size`` (every type but vanilla), and
+    optionally ``draft_vocab_size`` (SPEC S1: a draft vocabulary other than the target's;
+    the bias is ``draft_vocab_size`` wide while ``W1`` keeps ``vocab_size`` rows, the ids
+    the head conditions on).
     ``scale`` and ``generator`` are passed to the head's constructor. ``head_types`` maps
     a type to its class (default ``HEAD_TYPES``; a variant registry maps a type to a
     subclass taking the same constructor arguments).
@@ -275,12 +289,12 @@ def build_markov_head(
         4
     """
     head_type = _check_config(config, head_types)
+    vocab = {"prev_vocab_size": config["vocab_size"]} if "draft_vocab_size" in config else {}
+    out_vocab = config.get("draft_vocab_size", config["vocab_size"])
     if head_type == "vanilla":
-        return head_types[head_type](
-            config["vocab_size"], config["markov_rank"], scale=scale, generator=generator
-        )
+        return head_types[head_type](out_vocab, config["markov_rank"], scale=scale, generator=generator, **vocab)
     return head_types[head_type](
-        config["vocab_size"], config["markov_rank"], config["hidden_size"], scale=scale, generator=generator
+        out_vocab, config["markov_rank"], config["hidden_size"], scale=scale, generator=generator, **vocab
     )
 
 
@@ -300,21 +314,28 @@ def sample_block(
     first_prev: Tensor,
     hidden: Tensor | None,
     sampler: StepSampler,
+    *,
+    d2t: Tensor | None = None,
 ) -> BlockSample:
     """Draw a block left to right through the Markov head (SPEC S2).
 
     For ``k = 0 .. gamma-1``: ``L_k = U_k.float() + bias_k(prev_k)``, ``x_k = sampler(L_k, k)``,
     with ``prev_0 = first_prev`` (the anchor ``x0``) and ``prev_k = x_{k-1}``. Exactly
-    ``gamma`` sampler calls.
+    ``gamma`` sampler calls. With a draft-to-target map ``d2t`` (SPEC S1, reduced draft
+    vocabulary) the sampler draws draft ids and ``x_k = d2t[draft id]``: the target id is
+    what is stored and what conditions step ``k + 1``.
 
     Args:
         head: a ``MarkovHead``.
         base_logits: ``U[B, gamma, V]``, float32 / bf16 / fp16.
-        first_prev: ``x0[B]`` int64 / int32, ids in ``[0, V)``.
+        first_prev: ``x0[B]`` int64 / int32, ids in ``[0, head.prev_vocab_size)``.
         hidden: ``h[B, gamma, d]`` (required for gated / rnn heads; ignored by vanilla).
         sampler: ``StepSampler``; must return ``[B]`` int64 ids.
+        d2t: optional ``[V]`` int64 draft-to-target map into ``[0, head.prev_vocab_size)``
+            (validated by :func:`dspark_ref.layouts.check_d2t`).
     Returns:
-        ``BlockSample(tokens[B, gamma] int64, corrected_logits[B, gamma, V] float32)``;
+        ``BlockSample(tokens[B, gamma] int64, corrected_logits[B, gamma, V] float32)``
+        (tokens are target ids; corrected logits stay over the draft vocabulary);
         for ``gamma == 0``: empty ``tokens[B, 0]`` and ``base_logits`` itself.
     Raises:
         TypeError: wrong types or dtypes, ``sampler`` not callable or returning a bad dtype.
@@ -328,6 +349,9 @@ def sample_block(
         torch.Size([1, 3])
     """
     _check_block(head, base_logits, "first_prev", first_prev, hidden)
+    if d2t is not None:
+        check_d2t(d2t, head.vocab_size, head.prev_vocab_size)
+        d2t = d2t.long().to(base_logits.device)
     if not callable(sampler):
         raise TypeError(f"sampler: expected a callable (logits[B, V], k) -> tokens[B], got {type(sampler).__name__}")
     batch, gamma, _ = base_logits.shape
@@ -340,6 +364,8 @@ def sample_block(
         step_logits, state = _corrected_step(head, base_logits, hidden, prev, state, k)
         prev = sampler(step_logits, k)
         check_tensor(f"sampler output at step {k}", prev, shape=(batch,), dtypes=(torch.int64,))
+        if d2t is not None:
+            prev = d2t[prev]
         tokens.append(prev)
         logits.append(step_logits)
     return BlockSample(torch.stack(tokens, dim=1), torch.stack(logits, dim=1))
@@ -355,7 +381,7 @@ def apply_block_logits(
 
     Args:
         head, base_logits, hidden: as ``sample_block``.
-        token_ids: ``[B, gamma]`` int64 / int32 ids in ``[0, V)``.
+        token_ids: ``[B, gamma]`` int64 / int32 ids in ``[0, head.prev_vocab_size)``.
     Returns:
         ``[B, gamma, V]`` float32 (``base_logits`` itself when ``gamma == 0``).
     Raises:
@@ -384,8 +410,11 @@ def _capturing(tensor: Tensor) -> bool:
     return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def _check_head_args(*, vocab_size, rank, scale, generator, dtype, hidden_size=None, needs_hidden=False) -> None:
+def _check_head_args(*, vocab_size, rank, scale, generator, dtype, hidden_size=None, needs_hidden=False,
+                     prev_vocab_size=None) -> None:
     check_int("vocab_size", vocab_size, minimum=1)
+    if prev_vocab_size is not None:
+        check_int("prev_vocab_size", prev_vocab_size, minimum=1)
     check_int("rank", rank, minimum=1)
     if needs_hidden:
         check_int("hidden_size", hidden_size, minimum=1)
@@ -403,6 +432,8 @@ def _check_config(config, head_types) -> str:
         if key not in config:
             raise ValueError(f"config: missing key {key!r} (DeepSpec draft config)")
     check_int("config['markov_rank']", config["markov_rank"], minimum=1)
+    if "draft_vocab_size" in config:
+        check_int("config['draft_vocab_size']", config["draft_vocab_size"], minimum=1)
     head_type = config.get("markov_head_type", "vanilla")
     check_choice("config['markov_head_type']", head_type, tuple(head_types))
     if not (isinstance(head_types[head_type], type) and issubclass(head_types[head_type], MarkovHead)):
@@ -432,5 +463,5 @@ def _check_block(head, base_logits, ids_name, ids, hidden) -> None:
         check_tensor("hidden", hidden, shape=(batch, gamma, head.hidden_size), dtypes=FLOAT_DTYPES)
     check_same_device(base_logits=base_logits, **{ids_name: ids}, hidden=hidden)
     if not _capturing(base_logits):
-        check_token_ids(ids_name, ids, vocab)
+        check_token_ids(ids_name, ids, head.prev_vocab_size)
         check_finite("base_logits", base_logits, allow_neg_inf=True)

@@ -100,6 +100,26 @@ def _probe_markov_block(impl) -> list:
     return out
 
 
+def _probe_draft_layouts(impl) -> list:
+    out = []
+    vocab, rank, hidden, rows, gamma = 24, 4, 6, 3, 4
+    for seed, (head_type, layout, draft_vocab) in enumerate(
+            (("vanilla", "anchor-first", 24), ("gated", "bonus-anchor", 24), ("vanilla", "anchor-first", 31),
+             ("gated", "bonus-anchor", 31), ("vanilla", "anchor-first", 10), ("rnn", "bonus-anchor", 10))):
+        g = _gen(90 + seed)
+        state = _head_weights(head_type, vocab, rank, hidden, seed)
+        state["W2.weight"] = torch.randn(draft_vocab, rank, generator=g)
+        queries = gamma + (layout == "bonus-anchor")
+        base = torch.randn(rows, queries, draft_vocab, generator=g) * 2
+        base[..., vocab:] += 6.0  # padding that wins if not cropped
+        d2t = torch.randperm(vocab, generator=g)[:draft_vocab] if draft_vocab < vocab else None
+        temps, top_k = torch.tensor([1.0, 0.6, 1.0]), torch.tensor([50, 50, 1])
+        out.append(impl.draft_block(head_type, state, base, torch.randint(0, vocab, (rows,), generator=g),
+                                    torch.randn(rows, queries, hidden, generator=g), temps, top_k, g, layout=layout,
+                                    vocab_size=vocab, d2t=d2t))
+    return out
+
+
 def _probe_folded_draft(impl) -> list:
     vocab, rank, gamma, bs = 64, 4, 3, 4
     head = reference.MarkovBlock().load_head("vanilla", _head_weights("vanilla", vocab, rank, 6, 20), vocab,
@@ -205,6 +225,31 @@ def _probe_greedy_verifier(impl) -> list:
     return [impl.verify_greedy(drafts, target), impl.verify_greedy(drafts, target, cap=2)]
 
 
+class _ProbeRank1:
+    """Rank 1 of a pretend two-rank group whose rank 0 planned verify lengths of 1 everywhere."""
+
+    rank = rank_in_group = 1
+    world_size = 2
+
+    def broadcast(self, tensor, src=0):
+        tensor.fill_(1)
+
+
+def _probe_tensor_parallel_round(impl) -> list:
+    g = _gen(95)
+    rows, gamma, vocab, rank, d = 4, 3, 16, 4, 6
+    out = []
+    for head_type in ("vanilla", "gated"):
+        state = _head_weights(head_type, vocab, rank, d, 96)
+        base, target = torch.randn(rows, gamma, vocab, generator=g), torch.randn(rows, gamma + 1, vocab, generator=g)
+        args = (base, torch.randint(0, vocab, (rows,), generator=g), torch.randn(rows, gamma, d, generator=g), target,
+                torch.tensor([1.0, 0.0, 0.8, 1.2]), torch.tensor([50, 1, 50, 50]),
+                torch.rand(rows, gamma, generator=g, dtype=torch.float64), [1.0 / (1 + 0.1 * b) for b in range(1, 17)])
+        out.append(impl.tp_round(_ProbeRank1(), head_type, state, *args, generator=_gen(97),
+                                 seeds=torch.arange(rows) * 3 + 1, positions=torch.arange(rows) + 7))
+    return out
+
+
 def _probe_simulated(impl) -> list:
     g = _gen(40)
     out = [[impl.sample_acc_len(value, method, 6, g) for _ in range(40)]
@@ -264,12 +309,14 @@ PROBES: dict[type, Callable[[Any], list]] = {
     c.NoiseStepSampler: _probe_noise_step_sampler,
     c.TruncatedStepSampler: _probe_truncated_step_sampler,
     c.MarkovBlock: _probe_markov_block,
+    c.DraftLayouts: _probe_draft_layouts,
     c.FoldedDraft: _probe_folded_draft,
     c.FoldGate: _probe_fold_gate,
     c.FoldRouting: _probe_fold_routing,
     c.ChainVerifier: _probe_chain_verifier,
     c.TruncatedChainVerifier: _probe_truncated_chain_verifier,
     c.GreedyVerifier: _probe_greedy_verifier,
+    c.TensorParallelRound: _probe_tensor_parallel_round,
     c.SimulatedAcceptance: _probe_simulated,
     c.Confidence: _probe_confidence,
     c.PrefixScheduler: _probe_scheduler,

@@ -42,13 +42,13 @@ from conformance.loading import AdapterLoadError, load_adapter
 from dspark_ref import confidence, markov, verify
 
 FOLDED_CAPABILITIES = {
-    c.StepSampler, c.NoiseStepSampler, c.MarkovBlock, c.FoldedDraft, c.FoldGate,
+    c.StepSampler, c.NoiseStepSampler, c.MarkovBlock, c.DraftLayouts, c.FoldedDraft, c.FoldGate,
     c.ChainVerifier, c.TruncatedChainVerifier, c.GreedyVerifier, c.SimulatedAcceptance, c.Confidence,
     c.SpeculativeRound,
 }
 PHILOX_CAPABILITIES = {
-    c.StepSampler, c.MarkovBlock, c.FoldedDraft, c.ChainVerifier, c.TruncatedChainVerifier, c.GreedyVerifier,
-    c.SimulatedAcceptance, c.Confidence, c.SpeculativeRound,
+    c.StepSampler, c.MarkovBlock, c.DraftLayouts, c.FoldedDraft, c.ChainVerifier, c.TruncatedChainVerifier,
+    c.GreedyVerifier, c.SimulatedAcceptance, c.Confidence, c.SpeculativeRound,
 }
 V, RANK, HIDDEN = 40, 6, 5
 

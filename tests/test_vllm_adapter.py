@@ -25,7 +25,7 @@ from conformance.adapters.vllm.sampling import cache_is_processed, gumbel_kwargs
 from conformance.loading import AdapterLoadError, load_adapter
 
 V, RANK = 40, 6
-CAPABILITIES = {c.StepSampler, c.MarkovBlock, c.ChainVerifier, c.GreedyVerifier, c.SpeculativeRound}
+CAPABILITIES = {c.StepSampler, c.MarkovBlock, c.DraftLayouts, c.ChainVerifier, c.GreedyVerifier, c.SpeculativeRound}
 
 
 @pytest.fixture(scope="module")

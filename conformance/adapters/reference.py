@@ -19,10 +19,12 @@ from dspark_ref import (
     folded,
     fused_sampling,
     markov,
+    proposal,
     scheduler,
     simulated,
     speculative,
     speculative_round,
+    tensor_parallel,
     verify,
 )
 from dspark_ref._checks import check_int
@@ -41,6 +43,8 @@ from .. import contract as c
 
 GREEDY_RULE = "top_k"
 TOP_K_TIES = "all"
+LAYOUTS = ("anchor-first", "bonus-anchor")
+DRAFT_VOCABULARIES = ("target", "padded", "reduced")
 
 
 def greedy_mask_of(temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
@@ -133,6 +137,34 @@ class MarkovBlock:
 
     def apply_block_logits(self, head, base_logits, token_ids, hidden):
         return markov.apply_block_logits(head, base_logits, token_ids, hidden)
+
+
+class DraftLayouts:
+    """SPEC S1 layouts and draft vocabularies through :func:`dspark_ref.proposal.draft_block`;
+    the head is built from the registry ``head_types`` with ``W1`` over the target vocabulary
+    and ``W2`` over the draft vocabulary (the base logits' width)."""
+
+    head_types = markov.HEAD_TYPES
+
+    def load_head(self, head_type, state_dict, draft_vocab_size, vocab_size, hidden_size, device):
+        """The reference head of ``state_dict`` (rank from ``W1.weight``) on ``device``."""
+        config = {"markov_head_type": head_type, "markov_rank": state_dict["W1.weight"].shape[1],
+                  "vocab_size": vocab_size, "hidden_size": hidden_size}
+        if draft_vocab_size != vocab_size:
+            config["draft_vocab_size"] = draft_vocab_size
+        head = markov.build_markov_head(config, head_types=self.head_types)
+        head.load_state_dict(dict(state_dict))
+        return head.to(device)
+
+    def draft_block(self, head_type, state_dict, base_logits, first_prev, hidden, temperatures, top_k, generator, *,
+                    layout, vocab_size, d2t):
+        hidden_size = None if hidden is None else hidden.shape[-1]
+        head = self.load_head(head_type, state_dict, base_logits.shape[-1], vocab_size, hidden_size,
+                              base_logits.device)
+        sampler = MarkovBlock().step_sampler(temperatures, top_k, generator)
+        block = proposal.draft_block(head, base_logits, first_prev, hidden, sampler, layout=layout,
+                                     vocab_size=vocab_size, d2t=d2t)
+        return block.tokens, block.corrected_logits
 
 
 class FoldedSession:
@@ -268,6 +300,27 @@ class GreedyVerifier:
         return result.accepted, result.tokens
 
 
+class TensorParallelRound:
+    """SPEC S5 tensor parallelism through :func:`dspark_ref.tensor_parallel.tp_round`: seeded
+    rows only (the rank's generator unread), rank 0's plan broadcast. ``steps``: a
+    :class:`dspark_ref.tensor_parallel.TPSteps` (None: the SPEC steps)."""
+
+    def __init__(self, steps: tensor_parallel.TPSteps | None = None) -> None:
+        self.steps = steps
+
+    def tp_round(self, group, head_type, state_dict, base_logits, first_prev, hidden, target_logits, temperatures,
+                 top_k, confidences, sps, *, generator, seeds, positions):
+        vocab, rank = state_dict["W1.weight"].shape
+        head = MarkovBlock().load_head(head_type, state_dict, vocab, rank, None if hidden is None else hidden.shape[-1],
+                                       base_logits.device)
+        result = tensor_parallel.tp_round(
+            group, head, base_logits, first_prev, hidden, target_logits, temperatures,
+            greedy_mask_of(temperatures, top_k), confidences, sps, seeds=seeds, positions=positions,
+            generator=generator, steps=self.steps,
+        )
+        return result.draft_tokens, result.verify_lengths, result.accepted, result.tokens
+
+
 class SimulatedAcceptance:
     """SPEC S6 through :mod:`dspark_ref.simulated`."""
 
@@ -365,12 +418,14 @@ def capabilities() -> dict[type, Any]:
         c.NoiseStepSampler: NoiseStepSampler(),
         c.TruncatedStepSampler: TruncatedStepSampler(),
         c.MarkovBlock: MarkovBlock(),
+        c.DraftLayouts: DraftLayouts(),
         c.FoldedDraft: FoldedDraft(),
         c.FoldGate: FoldGate(),
         c.FoldRouting: FoldRouting(),
         c.ChainVerifier: ChainVerifier(),
         c.TruncatedChainVerifier: TruncatedChainVerifier(),
         c.GreedyVerifier: GreedyVerifier(),
+        c.TensorParallelRound: TensorParallelRound(),
         c.SimulatedAcceptance: SimulatedAcceptance(),
         c.Confidence: Confidence(),
         c.PrefixScheduler: PrefixScheduler(),
@@ -383,7 +438,8 @@ def make_adapter() -> c.Adapter:
     """The reference adapter: every capability, SGLang's greedy rule, CPU and CUDA."""
     return c.Adapter(
         name="reference",
-        conventions=c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=True),
+        conventions=c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=True,
+                                  layouts=LAYOUTS, draft_vocabularies=DRAFT_VOCABULARIES),
         capabilities=capabilities(),
         description="dspark_ref: the bundled reference implementation of SPEC S1-S9",
     )

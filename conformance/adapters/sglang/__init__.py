@@ -11,7 +11,8 @@ API generation maps the capabilities:
 Measured on CPU: every release 0.5.17-0.5.23 (``docs/conformance/sglang-<version>-cpu.md``);
 on an H200: 0.5.21 and 0.5.23 (whole suite), 0.5.17-0.5.20 (without the statistical cases). ``DSPARK_SGLANG_LEDGER=off`` drops the expected-failure
 ledger (:mod:`.ledger`) so that known divergences show as failures.
-* both: verification (:mod:`.verify`, with the truncated target law), one speculative
+* both: the bonus-anchor layout from 0.5.19 (:mod:`.layouts`), verification (:mod:`.verify`,
+  with the truncated target law), one speculative
   round with SGLang's own drafter, handoff and verifier (:mod:`.speculative_round`),
   simulated acceptance (:mod:`.simulated`) and the confidence head with STS
   (:mod:`.confidence`).
@@ -42,7 +43,7 @@ from typing import Any
 from conformance import contract as c
 from conformance.loading import AdapterLoadError
 
-from . import confidence, ledger, simulated, speculative_round, v0517, v0522, verify
+from . import confidence, layouts, ledger, simulated, speculative_round, v0517, v0522, verify
 from . import loader
 from .loader import SGLangModules, load_sglang
 
@@ -58,9 +59,11 @@ TOP_K_TIES = "lowest"
 DRAFT_TRUNCATES = False
 
 
-def conventions() -> c.Conventions:
-    """SGLang's declared conventions (every version)."""
-    return c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=DRAFT_TRUNCATES)
+def conventions(modules: SGLangModules | None = None) -> c.Conventions:
+    """SGLang's declared conventions (every version); with the loaded ``modules``, also the
+    layouts it drafts in (:func:`.layouts.layouts_of`; without: anchor-first only)."""
+    found = {} if modules is None else {"layouts": layouts.layouts_of(modules)}
+    return c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=DRAFT_TRUNCATES, **found)
 
 
 def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[type, Any]:
@@ -81,6 +84,7 @@ def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[typ
             c.FoldedDraft: v0522.FoldedDraft(modules),
         }
         draft_params, draft_block = v0522.draft_params, v0522.draft_block
+    offered[c.DraftLayouts] = layouts.DraftLayouts(modules, offered[c.MarkovBlock])
     offered[c.ChainVerifier] = verify.ChainVerifier(modules, draft_params, blockwise=blockwise)
     offered[c.TruncatedChainVerifier] = verify.TruncatedChainVerifier(modules, draft_params, blockwise=blockwise)
     offered[c.SpeculativeRound] = speculative_round.SpeculativeRound(modules, draft_block, blockwise=blockwise)
@@ -112,7 +116,7 @@ def make_adapter() -> c.Adapter:
         description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
     return c.Adapter(
         name=f"sglang=={modules.version}",
-        conventions=conventions(),
+        conventions=conventions(modules),
         capabilities=capabilities(modules),
         requirements=requirements(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
@@ -135,7 +139,7 @@ def make_blockwise_adapter() -> c.Adapter:
         )
     return c.Adapter(
         name=f"sglang=={modules.version}+blockwise",
-        conventions=conventions(),
+        conventions=conventions(modules),
         capabilities=capabilities(modules, blockwise=True),
         requirements=requirements(modules),
         description=f"SGLang {modules.version} DSpark, verify through BlockwiseRejection",

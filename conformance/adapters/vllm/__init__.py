@@ -6,6 +6,8 @@ onto vLLM's code:
 
 * ``StepSampler`` (S3): ``gumbel_sample`` (:mod:`.sampling`);
 * ``MarkovBlock`` (S2): ``DSparkSpeculator._sample_sequential``, vanilla head (:mod:`.markov`);
+* ``DraftLayouts`` (S1): the same loop with vLLM's reduced-vocabulary d2t scatter
+  (:mod:`.layouts`; anchor-first only, no padded vocabulary);
 * ``ChainVerifier``, ``GreedyVerifier`` (S5): ``rejection_sample``, seeded rows natively
   (:mod:`.verify`);
 * ``SpeculativeRound`` (S9): the drafter's Markov loop feeding ``rejection_sample`` with the
@@ -46,6 +48,7 @@ from conformance import contract as c
 
 from . import ledger
 from .loader import VLLMModules, load_vllm
+from .layouts import DraftLayouts
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler
@@ -61,6 +64,7 @@ def capabilities(modules: VLLMModules) -> dict[type, Any]:
     return {
         c.StepSampler: StepSampler(modules),
         c.MarkovBlock: MarkovBlock(modules),
+        c.DraftLayouts: DraftLayouts(modules),
         c.ChainVerifier: ChainVerifier(modules),
         c.GreedyVerifier: GreedyVerifier(modules),
         c.SpeculativeRound: SpeculativeRound(modules),
@@ -80,7 +84,8 @@ def make_adapter() -> c.Adapter:
         description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
     return c.Adapter(
         name=f"vllm=={modules.version}",
-        conventions=c.Conventions(greedy_rule=GREEDY_RULE, draft_truncates=False),
+        conventions=c.Conventions(greedy_rule=GREEDY_RULE, draft_truncates=False,
+                                  draft_vocabularies=("target", "reduced")),
         capabilities=capabilities(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
         description=description,

@@ -27,6 +27,9 @@ _HOT = "V1: request temperatures above 2 are rejected (SamplingParams: 'temperat
 _FLOOR = ("V2: request temperatures 0 < T < 1e-2 are floored to 1e-2 before the greedy test, so only T == 0 "
           "is greedy, not the declared T < 1e-5")
 
+_D2T = ("V4: a draft-to-target map is not validated: a short or out-of-range map raises IndexError at the "
+        "first draft step, duplicate target ids are accepted silently")
+
 _CPU = ("cpu",)
 _CUDA = ("cuda",)
 _BOTH = ("cpu", "cuda")
@@ -41,6 +44,8 @@ _LEDGER: tuple[ledgers.Row, ...] = (
      {**_on(_CPU, "0.25.0", "0.28.0", "0.29.0"), "0.33.0": _BOTH}),
     # V2 by the H200 run of 0.33.0 (ledger off): 167,505 of 382,814 greedy rows (T < 1e-5) sampled.
     ("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _FLOOR, _on(_CUDA, "0.33.0")),
+    ("test_S1_d2t_is_validated[S1/vocab/d2t-validated]", "S1", _D2T,
+     _on(_CPU, "0.25.0", "0.28.0", "0.29.0", "0.33.0")),
 )
 
 

@@ -53,6 +53,16 @@ def load_random_head(iut, head_type, *, vocab, rank, hidden_size, seed, device, 
         pytest.skip(f"MarkovBlock: {head_type} head not supported by this IUT ({exc})")
 
 
+def draft_vocab_head_state(head_type, *, vocab, draft_vocab, rank, hidden_size, seed, device, scale=0.5):
+    """Reference-layout weights of a head for a draft vocabulary (SPEC S1): ``W1.weight
+    [vocab, r]`` (conditioned on target ids), ``W2.weight [draft_vocab, r]`` (the bias over
+    the draft vocabulary), the gate / cell as :func:`load_random_head`'s; all ``N(0, scale)``."""
+    weights = torch.Generator().manual_seed(seed)
+    state = markov_head_state(head_type, vocab, rank, hidden_size, weights, scale=scale)
+    state["W2.weight"] = scale * torch.randn(draft_vocab, rank, generator=weights)
+    return {name: tensor.to(device) for name, tensor in state.items()}
+
+
 def random_block_inputs(head_type, *, batch, gamma, vocab, hidden_size, generator, device, scale=1.0):
     """``(base_logits[B, gamma, V] f32, first_prev[B] i64, hidden[B, gamma, d] | None)``."""
     base = scale * torch.randn(batch, gamma, vocab, generator=generator)
