@@ -12,8 +12,11 @@ Covers, through :class:`~conformance.contract.FoldedDraft` sessions (heads loade
   bit identity recorded apart), and the joint law of ``(x_0, x_1)`` of the sampling rows
   equal to the exact Markov-chain law;
 * staging and noise (S4.2-S4.3, S10): the declared greedy rule and the temperature clamp,
-  restaged parameters seen by the next replay, fresh noise on every replay (pairs of
-  successive replays against the product law) and every step (the block law);
+  restaged parameters seen by the next replay, a batch that shrinks and grows between
+  replays with every row restaged (rows beyond a previous bs included), greedy flags and
+  temperatures that differ by row in one staged batch (each group's law at its own T),
+  fresh noise on every replay (pairs of successive replays against the product law) and
+  every step (the block law);
 * static buffers (S4.1) where the session returns views of them;
 * the gate (S4.7): the byte formula (the SPEC example exactly), the AUTO margin at exactly
   1 GiB and one byte less, OFF never, FORCE always; the routing of a batch (S4.5,
