@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .report import html as html_report
@@ -86,6 +88,24 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--report", type=Path, default=Path("reports/calibration"),
                      help="directory; runs append to its runs.jsonl and the report aggregates the whole file")
     cal.add_argument("--jobs", type=_positive, default=None, help="pytest runs in parallel (default: CPU count)")
+    null = sub.add_parser("null-replay",
+                          help="false-failure rate of every statistical assertion, its design replayed on data "
+                          "from its null; the union bound on the whole run")
+    null.add_argument("--results", type=Path, action="append", default=None, metavar="FILE",
+                      help="results.json whose assertions' designs to replay (repeatable: the first record of each "
+                      "assertion is kept; default: a fresh default-seed reference run of the statistical tests)")
+    null.add_argument("--replicates", type=_positive, default=1_000_000,
+                      help="Monte Carlo data sets per assertion (exact designs need none)")
+    null.add_argument("--seed", type=_count, default=1, help="base seed of the replicates")
+    null.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device of the fresh run")
+    null.add_argument("--report", type=Path, default=Path("reports/calibration"),
+                      help="directory for null-replay.json and null-replay.md")
+    null.add_argument("--jobs", type=_positive, default=None, help="processes (default: CPU count)")
+    merge = sub.add_parser("merge-runs", help="merge the runs.jsonl of calibration shards into one report directory "
+                           "(then: calibrate --seeds 0 --power-seeds 0 --replicates 0 --report DIR aggregates it)")
+    merge.add_argument("out", type=Path, help="report directory whose runs.jsonl receives the records")
+    merge.add_argument("sources", type=Path, nargs="+",
+                       help="report directories, runs.jsonl files or runs.jsonl.gz archives")
     return parser
 
 
@@ -124,22 +144,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _replay_results(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict | None:
     """The results.json named by ``--replay-results``, checked."""
-    path = args.replay_results
-    if path is None:
+    if args.replay_results is None:
         return None
     if not args.replicates:
         parser.error("--replay-results: has no effect with --replicates 0")
-    try:
-        payload = json.loads(path.read_text())
-    except OSError as exc:
-        parser.error(f"--replay-results: cannot read {path}: {exc.strerror}")
-    except json.JSONDecodeError as exc:
-        parser.error(f"--replay-results: {path} is not JSON ({exc})")
-    if not (isinstance(payload, dict) and "device" in payload and isinstance(payload.get("tests"), list)
-            and payload["tests"]):
-        parser.error(f"--replay-results: expected a results.json of dspark-conformance run (keys 'device' and "
-                     f"a non-empty 'tests'), got {path}")
-    return payload
+    return _results_payload(args.replay_results, "--replay-results", parser)
 
 
 def calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -176,6 +185,71 @@ def calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return EXIT_PASS if calibration_numbers.acceptable(cal) else EXIT_FAIL
 
 
+def _results_payload(path: Path, option: str, parser: argparse.ArgumentParser) -> dict:
+    """The results.json at ``path`` named by ``option``, checked."""
+    try:
+        payload = json.loads(path.read_text())
+    except OSError as exc:
+        parser.error(f"{option}: cannot read {path}: {exc.strerror}")
+    except json.JSONDecodeError as exc:
+        parser.error(f"{option}: {path} is not JSON ({exc})")
+    if not (isinstance(payload, dict) and "device" in payload and isinstance(payload.get("tests"), list)
+            and payload["tests"]):
+        parser.error(f"{option}: expected a results.json of dspark-conformance run (keys 'device' and "
+                     f"a non-empty 'tests'), got {path}")
+    return payload
+
+
+def null_replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .power import calibration
+    from .power import null_replay as nulls
+    from .power import null_replay_report
+
+    if args.report.exists() and not args.report.is_dir():
+        parser.error(f"--report: expected a directory, got the file {args.report}")
+    if args.results:
+        payloads = [_results_payload(path, "--results", parser) for path in args.results]
+        sources = [str(path) for path in args.results]
+    else:
+        payload = calibration.reference_statistical_run(args.device)
+        if payload is None:
+            print(f"dspark-conformance: the default-seed reference run on {args.device} produced no test record",
+                  file=sys.stderr)
+            return EXIT_INFRA
+        payloads, sources = [payload], [f"a default-seed reference run of the statistical tests on {args.device}"]
+    designs = nulls.designs(payloads)
+    if not designs:
+        print("dspark-conformance: the results hold no statistical assertion", file=sys.stderr)
+        return EXIT_INFRA
+    jobs = args.jobs or os.cpu_count() or 1
+    start = time.monotonic()
+    summary = nulls.summarize(nulls.null_levels(designs, replicates=args.replicates, seed=args.seed, jobs=jobs))
+    null_replay_report.write_reports(summary, args.report, commands=[" ".join(["dspark-conformance", *sys.argv[1:]])],
+                                     sources=sources, wall_s=time.monotonic() - start, jobs=jobs)
+    flagged = summary["flagged"]
+    print(f"{summary['assertions']} assertions, {summary['replicates']} replicates each where not exact: whole-run "
+          f"false-failure rate <= {summary['run_upper95']:.4g} at 95% (budget {summary['budget']:g}: "
+          f"{'bounded' if summary['bounded'] else 'NOT bounded'}); level above alpha: "
+          f"{', '.join(flagged) if flagged else 'none'}")
+    print(f"report: {args.report}/{null_replay_report.MARKDOWN_FILE}, {null_replay_report.JSON_FILE}")
+    return EXIT_PASS if summary["bounded"] else EXIT_FAIL
+
+
+def merge_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .power import calibration
+
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"out: expected a directory, got the file {args.out}")
+    try:
+        counts = calibration.merge_logs(args.out, args.sources)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"dspark-conformance: merge-runs: {exc}", file=sys.stderr)
+        return EXIT_INFRA
+    print(f"{args.out / calibration.RUNS_FILE}: {counts['added']} records added, {counts['duplicates']} already "
+          f"held ({counts['conflicts']} of them with other results; the first kept)")
+    return EXIT_PASS
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -191,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PASS if all(r.killed for r in records) else EXIT_FAIL
     if args.command == "calibrate":
         return calibrate(args, parser)
+    if args.command == "null-replay":
+        return null_replay(args, parser)
+    if args.command == "merge-runs":
+        return merge_runs(args, parser)
     raise AssertionError(f"unhandled command {args.command!r}")
 
 

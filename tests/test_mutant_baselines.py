@@ -133,6 +133,17 @@ def _probe_folded_draft(impl) -> list:
     out = [session.replay(), session.replay()]
     session.stage(bs, torch.tensor([0.5, 1.0, 1.3, 1.0]), torch.tensor([50, 1, 50, 50]))
     out += [session.replay(), session.sample_block_calls, session.graph_replays]
+    # the replays above return views of one buffer: compare what they held here, then shrink and grow the batch
+    out = [tuple(t.clone() for t in o) if isinstance(o, tuple) else o for o in out]
+    base, first_prev = torch.randn(bs, gamma, vocab, generator=g) * 2, torch.randint(0, vocab, (bs,), generator=g)
+    session.load_inputs(base[:2], first_prev[:2], None)
+    session.stage(2, torch.tensor([0.3, 2.5]), torch.tensor([50, 50]))
+    session.capture()
+    out.append(tuple(t.clone() for t in session.replay()))
+    session.load_inputs(base, first_prev, None)
+    session.stage(bs, torch.tensor([3.0, 1.0, 1.0, 0.6]), torch.tensor([50, 1, 1, 50]))
+    session.capture()
+    out.append(tuple(t.clone() for t in session.replay()))
     return out
 
 

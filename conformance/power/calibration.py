@@ -23,7 +23,8 @@
 Every pytest run appends one JSON line to ``runs.jsonl`` in the report directory as soon as
 it ends, and the report aggregates every line in that file
 (:mod:`conformance.power.calibration_numbers`): a calibration can be split over machines or
-sessions (``--first-seed``) and merged by concatenating the files; a run cut short keeps
+sessions (``--first-seed``) and merged (:func:`merge_logs`, ``dspark-conformance merge-runs``;
+concatenating the files is the same merge); a run cut short keeps
 what finished, and rerunning the same command resumes it. A run that produced no test
 record is not logged: the next invocation retries it.
 """
@@ -79,6 +80,10 @@ def _compact(payload: dict) -> dict[str, dict]:
     }
 
 
+def _record_key(record: dict) -> tuple:
+    return record["kind"], record["impl"], record["seed"], record["device"]
+
+
 class RunLog:
     """``runs.jsonl``: one record per pytest run, appended as runs end (thread-safe).
 
@@ -111,7 +116,7 @@ class RunLog:
                     if number == len(lines) and not line.endswith("\n"):
                         continue
                     raise ValueError(f"{path}:{number}: not a JSON record ({exc})") from None
-                key = (record["kind"], record["impl"], record["seed"], record["device"])
+                key = _record_key(record)
                 if key not in seen:
                     seen.add(key)
                     out.append(record)
@@ -140,11 +145,60 @@ class RunLog:
         self.append({**record, "tests": _compact(payload)})
 
 
+def source_log(path: Path) -> RunLog:
+    """The run log at ``path``: a report directory (its ``runs.jsonl`` and archive), a
+    ``runs.jsonl`` file, or a ``runs.jsonl.gz`` archive.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+    """
+    if path.is_dir():
+        return RunLog(path / RUNS_FILE)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such run log (expected a report directory, runs.jsonl or runs.jsonl.gz)")
+    return RunLog(path.with_suffix("") if path.suffix == ".gz" else path)
+
+
+def merge_logs(out_dir: Path, sources: list[Path]) -> dict[str, int]:
+    """Append to ``out_dir/runs.jsonl`` every record of ``sources`` (:func:`source_log`)
+    whose (kind, impl, seed, device) it does not hold yet, first source first: how shards of
+    a calibration (``--first-seed`` / ``--seeds`` per shard) become one log to aggregate.
+
+    Returns counts: ``added``, ``duplicates`` (records already held, dropped) and
+    ``conflicts`` (duplicates whose tests differ from the record kept: the same run gave
+    another result, e.g. on other hardware; the first is kept).
+
+    Raises:
+        FileNotFoundError / ValueError: a missing source, or a line that is not a JSON record.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = RunLog(out_dir / RUNS_FILE)
+    held = {_record_key(r): r for r in out.records()}
+    counts = {"added": 0, "duplicates": 0, "conflicts": 0}
+    for source in sources:
+        for record in source_log(source).records():
+            kept = held.get(_record_key(record))
+            if kept is None:
+                held[_record_key(record)] = record
+                out.append(record)
+                counts["added"] += 1
+            else:
+                counts["duplicates"] += 1
+                counts["conflicts"] += kept != record
+    return counts
+
+
 def _statistical_selection(section: str | None = None) -> list[str]:
     return ["-m", "statistical"] + (["-k", f"test_{section}_"] if section else [])
 
 
 EXACT_SELECTION = ["-m", "not statistical"]
+
+
+def reference_statistical_run(device: str) -> dict | None:
+    """A default-seed reference run of the statistical tests on ``device``: its results.json
+    (every assertion's design), or None when the run produced no test record."""
+    return _pytest_run("reference", None, device, _statistical_selection())
 
 
 def run_reference(log: RunLog, seeds: Iterable[int], device: str, pool: ThreadPoolExecutor,
@@ -195,7 +249,7 @@ def run_replay(log: RunLog, device: str, replicates: int, payload: dict | None =
     device = payload["device"] if payload else device
     if any(r["kind"] == "replay" and r["device"] == device for r in log.records()):
         return
-    payload = payload or _pytest_run("reference", None, device, _statistical_selection())
+    payload = payload or reference_statistical_run(device)
     if payload is None:
         log.crashed.append(f"reference default seed on {device} (for the replay)")
         return

@@ -12,8 +12,11 @@ Covers, through :class:`~conformance.contract.FoldedDraft` sessions (heads loade
   bit identity recorded apart), and the joint law of ``(x_0, x_1)`` of the sampling rows
   equal to the exact Markov-chain law;
 * staging and noise (S4.2-S4.3, S10): the declared greedy rule and the temperature clamp,
-  restaged parameters seen by the next replay, fresh noise on every replay (pairs of
-  successive replays against the product law) and every step (the block law);
+  restaged parameters seen by the next replay, a batch that shrinks and grows between
+  replays with every row restaged (rows beyond a previous bs included), greedy flags and
+  temperatures that differ by row in one staged batch (each group's law at its own T),
+  fresh noise on every replay (pairs of successive replays against the product law) and
+  every step (the block law);
 * static buffers (S4.1) where the session returns views of them;
 * the gate (S4.7): the byte formula (the SPEC example exactly), the AUTO margin at exactly
   1 GiB and one byte less, OFF never, FORCE always; the routing of a batch (S4.5,
@@ -41,6 +44,9 @@ from conformance.cases import case, case_id
 from conformance.contract import FoldedDraft, FoldGate, FoldRouting, Inconclusive, MarkovBlock
 from conformance.suite.support.blocks import (
     HEAD_TYPES,
+    LAW_HEAD_SCALE,
+    LAW_HIDDEN,
+    LAW_RANK,
     LAW_TEMPERATURE,
     LAW_VOCAB,
     NO_TOP_K_CUT,
@@ -48,6 +54,7 @@ from conformance.suite.support.blocks import (
     check_greedy_rows,
     compare_block_logits,
     input_generator,
+    joint_law,
     law_setup,
     load_random_head,
     oracle_block_logits,
@@ -241,6 +248,57 @@ def test_S4_folded_block_law_matches_markov_chain(case, require, case_seed, dspa
     stat_check(stats.goodness_of_fit(pair_counts(tokens, LAW_VOCAB), law, name=case.id))
 
 
+# ----------------------------------------------------------------------------- block law: mixed batch
+MIXED_LAW_CASES = {
+    case("S4/law/mixed-batch-T0.5-T1.5", "one staged batch of greedy rows and sampling rows interleaved at T = 0.5 "
+         "and 1.5, restaged from the swapped temperatures: each group's (x_0, x_1) follows the Markov chain at its "
+         "own T, greedy rows take the argmax", ["S4.stage", "S4.folded-vs-eager", "S10.folded-staging"],
+         statistical=2): "rnn",
+}
+MIXED_TEMPERATURES = (0.5, 1.5)
+GREEDY_EVERY = 1000  # rows 0, 1000, 2000, ... are greedy; the others alternate between the temperatures
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", MIXED_LAW_CASES, ids=case_id)
+def test_S4_mixed_batch_rows_follow_their_own_temperature(case, require, case_seed, dspark_device, stat_check):
+    """Row 0 is greedy, so a batch-wide greedy flag or temperature taken from it turns every
+    row greedy (or T = 1e-5); the first staging swaps the two temperatures, so a temperature
+    buffer not restaged swaps the two laws."""
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    head_type = MIXED_LAW_CASES[case]
+    head, state = load_random_head(markov, head_type, vocab=LAW_VOCAB, rank=LAW_RANK, hidden_size=LAW_HIDDEN,
+                                   seed=sub_seed(case_seed, "head"), device=dspark_device, scale=LAW_HEAD_SCALE)
+    base, anchor, hidden = random_block_inputs(head_type, batch=1, gamma=2, vocab=LAW_VOCAB, hidden_size=LAW_HIDDEN,
+                                               generator=input_generator(case_seed), device=dspark_device)
+    laws = [joint_law(head_type, state, base, int(anchor), hidden, t) for t in MIXED_TEMPERATURES]
+    per_group = max(stats.sample_size_for_tv(law) for law in laws)
+    sampling_rows = 2 * per_group
+    n = sampling_rows + -(-sampling_rows // (GREEDY_EVERY - 1)) + 1
+    greedy = torch.arange(n) % GREEDY_EVERY == 0
+    sampling = (~greedy).nonzero().flatten()
+    groups = [sampling[0::2], sampling[1::2]]
+    assert min(len(g) for g in groups) >= per_group, f"{case.id}: test design: groups smaller than {per_group}"
+    final, swapped = torch.zeros(n), torch.zeros(n)
+    for group, t, other in zip(groups, MIXED_TEMPERATURES, reversed(MIXED_TEMPERATURES)):
+        final[group], swapped[group] = t, other
+    swapped[greedy] = 1.0
+    top_k = torch.where(greedy, 1, NO_TOP_K_CUT).to(torch.int64).to(dspark_device)
+    no_cut = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
+    session = open_session(folded, head, case_seed, dspark_device, max_bs=n, gamma=2, vocab=LAW_VOCAB)
+
+    first_proposal(session, *[repeat_rows(t, n) for t in (base, anchor, hidden)], swapped.to(dspark_device), no_cut)
+    session.stage(n, torch.where(greedy, 0.0, final).to(dspark_device), top_k)
+    tokens, corrected = replay(session)
+
+    require_graph(case, session, dspark_device)
+    greedy_rows = greedy.nonzero().flatten().tolist()
+    check_greedy_rows(case, tokens.cpu(), corrected.float().cpu(), greedy_rows, "corrected logits")
+    for group, t, law in zip(groups, MIXED_TEMPERATURES, laws):
+        stat_check(stats.goodness_of_fit(pair_counts(tokens[group.to(tokens.device)], LAW_VOCAB), law,
+                                         name=f"{case.id}/T{t:g}"))
+
+
 # ----------------------------------------------------------------------------- fresh noise
 FRESH_NOISE_CASES = {
     case("S4/fresh-noise/successive-replays", "x_0 of two successive replays ~ product law (independent draws)",
@@ -317,6 +375,74 @@ def test_S4_restaged_parameters_are_seen_by_the_next_replay(case, require, case_
                    [i for i in everyone if pattern[i]])
     check_not_repeated(case, "restaged to mixed rows", mixed, greedy, odd,
                        repeat_probability(head_type, state, base, first_prev, hidden, greedy, odd, 1.0))
+    require_graph(case, session, dspark_device)
+
+
+SHRINK_GROW_CASES = {
+    case("S4/restage/shrink-grow", "a batch that shrinks and grows between replays, temperatures and greedy flags "
+         "differing by row: every row, those beyond a previous bs included, follows the latest staging",
+         ["S4.stage", "S10.folded-staging", "S4.one-pass"]): "gated",
+}
+#: (bs, greedy flag per row) of each staging after the all-greedy first proposal at
+#: ``max_bs = 8``. Each growth flips rows beyond the previous bs: 4 -> 8 turns rows 4-6
+#: from greedy (staged at bs 8 before) to sampling, 3 -> 8 turns row 3 and 7 to sampling
+#: and rows 4-6 back to greedy; stale rows show as a greedy block or as a sampled one.
+SHRINK_GROW_STAGES = [
+    (8, [False, True, False, True, True, True, True, True]),
+    (4, [True, False, True, False]),
+    (8, [False, False, True, True, False, False, False, True]),
+    (3, [False, True, False]),
+    (8, [True, False, False, False, True, True, True, False]),
+]
+#: Sampling row i of staging s stages SHRINK_GROW_TEMPERATURES[(i + s) % 3].
+SHRINK_GROW_TEMPERATURES = (0.8, 1.25, 2.0)
+
+
+def staged_params(pattern, temperatures, device):
+    """``(temperatures[B] f32, top_k[B] i64)``: greedy rows T = 0, top_k = 1; sampling row ``i``
+    at ``temperatures[i]`` with no top-k cut (the same rows under either greedy rule)."""
+    greedy = torch.tensor(pattern)
+    temps = torch.where(greedy, 0.0, torch.tensor(temperatures, dtype=torch.float32))
+    top_k = torch.where(greedy, 1, NO_TOP_K_CUT).to(torch.int64)
+    return temps.to(device), top_k.to(device)
+
+
+@pytest.mark.parametrize("case", SHRINK_GROW_CASES, ids=case_id)
+def test_S4_batch_that_shrinks_and_grows_restages_every_row(case, require, case_seed, dspark_device, numeric_check):
+    """Each staging's rows are checked one by one: a greedy row takes the greedy block, a
+    sampling row must not redraw it (probability bounded in float64 at the lowest
+    temperature staged: the greedy block is the argmax at every step, so its probability
+    only falls as T grows), and one pass holds for the whole batch."""
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    head_type = SHRINK_GROW_CASES[case]
+    max_bs, gamma = len(SHRINK_GROW_STAGES[0][1]), 6
+    head, state, base, first_prev, hidden = flat_setup(markov, head_type, case_seed, dspark_device, max_bs, gamma)
+    one_pass = functools.partial(check_one_pass, case, numeric_check, markov, head, head_type, state)
+    session = open_session(folded, head, case_seed, dspark_device, max_bs=max_bs, gamma=gamma, vocab=FLAT_VOCAB)
+    greedy, corrected = first_proposal(session, base, first_prev, hidden, None, None)
+    one_pass(base, first_prev, hidden, greedy, corrected, list(range(max_bs)))
+    lowest = min(SHRINK_GROW_TEMPERATURES)
+
+    for stage, (bs, pattern) in enumerate(SHRINK_GROW_STAGES):
+        inputs = (base[:bs], first_prev[:bs], None if hidden is None else hidden[:bs])
+        temperatures = [SHRINK_GROW_TEMPERATURES[(i + stage) % 3] for i in range(bs)]
+        session.load_inputs(*inputs)
+        session.stage(bs, *staged_params(pattern, temperatures, dspark_device))
+        session.capture()
+        tokens, corrected = replay(session)
+        check_block_shapes(case, tokens, corrected, bs, gamma, FLAT_VOCAB)
+        one_pass(*inputs, tokens, corrected, [i for i in range(bs) if pattern[i]])
+        for i in range(bs):
+            what = f"staging {stage} (bs {bs} after {SHRINK_GROW_STAGES[stage - 1][0] if stage else max_bs})"
+            if pattern[i]:
+                assert torch.equal(tokens[i], greedy[i]), (
+                    f"{case.id}: {what}: row {i} is staged greedy but did not take the greedy block "
+                    f"{greedy[i].tolist()}: got {tokens[i].tolist()} (stale sampling parameters?)"
+                )
+            else:
+                check_not_repeated(case, f"{what}: row {i} staged to sample at T={temperatures[i]}", tokens, greedy,
+                                   [i], repeat_probability(head_type, state, base, first_prev, hidden, greedy, [i],
+                                                           lowest))
     require_graph(case, session, dspark_device)
 
 

@@ -627,3 +627,44 @@ def test_S3_top_k_ties_follow_the_declared_rule(case, require, dspark_adapter, d
     _assert_ids_below(tokens, len(TIED_AT_CUT), case.id)
     stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=len(TIED_AT_CUT)).cpu(), expected,
                                      name=case.id, min_tv=tier_min_tv))
+
+
+# --------------------------------------------------------------------------- truncation: per-row parameters (issue 17)
+# Every case above draws one (T, cut) for the whole batch. Here the rows of one batch are
+# interleaved over three requests, each at a temperature other than 1 (the cut-offs are
+# those of the cases above, far from ties): a cut or a temperature taken from one row for
+# the whole batch moves the other groups' laws.
+MIXED_TRUNCATION_GROUPS = (("top-p", 0.6, 0.5), ("min-p", 0.3, 2.0), ("top-k", 3, 1.6))
+MIXED_TRUNCATION = case(
+    "S3/truncation/mixed-rows", "rows of one batch interleaved over top-p 0.6 at T = 0.5, min-p 0.3 at T = 2.0 and "
+    "top-k 3 at T = 1.6: each group follows its own renormalised truncated softmax", ("S3.truncation",),
+    statistical=len(MIXED_TRUNCATION_GROUPS))
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", [MIXED_TRUNCATION], ids=case_id)
+def test_S3_truncation_parameters_differ_by_row_in_one_batch(case, require, dspark_device, case_seed, case_generator,
+                                                             stat_check, tier_min_tv):
+    sampler = require(TruncatedStepSampler)
+    vocab, groups = len(EIGHT_PROBS), len(MIXED_TRUNCATION_GROUPS)
+    row = _probs_row(EIGHT_PROBS, _inputs_generator(case_seed))
+    laws = [_truncated64(_softmax64(row, t), name, value) for name, value, t in MIXED_TRUNCATION_GROUPS]
+    n = max(stats.sample_size_for_tv(law, min_tv=tier_min_tv) for law in laws)
+    cuts = [NEUTRAL | {"top_k": vocab, name.replace("-", "_"): value} for name, value, _ in MIXED_TRUNCATION_GROUPS]
+    group = torch.arange(n * groups) % groups  # row r belongs to group r % 3
+
+    def per_row(values, dtype):
+        return torch.tensor(values, dtype=dtype)[group].to(dspark_device)
+
+    tokens = sampler.sample_truncated(
+        row.to(dspark_device).expand(n * groups, -1).contiguous(),
+        per_row([t for *_, t in MIXED_TRUNCATION_GROUPS], torch.float32),
+        per_row([int(c["top_k"]) for c in cuts], torch.int64),
+        per_row([float(c["top_p"]) for c in cuts], torch.float32),
+        per_row([float(c["min_p"]) for c in cuts], torch.float32),
+        case_generator,
+    ).cpu()
+    _assert_ids_below(tokens, vocab, case.id)
+    for g, ((name, value, t), law) in enumerate(zip(MIXED_TRUNCATION_GROUPS, laws)):
+        stat_check(stats.goodness_of_fit(torch.bincount(tokens[g::groups], minlength=vocab), law,
+                                         name=f"{case.id}/{name}{value:g}-T{t:g}", min_tv=tier_min_tv))
