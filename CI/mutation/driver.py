@@ -187,27 +187,49 @@ def _mutmut(wdir: Path, args: list[str], log, timeout: float | None) -> int:
 
 def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: Path, budget: float,
                deadline: float = float("inf"), names: list[str] | None = None,
-               exact_deadline: float = float("inf"), gap_tests: bool = True) -> dict:
+               exact_deadline: float = float("inf"), gap_tests: bool = True, reuse: bool = False,
+               skip_equivalent: bool = False) -> dict:
     """mutmut (exact tests) on this shard of the module's mutants until ``exact_deadline``
     (``time.time()``; mutants not reached stay not-checked), then the statistical tests on
-    the survivors until ``deadline``; later ones are recorded not-run."""
+    the survivors until ``deadline``; later ones are recorded not-run. ``reuse``: keep the
+    exact results of an earlier run in ``work`` (re-check statistically only);
+    ``skip_equivalent``: no statistical re-check of a survivor the triage judged equivalent."""
     started = time.time()
-    wdir = prepare(module, work, gap_tests)
+    wdir = work / module if reuse else prepare(module, work, gap_tests)
+    gap_tests = (wdir / GAP_TESTS).exists()
     if names is None:
         names = mutant_names(module)[shard[0]::shard[1]]
     out.mkdir(parents=True, exist_ok=True)
     tag = f"{module}.shard{shard[0]}of{shard[1]}"
-    with open(out / f"{tag}.log", "w") as log:
-        timeout = None if exact_deadline == float("inf") else max(1.0, exact_deadline - time.time())
-        rc = _mutmut(wdir, ["run", "--max-children", str(jobs), *names], log, timeout) if names else 0
+    with open(out / f"{tag}.log", "a" if reuse else "w") as log:
+        if reuse:
+            rc = 0
+        else:
+            timeout = None if exact_deadline == float("inf") else max(1.0, exact_deadline - time.time())
+            rc = _mutmut(wdir, ["run", "--max-children", str(jobs), *names], log, timeout) if names else 0
     meta_path = wdir / "mutants" / "dspark_ref" / f"{module}.py.meta"
     codes = json.loads(meta_path.read_text())["exit_code_by_key"] if meta_path.exists() else {}
     status = {n: STATUS_BY_EXIT.get(codes.get(n), f"exit-{codes.get(n)}") for n in names}
     table = mutants(module)
+    # mutmut's wall-clock timeout (3.3.1 __main__.timeout_checker) compares every child with
+    # 15 x (1 s + the test time of whichever mutant of the file it iterates over), the
+    # smallest estimate in effect, so a busy host turns slow kills and survivors into
+    # "timeout": re-run those once with the exact tests and a plain STAT_TIMEOUT_S limit.
+    redo = [n for n, s in status.items() if s == "timeout"]
+    with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+        for n, s in zip(redo, pool.map(
+                lambda n: _pytest(wdir / "mutants", module, n, None) if time.time() < deadline else "timeout", redo)):
+            status[n] = s
     # statistical re-checks, those of argument checks and messages last (a deadline may cut them)
-    second = sorted((n for n, s in status.items() if s in ("survived", "no-tests")),
+    if skip_equivalent:
+        from merge import equivalent_keys  # CI/mutation/merge.py
+
+        known = equivalent_keys()
+    second = sorted((n for n, s in status.items() if s in ("survived", "no-tests")
+                     and not (skip_equivalent and triage_key(n, table[n]) in known)),
                     key=lambda n: any(w in "".join(change(table[n])) for w in ("check", "raise", "Error(")))
-    statistical = dict.fromkeys(second, "not-run")
+    statistical = {n: "skipped-equivalent" for n, s in status.items() if s in ("survived", "no-tests")}
+    statistical.update(dict.fromkeys(second, "not-run"))
 
     def one(n):
         if time.time() > deadline:
@@ -219,7 +241,7 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
     with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
         for n, s in pool.map(one, second):
             statistical[n] = s
-            if s not in ("survived", "not-run"):
+            if s.startswith("killed"):  # a statistical-run timeout is wall time on a busy host, not a kill
                 status[n] = s
     diffs = {n: table[n] for n, s in status.items() if s not in ("killed", "killed-statistical", "timeout")}
     source = (REPO / "dspark_ref" / f"{module}.py").read_bytes()
@@ -252,7 +274,8 @@ def _cmd_run(a) -> int:
     with concurrent.futures.ThreadPoolExecutor(len(modules)) as pool:
         start = time.time()
         futures = {m: pool.submit(run_module, m, (index, count), share[m], Path(a.out), work, a.budget,
-                                  start + a.statistical_until, names_of(m), start + a.exact_until, not a.no_gap_tests)
+                                  start + a.statistical_until, names_of(m), start + a.exact_until, not a.no_gap_tests,
+                                  a.reuse, a.skip_equivalent)
                    for m in modules if sizes[m]}
         for m, f in futures.items():
             r = f.result()
@@ -268,6 +291,11 @@ def change(diff: str) -> list[str]:
     return [line for line in diff.splitlines()[3:] if line[:1] in "+-"]
 
 
+def triage_key(name: str, diff: str) -> tuple:
+    """(function, changed lines): matches a triage entry across renumbering of mutants."""
+    return name.rpartition("__mutmut_")[0], tuple(change(diff))
+
+
 def _pytest(cwd: Path, module: str, name: str, budget: float | None) -> str:
     """One mutant against the section's exact tests (``budget`` None) or statistical ones."""
     env = _env(budget)
@@ -277,7 +305,7 @@ def _pytest(cwd: Path, module: str, name: str, budget: float | None) -> str:
         rc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", *tests], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=STAT_TIMEOUT_S).returncode
     except subprocess.TimeoutExpired:
-        return "timeout"
+        return "timeout" if budget is None else "statistical-timeout"
     killed = "killed" if budget is None else "killed-statistical"
     return {0: "survived", 1: killed, 5: "survived"}.get(rc, f"error-{rc}")
 
@@ -287,12 +315,10 @@ def _cmd_sample(a) -> int:
     statistical at the recorded budget) or match a mutant the triage judged equivalent."""
     from mutmut.file_mutation import mutate_file_contents
 
-    from merge import DOCS, load_triage  # CI/mutation/merge.py
+    from merge import DOCS, equivalent_keys  # CI/mutation/merge.py
 
     summary = json.loads((DOCS / "summary.json").read_text())
-    triage = load_triage()
-    equivalent = {(n.rpartition("__mutmut_")[0], tuple(e["change"])) for n, e in triage.items()
-                  if e["verdict"] == "equivalent"}
+    equivalent = equivalent_keys()
     modules = [m for m, s in summary.items() if s["untriaged"] == 0]
     names = [n for m in modules for n in mutant_names(m)]
     picked = sorted(random.Random(a.seed).sample(names, min(a.count, len(names))))
@@ -309,7 +335,7 @@ def _cmd_sample(a) -> int:
 
     def one(job):
         wdir, module, n, budget = job
-        key = (n.rpartition("__mutmut_")[0], tuple(change(mutants(module)[n])))
+        key = triage_key(n, mutants(module)[n])
         outcome = _pytest(wdir, module, n, None)
         if outcome == "survived" and key not in equivalent:
             outcome = _pytest(wdir, module, n, budget)
@@ -340,6 +366,9 @@ def main(argv=None) -> int:
     r.add_argument("--statistical-until", type=float, default=float("inf"), metavar="S",
                    help="start no statistical re-check later than S seconds after the start")
     r.add_argument("--no-gap-tests", action="store_true", help=f"leave {GAP_TESTS} out (a baseline run)")
+    r.add_argument("--reuse", action="store_true", help="keep the exact results already in --work")
+    r.add_argument("--skip-equivalent", action="store_true",
+                   help="no statistical re-check of survivors docs/mutation/triage.json judges equivalent")
     r.add_argument("--names", default=None, help="a file of mutant names (one a line) instead of the shard")
     r.add_argument("--out", default="reports/mutation")
     r.add_argument("--work", default=None)

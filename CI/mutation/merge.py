@@ -8,7 +8,8 @@ verdict and reason).
 
 Counts per module: ``killed`` (baseline: by the exact tests, by the statistical tests at the
 run's budget, or by mutmut's CPU-time limit), ``survived_equivalent``, ``survived_gap``
-(survived the baseline, triaged a real gap), ``gap_closed`` (of those, killed in the final
+(survived the baseline, triaged a real gap), ``equivalent_by_reason`` (the first word of
+each equivalent's reason: message, validation, unreached, device, ...), ``gap_closed`` (of those, killed in the final
 run by the test named in the triage), ``untriaged`` (survived, no verdict yet), and
 ``score = (killed + gap_closed) / (mutants - survived_equivalent)``, the share of
 non-equivalent mutants the suite kills now (``score_baseline`` without the gap tests).
@@ -29,7 +30,8 @@ VERDICTS = ("equivalent", "gap")
 
 
 def load_triage(path: Path = TRIAGE) -> dict:
-    """Mutant name -> ``{"verdict": "equivalent" | "gap", "why": str, ["test": node id]}``.
+    """Mutant name -> ``{"verdict": "equivalent" | "gap", "why": str, "change": [changed lines],
+    ["test": node id of the closing test]}``.
 
     Raises:
         ValueError: an entry without a known verdict or a reason, or a gap without its test.
@@ -43,6 +45,12 @@ def load_triage(path: Path = TRIAGE) -> dict:
         if entry["verdict"] == "gap" and not entry.get("test"):
             raise ValueError(f"{path}: {name}: a gap names the test that closes it ('test')")
     return triage
+
+
+def equivalent_keys(path: Path = TRIAGE) -> set:
+    """(function, changed lines) of every mutant triaged equivalent (driver.triage_key)."""
+    return {(n.rpartition("__mutmut_")[0], tuple(e["change"])) for n, e in load_triage(path).items()
+            if e["verdict"] == "equivalent"}
 
 
 def _result_files(paths: list[Path]) -> list[Path]:
@@ -68,6 +76,7 @@ def summarise(results: list[dict], triage: dict) -> tuple[dict, dict]:
         c = dict.fromkeys(("killed", "killed_exact", "killed_statistical", "timeout", "survived_equivalent",
                            "survived_gap", "gap_closed", "untriaged", "no_tests", "stale_triage"), 0)
         rows[module] = []
+        kinds = {}
         for n in names:
             base, final = first[n][1], last[n]
             verdict = triage.get(n, {}).get("verdict")
@@ -79,6 +88,8 @@ def summarise(results: list[dict], triage: dict) -> tuple[dict, dict]:
             c["no_tests"] += base == "no-tests"
             if verdict == "equivalent":
                 c["survived_equivalent"] += 1
+                kind = triage[n]["why"].split(":")[0]
+                kinds[kind] = kinds.get(kind, 0) + 1
                 c["stale_triage"] += final in KILLED
             elif verdict == "gap":
                 c["survived_gap"] += 1
@@ -91,7 +102,7 @@ def summarise(results: list[dict], triage: dict) -> tuple[dict, dict]:
             "section": m["section"], "tests": m["tests"], "tool": m["tool"], "tool_version": m["tool_version"],
             "command": COMMAND.format(modules=module), "statistical_budget": m["statistical_budget"],
             "source_sha256": m["source_sha256"], "mutants": len(names), **c,
-            "non_equivalent": live,
+            "non_equivalent": live, "equivalent_by_reason": dict(sorted(kinds.items())),
             "score_baseline": round(c["killed"] / live, 4) if live else None,
             "score": round((c["killed"] + c["gap_closed"]) / live, 4) if live else None,
         }
