@@ -6,8 +6,8 @@
 # MODULES: comma-separated (proposal,markov,...) or "all"; the shard is every SHARD_COUNT-th
 # mutant of each module from SHARD_INDEX; JOBS forked mutmut children in all (modules run
 # side by side, children shared in proportion to their mutants). SECONDS (default 480)
-# boxes the run: mutmut stops at 80% of it (mutants not reached are "not-checked" in the
-# results), no statistical re-check of a survivor starts after 90%. Results, one JSON and
+# boxes the run: mutmut stops at 75% of it (mutants not reached are "not-checked" in the
+# results), no re-check starts after 85%, and every re-check ends by 85% + 40 s. Results, one JSON and
 # one log per module: OUT (default reports/mutation). Merge them here with
 #   python CI/mutation/driver.py merge OUT [RECHECK_OUT]   # -> docs/mutation/summary.json, results.md
 # mutmut 3.3.1 and its runtime dependencies are installed from MUTMUT_WHEELS (default
@@ -25,4 +25,4 @@ fi
 python3 -c "import mutmut, sys; assert mutmut.__version__ == '3.3.1', mutmut.__version__; print('mutmut', mutmut.__version__, 'python', sys.version.split()[0])"
 mkdir -p "$out"
 exec python3 CI/mutation/driver.py run --modules "$modules" --shard "$index/$count" --jobs "$jobs" --out "$out" \
-  --exact-until $(( seconds * 8 / 10 )) --statistical-until $(( seconds * 9 / 10 ))
+  --exact-until $(( seconds * 75 / 100 )) --statistical-until $(( seconds * 85 / 100 ))

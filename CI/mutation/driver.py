@@ -58,16 +58,18 @@ TOOL_VERSION = "3.3.1"
 
 #: module -> the conformance test file of its SPEC section (dspark_ref/__init__.py's table).
 SECTION_TESTS = {
-    "proposal": ("S1", "conformance/suite/test_proposal.py"),
-    "markov": ("S2", "conformance/suite/test_markov.py"),
-    "sampling": ("S3", "conformance/suite/test_sampling.py"),
-    "tiled_sampling": ("S3", "conformance/suite/test_sampling.py"),
-    "folded": ("S4", "conformance/suite/test_folded.py"),
-    "verify": ("S5", "conformance/suite/test_verify.py"),
-    "simulated": ("S6", "conformance/suite/test_simulated.py"),
-    "confidence": ("S7", "conformance/suite/test_confidence.py"),
-    "scheduler": ("S8", "conformance/suite/test_scheduler.py"),
-    "speculative": ("S9", "conformance/suite/test_speculative.py"),
+    # S1's tests reach the Markov block and the folded sampler (markov.py, folded.py); the
+    # base-logits matmul of proposal.py is reached through the S9 loop (tiny_models).
+    "proposal": ("S1", ("conformance/suite/test_proposal.py", "conformance/suite/test_speculative.py")),
+    "markov": ("S2", ("conformance/suite/test_markov.py",)),
+    "sampling": ("S3", ("conformance/suite/test_sampling.py",)),
+    "tiled_sampling": ("S3", ("conformance/suite/test_sampling.py",)),
+    "folded": ("S4", ("conformance/suite/test_folded.py",)),
+    "verify": ("S5", ("conformance/suite/test_verify.py",)),
+    "simulated": ("S6", ("conformance/suite/test_simulated.py",)),
+    "confidence": ("S7", ("conformance/suite/test_confidence.py",)),
+    "scheduler": ("S8", ("conformance/suite/test_scheduler.py",)),
+    "speculative": ("S9", ("conformance/suite/test_speculative.py",)),
 }
 #: Gap-closing tests (issue 17) live here; they run with every module's section tests.
 GAP_TESTS = "conformance/suite/test_mutation_gaps.py"
@@ -77,6 +79,7 @@ STATUS_BY_EXIT = {1: "killed", 3: "killed", 0: "survived", 5: "no-tests", 33: "n
                   35: "suspicious", 36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout",
                   -9: "timeout", -11: "segfault", 2: "check-interrupted", None: "not-checked"}
 STAT_TIMEOUT_S = 300
+GRACE_S = 40
 
 
 def _env(budget: float | None = None) -> dict:
@@ -161,7 +164,7 @@ def prepare(module: str, work: Path, gap_tests: bool = True) -> Path:
     target = wdir / "dspark_ref" / f"{module}.py"
     target.write_text(undecorate(target.read_text()))
     others = sorted(p.name for p in (wdir / "dspark_ref").glob("*.py") if p.name != f"{module}.py")
-    tests = [SECTION_TESTS[module][1]] + ([GAP_TESTS] if (wdir / GAP_TESTS).exists() else [])
+    tests = [*SECTION_TESTS[module][1]] + ([GAP_TESTS] if (wdir / GAP_TESTS).exists() else [])
     (wdir / "setup.cfg").write_text(
         "[mutmut]\npaths_to_mutate = dspark_ref/\n"
         + "do_not_mutate =\n" + "".join(f"    dspark_ref/{o}\n" for o in others)
@@ -188,7 +191,7 @@ def _mutmut(wdir: Path, args: list[str], log, timeout: float | None) -> int:
 def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: Path, budget: float,
                deadline: float = float("inf"), names: list[str] | None = None,
                exact_deadline: float = float("inf"), gap_tests: bool = True, reuse: bool = False,
-               skip_equivalent: bool = False) -> dict:
+               skip_equivalent: bool = False, recheck_timeout: float = STAT_TIMEOUT_S) -> dict:
     """mutmut (exact tests) on this shard of the module's mutants until ``exact_deadline``
     (``time.time()``; mutants not reached stay not-checked), then the statistical tests on
     the survivors until ``deadline``; later ones are recorded not-run. ``reuse``: keep the
@@ -209,6 +212,8 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
             rc = _mutmut(wdir, ["run", "--max-children", str(jobs), *names], log, timeout) if names else 0
     meta_path = wdir / "mutants" / "dspark_ref" / f"{module}.py.meta"
     codes = json.loads(meta_path.read_text())["exit_code_by_key"] if meta_path.exists() else {}
+    if "Unable to force test failures" in (out / f"{tag}.log").read_text(errors="replace"):
+        codes = dict.fromkeys(names, 33)  # no test of the section calls a function of the module
     status = {n: STATUS_BY_EXIT.get(codes.get(n), f"exit-{codes.get(n)}") for n in names}
     table = mutants(module)
     # mutmut's wall-clock timeout (3.3.1 __main__.timeout_checker) compares every child with
@@ -216,9 +221,14 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
     # smallest estimate in effect, so a busy host turns slow kills and survivors into
     # "timeout": re-run those once with the exact tests and a plain STAT_TIMEOUT_S limit.
     redo = [n for n, s in status.items() if s == "timeout"]
+
+    def left() -> float:  # a re-check started before the deadline ends at most GRACE_S after it
+        return min(recheck_timeout, max(5.0, deadline + GRACE_S - time.time()))
+
     with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
         for n, s in zip(redo, pool.map(
-                lambda n: _pytest(wdir / "mutants", module, n, None) if time.time() < deadline else "timeout", redo)):
+                lambda n: _pytest(wdir / "mutants", module, n, None, left()) if time.time() < deadline else "timeout",
+                redo)):
             status[n] = s
     # statistical re-checks, those of argument checks and messages last (a deadline may cut them)
     if skip_equivalent:
@@ -234,7 +244,7 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
     def one(n):
         if time.time() > deadline:
             return n, "not-run"
-        outcome = _pytest(wdir / "mutants", module, n, budget)
+        outcome = _pytest(wdir / "mutants", module, n, budget, left())
         print(f"{module}: statistical {outcome}: {n}", flush=True)
         return n, outcome
 
@@ -246,7 +256,7 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
     diffs = {n: table[n] for n, s in status.items() if s not in ("killed", "killed-statistical", "timeout")}
     source = (REPO / "dspark_ref" / f"{module}.py").read_bytes()
     result = {
-        "module": module, "section": SECTION_TESTS[module][0], "tests": SECTION_TESTS[module][1],
+        "module": module, "section": SECTION_TESTS[module][0], "tests": " ".join(SECTION_TESTS[module][1]),
         "tool": TOOL, "tool_version": TOOL_VERSION, "shard": list(shard), "mutmut_rc": rc,
         "statistical_budget": budget, "gap_tests": gap_tests, "source_sha256": hashlib.sha256(source).hexdigest(),
         "seconds": round(time.time() - started, 1), "status": status, "statistical": statistical,
@@ -257,6 +267,7 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
 
 
 def _cmd_run(a) -> int:
+    start = time.time()
     modules = list(SECTION_TESTS) if a.modules == "all" else a.modules.split(",")
     index, count = (int(x) for x in a.shard.split("/"))
     work = Path(a.work or (Path(os.environ.get("TMPDIR", "/tmp")) / f"dspark-mutation-{index}"))
@@ -272,10 +283,9 @@ def _cmd_run(a) -> int:
     share = {m: max(1, round(a.jobs * sizes[m] / total)) for m in modules}
     print(json.dumps({"mutants": sizes, "children": share}), flush=True)
     with concurrent.futures.ThreadPoolExecutor(len(modules)) as pool:
-        start = time.time()
         futures = {m: pool.submit(run_module, m, (index, count), share[m], Path(a.out), work, a.budget,
                                   start + a.statistical_until, names_of(m), start + a.exact_until, not a.no_gap_tests,
-                                  a.reuse, a.skip_equivalent)
+                                  a.reuse, a.skip_equivalent, a.recheck_timeout)
                    for m in modules if sizes[m]}
         for m, f in futures.items():
             r = f.result()
@@ -296,14 +306,14 @@ def triage_key(name: str, diff: str) -> tuple:
     return name.rpartition("__mutmut_")[0], tuple(change(diff))
 
 
-def _pytest(cwd: Path, module: str, name: str, budget: float | None) -> str:
+def _pytest(cwd: Path, module: str, name: str, budget: float | None, timeout: float = STAT_TIMEOUT_S) -> str:
     """One mutant against the section's exact tests (``budget`` None) or statistical ones."""
     env = _env(budget)
     env["MUTANT_UNDER_TEST"] = name
-    tests = [SECTION_TESTS[module][1]] + ([GAP_TESTS] if (cwd / GAP_TESTS).exists() else [])
+    tests = [*SECTION_TESTS[module][1]] + ([GAP_TESTS] if (cwd / GAP_TESTS).exists() else [])
     try:
         rc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", *tests], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=STAT_TIMEOUT_S).returncode
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
         return "timeout" if budget is None else "statistical-timeout"
     killed = "killed" if budget is None else "killed-statistical"
@@ -366,6 +376,8 @@ def main(argv=None) -> int:
     r.add_argument("--statistical-until", type=float, default=float("inf"), metavar="S",
                    help="start no statistical re-check later than S seconds after the start")
     r.add_argument("--no-gap-tests", action="store_true", help=f"leave {GAP_TESTS} out (a baseline run)")
+    r.add_argument("--recheck-timeout", type=float, default=STAT_TIMEOUT_S, metavar="S",
+                   help="wall-clock limit of one re-check run (timeouts, statistical)")
     r.add_argument("--reuse", action="store_true", help="keep the exact results already in --work")
     r.add_argument("--skip-equivalent", action="store_true",
                    help="no statistical re-check of survivors docs/mutation/triage.json judges equivalent")

@@ -12,7 +12,9 @@ Covers (all exact, no statistical assertion):
   constant ``gamma + 1``), the shortest block ``gamma = 1``, the reused buffer (a step that
   fits the capacity writes into the same storage; a larger batch gets a new one), and the
   seed determining the lengths (same seed, same lengths);
-* ``S6/seeded/*``: ``sample_acc_len`` draws are a function of the generator's state.
+* ``S6/seeded/*``: ``sample_acc_len`` draws are a function of the generator's state;
+* ``S8/edge/empty-batch``: R = 0 schedules to an empty length vector;
+* ``S8/sps-table/path-length``: a table covering ``R + #{a > 0}`` batch sizes is enough.
 
 To add a case: add a ``case(...)`` record and a test named ``test_<section>_<what>``, then
 its key to docs/calibration/case-keys.txt and the mutant it kills to docs/mutation/triage.json.
@@ -24,7 +26,7 @@ import pytest
 import torch
 
 from conformance.cases import case, case_id
-from conformance.contract import SimulatedAcceptance
+from conformance.contract import PrefixScheduler, SimulatedAcceptance
 
 # ----------------------------------------------------------------------------- S6
 CLAMP_HIGH = case("S6/executor/clamp-high-gamma", "a value above gamma + 1 is the constant gamma + 1 in the "
@@ -132,3 +134,32 @@ def test_S6_sample_follows_the_generator(case, require, case_seed):
         assert runs[0] == runs[1], (
             f"{case.id}: {method}: generators seeded {case_seed} gave different draws: {runs[0]} vs {runs[1]}"
         )
+
+
+# ----------------------------------------------------------------------------- S8
+EMPTY_BATCH = case("S8/edge/empty-batch", "R = 0 requests: an empty [0, gamma] confidence tensor and an empty "
+                   "SPS table schedule to an empty int64 length vector (no error)", ["S8.algorithm-1"])
+
+
+@pytest.mark.parametrize("case", [EMPTY_BATCH], ids=case_id)
+def test_S8_empty_batch_schedules_nothing(case, require, dspark_device):
+    iut = require(PrefixScheduler)
+    lengths = iut.schedule(torch.zeros(0, 3, dtype=torch.float64, device=dspark_device), [])
+    assert tuple(lengths.shape) == (0,) and lengths.dtype == torch.int64, (
+        f"{case.id}: expected an empty int64 [0] tensor, got {lengths.dtype} {tuple(lengths.shape)}"
+    )
+
+
+SHORT_TABLE = case("S8/sps-table/path-length", "an SPS table exactly as long as the admission path can reach, "
+                   "R + #{a > 0} (zero survivals do not count), is enough; flat SPS admits every a > 0",
+                   ["S8.algorithm-1"])
+
+
+@pytest.mark.parametrize("case", [SHORT_TABLE], ids=case_id)
+def test_S8_table_covering_the_path_is_enough(case, require, dspark_device):
+    iut = require(PrefixScheduler)
+    # survivals: row 0 (0.5, 0, 0), row 1 (1, 0.5, 0): 3 candidates, so batch sizes 1..5;
+    # with a flat SPS every admission raises Theta = tau * 1, so all three are kept.
+    conf = torch.tensor([[0.5, 0.0, 0.0], [1.0, 0.5, 0.0]], dtype=torch.float64, device=dspark_device)
+    lengths = iut.schedule(conf, [1.0] * 5).cpu().tolist()
+    assert lengths == [1, 2], f"{case.id}: expected lengths [1, 2] (every a > 0 admitted), got {lengths}"
