@@ -341,6 +341,10 @@ def _cmd_sample(a) -> int:
             wdir = prepare(module, work)
             target = wdir / "dspark_ref" / f"{module}.py"
             target.write_text(mutate_file_contents(f"dspark_ref/{module}.py", target.read_text())[0])
+            clean = _pytest(wdir, module, "", None)  # no mutant active: must pass, or every "kill" is void
+            if clean != "survived":
+                print(f"mutation sample: the unmutated work copy of {module} fails its tests ({clean})")
+                return 1
             jobs += [(wdir, module, n, summary[module]["statistical_budget"]) for n in mine]
 
     def one(job):
