@@ -230,14 +230,16 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
                 lambda n: _pytest(wdir / "mutants", module, n, None, left()) if time.time() < deadline else "timeout",
                 redo)):
             status[n] = s
-    # statistical re-checks, those of argument checks and messages last (a deadline may cut them)
+    # statistical re-checks: survivors of the exact tests first, mutants no exact test reached
+    # after them, argument checks and messages last in each (a deadline may cut them)
     if skip_equivalent:
         from merge import equivalent_keys  # CI/mutation/merge.py
 
         known = equivalent_keys()
     second = sorted((n for n, s in status.items() if s in ("survived", "no-tests")
                      and not (skip_equivalent and triage_key(n, table[n]) in known)),
-                    key=lambda n: any(w in "".join(change(table[n])) for w in ("check", "raise", "Error(")))
+                    key=lambda n: (status[n] == "no-tests",
+                                   any(w in "".join(change(table[n])) for w in ("check", "raise", "Error("))))
     statistical = {n: "skipped-equivalent" for n, s in status.items() if s in ("survived", "no-tests")}
     statistical.update(dict.fromkeys(second, "not-run"))
 
