@@ -1,0 +1,84 @@
+"""The mutation driver's pure parts (CI/mutation/, issue 17): the decorator rewrite keeps
+behaviour, and the merge counts baseline survivors, gaps closed on re-check and the score."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "CI" / "mutation"))
+import driver  # noqa: E402
+import merge  # noqa: E402
+
+SOURCE = '''
+import functools
+from dataclasses import dataclass
+
+
+def twice(f):
+    @functools.wraps(f)
+    def inner(*a):
+        return 2 * f(*a)
+    return inner
+
+
+@dataclass(frozen=True)
+class Box:
+    x: int
+
+    def __post_init__(self):
+        if self.x < 0:
+            raise ValueError("x")
+
+    @property
+    def double(self):
+        return 2 * self.x
+
+
+@twice
+@twice
+def four(x):
+    return x
+'''
+
+
+def test_undecorate_keeps_behaviour_and_removes_every_decorator():
+    rewritten = driver.undecorate(SOURCE)
+    assert "@" not in rewritten.replace("@functools.wraps", "")
+    assert "four = twice(twice(four))" in rewritten and "Box = dataclass(frozen=True)(Box)" in rewritten
+    spaces = [{}, {}]
+    exec(compile(SOURCE, "orig", "exec"), spaces[0])
+    exec(compile(rewritten, "rewritten", "exec"), spaces[1])
+    for space in spaces:
+        assert space["four"](3) == 12 and space["Box"](3).double == 6
+        with pytest.raises(ValueError):
+            space["Box"](-1)
+        with pytest.raises(AttributeError):  # frozen
+            space["Box"](1).x = 2
+
+
+def test_undecorate_leaves_triton_kernels_alone():
+    source = "import triton\n\n\n@triton.jit\ndef kernel(x):\n    pass\n"
+    assert driver.undecorate(source) == source
+
+
+def _result(status, gap_tests=False):
+    return {"module": "m", "section": "S6", "tests": "t", "tool": "mutmut", "tool_version": "3.3.1",
+            "statistical_budget": 0.25, "source_sha256": "0", "gap_tests": gap_tests, "status": status,
+            "diffs": {}}
+
+
+def test_summarise_counts_gaps_closed_and_equivalents():
+    base = _result({"a": "killed", "b": "killed-statistical", "c": "survived", "d": "survived", "e": "no-tests",
+                    "f": "survived"})
+    recheck = _result({"c": "killed", "d": "survived", "f": "survived"}, gap_tests=True)
+    triage = {"c": {"verdict": "gap", "why": "w", "test": "t"}, "d": {"verdict": "equivalent", "why": "w"},
+              "e": {"verdict": "equivalent", "why": "w"}}
+    summary, rows = merge.summarise([base, recheck], triage)
+    s = summary["m"]
+    assert (s["mutants"], s["killed"], s["killed_statistical"], s["survived_equivalent"], s["survived_gap"],
+            s["gap_closed"], s["untriaged"], s["no_tests"]) == (6, 2, 1, 2, 1, 1, 1, 1)
+    assert s["non_equivalent"] == 4 and s["score"] == 0.75 and s["score_baseline"] == 0.5
+    assert [r[0] for r in rows["m"]] == ["c", "d", "e", "f"]
