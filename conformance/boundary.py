@@ -455,6 +455,31 @@ class _ValidatingPrefixScheduler(_Validating):
         return _ints(rows, device=confidences.device, values=Counts(0, gamma)).check(self._where("schedule"), out)
 
 
+@dataclasses.dataclass(frozen=True)
+class Between:
+    """Integers between two per-row bounds (``[R]`` tensors), inclusive."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __str__(self) -> str:
+        return f"values in [min_lengths, max_lengths] = {list(zip(self.low.tolist(), self.high.tolist()))}"
+
+    def violation(self, value: torch.Tensor) -> str | None:
+        inside = bool(((value >= self.low) & (value <= self.high)).all())
+        return None if inside else f"values {value.tolist()}"
+
+
+class _ValidatingProductionScheduler(_Validating):
+    capability = c.ProductionScheduler
+
+    def schedule_production(self, stale_confidences, confidences, cost, min_lengths, max_lengths):
+        out = self._impl.schedule_production(stale_confidences, confidences, cost, min_lengths, max_lengths)
+        rows, device = stale_confidences.shape[0], stale_confidences.device
+        expected = _ints(rows, device=device, values=Between(min_lengths, max_lengths))
+        return expected.check(self._where("schedule_production"), out)
+
+
 class _ValidatingSpeculativeLoop(_Validating):
     capability = c.SpeculativeLoop
 
@@ -517,6 +542,7 @@ _VALIDATORS: dict[type, type[_Validating]] = {
         _ValidatingMarkovBlock, _ValidatingFoldedDraft, _ValidatingFoldGate, _ValidatingFoldRouting,
         _ValidatingChainVerifier, _ValidatingTruncatedChainVerifier, _ValidatingGreedyVerifier,
         _ValidatingSimulatedAcceptance, _ValidatingConfidence, _ValidatingPrefixScheduler,
+        _ValidatingProductionScheduler,
         _ValidatingSpeculativeLoop, _ValidatingSpeculativeRound,
     )
 }

@@ -63,6 +63,11 @@ SPEC_CLAUSES: dict[str, str] = {
     "S7.sts": "STS preserves order and lowers ECE",
     "S8.algorithm-1": "causal scheduler matches Algorithm 1 with early stop and tie order",
     "S8.lossless": "Appendix A: the scheduler keeps the output law (0.7, 0.3)",
+    "S8.production-budget": "production variant: budget = brute-force argmax of (R + admitted survivals) / cost(B), "
+                            "highest stale survivals first, prefixes only",
+    "S8.production-bounds": "production variant: lengths within per-request minimum and maximum lengths",
+    "S8.production-non-anticipation": "production variant: the current block's confidences and survivals beyond "
+                                      "a cut move no admitted prefix; no request sees another's current values",
     "S9.greedy": "greedy speculative output equals greedy decoding",
     "S9.law": "sampled sequences follow the target's law",
     "S9.tau": "tau counts the anchor-first slot 0",

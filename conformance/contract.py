@@ -58,6 +58,7 @@ __all__ = [
     "SimulatedAcceptance",
     "Confidence",
     "PrefixScheduler",
+    "ProductionScheduler",
     "SpeculativeLoop",
     "SpeculativeRound",
     "CAPABILITIES",
@@ -554,6 +555,39 @@ class PrefixScheduler(Protocol):
     def schedule(self, confidences: torch.Tensor, sps: Sequence[float]) -> torch.Tensor: ...
 
 
+@runtime_checkable
+class ProductionScheduler(Protocol):
+    """SPEC S8 "Production variant": verify lengths from stale confidences and a cost table.
+
+    ``schedule_production(stale_confidences[R, gamma] f64 in [0, 1], confidences[R, gamma]
+    f64 in [0, 1], cost: Sequence[float], min_lengths[R] i64, max_lengths[R] i64) ->
+    lengths[R] i64 in [min_lengths, max_lengths]`` on the confidences' device.
+
+    * ``stale_confidences``: what the scheduler may read, confidences computed before the
+      current block's tokens were drawn (survival ``a = cumprod`` along a row);
+      ``confidences``: the current block's own, handed over only so the suite can check
+      that they move nothing (SPEC: changing them leaves every admitted prefix unchanged).
+    * ``cost[b - 1] > 0``: the profiled step cost (seconds) of a target step over ``b``
+      tokens, ``b = R + sum(lengths)``, covering ``b`` up to ``R + sum(max_lengths)``.
+    * Budget objective (the one SGLang's planner and vLLM's adaptive verification ship):
+      the extra budget ``k = sum(lengths - min_lengths)`` maximises ``(R + sum of the
+      stale survivals of every admitted position) / cost(R + sum(min_lengths) + k)`` over
+      the budgets the candidates allow; the extras are the highest stale survivals among
+      positions ``min_lengths[r] <= j < max_lengths[r]`` with ``a > 0``, prefixes only.
+    * An IUT whose bounds are batch-wide (one minimum, one maximum for every request), or
+      that has no minimum, raises ``NotImplementedError`` for other bounds (a skip).
+    """
+
+    def schedule_production(
+        self,
+        stale_confidences: torch.Tensor,
+        confidences: torch.Tensor,
+        cost: Sequence[float],
+        min_lengths: torch.Tensor,
+        max_lengths: torch.Tensor,
+    ) -> torch.Tensor: ...
+
+
 # --------------------------------------------------------------------------- S9
 @runtime_checkable
 class SpeculativeLoop(Protocol):
@@ -669,6 +703,7 @@ CAPABILITIES: tuple[type, ...] = (
     SimulatedAcceptance,
     Confidence,
     PrefixScheduler,
+    ProductionScheduler,
     SpeculativeLoop,
     SpeculativeRound,
 )

@@ -97,6 +97,8 @@ _EXPORTS: dict[str, str] = {
     "schedule_prefixes": "scheduler",
     "schedule_prefixes_retrospective": "scheduler",
     "schedule_prefixes_async_topk": "scheduler",
+    "ProductionRule": "scheduler",
+    "schedule_prefixes_production": "scheduler",
     "expected_throughput": "scheduler",
     "appendix_a_first_token_law": "scheduler",
     "TargetModel": "speculative",

@@ -244,6 +244,24 @@ def _probe_scheduler(impl) -> list:
     return out
 
 
+def _probe_production_scheduler(impl) -> list:
+    g = _gen(61)
+    out = []
+    for _ in range(40):
+        rows, gamma = int(torch.randint(1, 5, (), generator=g)), int(torch.randint(1, 5, (), generator=g))
+        stale = torch.randint(0, 9, (rows, gamma), generator=g).double() / 8  # ties and zeros
+        current = torch.randint(0, 9, (rows, gamma), generator=g).double() / 8
+        low = torch.randint(0, gamma + 1, (rows,), generator=g)
+        high = low + (torch.rand(rows, generator=g) * (gamma + 1 - low)).long()
+        size = rows * (gamma + 1)
+        steep = (1 + torch.rand(size, generator=g) * 0.6 * rows).sort().values.tolist()
+        gentle = [1 + 0.05 * b for b in range(size)]
+        for cost in (steep, gentle):
+            for bounds in ((low, high), (torch.zeros_like(low), torch.full_like(low, gamma))):
+                out.append(impl.schedule_production(stale, current, cost, *bounds))
+    return out
+
+
 def _probe_speculative(impl) -> list:
     target = tiny_models.TinyTargetLM(12, 8, generator=_gen(70))
     prompt = torch.randint(0, 12, (2, 2), generator=_gen(72))
@@ -273,6 +291,7 @@ PROBES: dict[type, Callable[[Any], list]] = {
     c.SimulatedAcceptance: _probe_simulated,
     c.Confidence: _probe_confidence,
     c.PrefixScheduler: _probe_scheduler,
+    c.ProductionScheduler: _probe_production_scheduler,
     c.SpeculativeLoop: _probe_speculative,
     c.SpeculativeRound: _probe_speculative_round,
 }
