@@ -428,6 +428,16 @@ class _ValidatingSimulatedAcceptance(_Validating):
         return _ValidatingExecutor(out, gamma)
 
 
+class _ValidatingSimulatedBonus(_Validating):
+    capability = c.SimulatedBonus
+
+    def simulated_bonus(self, target_logits, *args, **kwargs):
+        out = self._impl.simulated_bonus(target_logits, *args, **kwargs)
+        rows, _, vocab = target_logits.shape
+        expected = _ints(rows, device=target_logits.device, values=Ids(0, vocab))
+        return expected.check(self._where("simulated_bonus"), out)
+
+
 class _ValidatingConfidence(_Validating):
     capability = c.Confidence
 
@@ -541,7 +551,7 @@ _VALIDATORS: dict[type, type[_Validating]] = {
         _ValidatingStepSampler, _ValidatingNoiseStepSampler, _ValidatingTruncatedStepSampler,
         _ValidatingMarkovBlock, _ValidatingFoldedDraft, _ValidatingFoldGate, _ValidatingFoldRouting,
         _ValidatingChainVerifier, _ValidatingTruncatedChainVerifier, _ValidatingGreedyVerifier,
-        _ValidatingSimulatedAcceptance, _ValidatingConfidence, _ValidatingPrefixScheduler,
+        _ValidatingSimulatedAcceptance, _ValidatingSimulatedBonus, _ValidatingConfidence, _ValidatingPrefixScheduler,
         _ValidatingProductionScheduler,
         _ValidatingSpeculativeLoop, _ValidatingSpeculativeRound,
     )

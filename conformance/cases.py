@@ -58,6 +58,7 @@ SPEC_CLAUSES: dict[str, str] = {
     "S6.multinomial": "round(clamp(Normal(value, 1), 1, max_len))",
     "S6.invalid-method": "any other method raises ValueError",
     "S6.executor": "a fresh length on every verify step; reused buffer",
+    "S6.simulated-bonus": "the bonus after a simulated run of a drafts: target row a, argmax as T -> 0, softmax(L / T)",
     "S7.runtime-gamma": "confidence shapes follow the runtime gamma",
     "S7.calibration": "c = sigmoid(raw / t); prefix survival = cumprod",
     "S7.sts": "STS preserves order and lowers ECE",

@@ -56,6 +56,7 @@ __all__ = [
     "TruncatedChainVerifier",
     "GreedyVerifier",
     "SimulatedAcceptance",
+    "SimulatedBonus",
     "Confidence",
     "PrefixScheduler",
     "ProductionScheduler",
@@ -510,6 +511,27 @@ class SimulatedAcceptance(Protocol):
     def executor(self, value: float, method: str, gamma: int, seed: int) -> Any: ...
 
 
+@runtime_checkable
+class SimulatedBonus(Protocol):
+    """SPEC S6 simulated bonus: the token after a simulated run of ``a`` accepted drafts.
+
+    ``simulated_bonus(target_logits[B, gamma + 1, V] f32, accepted[B] i64 in [0, gamma],
+    temperatures[B] f32 >= 0, generator) -> tokens[B] i64 in [0, V)`` on the logits' device:
+    each row's token is drawn from its target row at position ``a = accepted[r]``, the
+    argmax for ``T < 1e-5`` (``T -> 0``), ``softmax(L / T)`` otherwise; every random draw
+    derives from ``generator``. A capability of its own (not a method of
+    :class:`SimulatedAcceptance`), so that adapters written before it stay valid.
+    """
+
+    def simulated_bonus(
+        self,
+        target_logits: torch.Tensor,
+        accepted: torch.Tensor,
+        temperatures: torch.Tensor,
+        generator: torch.Generator,
+    ) -> torch.Tensor: ...
+
+
 # --------------------------------------------------------------------------- S7
 @runtime_checkable
 class Confidence(Protocol):
@@ -568,7 +590,8 @@ class ProductionScheduler(Protocol):
       ``confidences``: the current block's own, handed over only so the suite can check
       that they move nothing (SPEC: changing them leaves every admitted prefix unchanged).
     * ``cost[b - 1] > 0``: the profiled step cost (seconds) of a target step over ``b``
-      tokens, ``b = R + sum(lengths)``, covering ``b`` up to ``R + sum(max_lengths)``.
+      tokens, ``b = R + sum(lengths)``, covering ``b`` up to ``R + sum(max_lengths)``,
+      non-decreasing in ``b`` (the suite passes no other).
     * Budget objective (the one SGLang's planner and vLLM's adaptive verification ship):
       the extra budget ``k = sum(lengths - min_lengths)`` maximises ``(R + sum of the
       stale survivals of every admitted position) / cost(R + sum(min_lengths) + k)`` over
@@ -701,6 +724,7 @@ CAPABILITIES: tuple[type, ...] = (
     TruncatedChainVerifier,
     GreedyVerifier,
     SimulatedAcceptance,
+    SimulatedBonus,
     Confidence,
     PrefixScheduler,
     ProductionScheduler,

@@ -84,6 +84,8 @@ _EXPORTS: dict[str, str] = {
     "SIMULATED_METHODS": "simulated",
     "sample_simulated_acc_len": "simulated",
     "SimulatedVerifyExecutor": "simulated",
+    "BonusRule": "simulated",
+    "simulated_bonus": "simulated",
     "ConfidenceHead": "confidence",
     "DEFAULT_STS_GRID": "confidence",
     "calibrate": "confidence",

@@ -216,6 +216,14 @@ def _probe_simulated(impl) -> list:
     return out
 
 
+def _probe_simulated_bonus(impl) -> list:
+    g = _gen(42)
+    logits = torch.randn(40, 4, 9, generator=g) * 2
+    accepted = torch.randint(0, 4, (40,), generator=g)
+    temperatures = torch.tensor([0.0, 0.7, 1.0, 2.5] * 10)
+    return [impl.simulated_bonus(logits, accepted, temperatures, g) for _ in range(2)]
+
+
 def _probe_confidence(impl) -> list:
     g = _gen(50)
     rows, gamma, d, r = 3, 5, 6, 4
@@ -289,6 +297,7 @@ PROBES: dict[type, Callable[[Any], list]] = {
     c.TruncatedChainVerifier: _probe_truncated_chain_verifier,
     c.GreedyVerifier: _probe_greedy_verifier,
     c.SimulatedAcceptance: _probe_simulated,
+    c.SimulatedBonus: _probe_simulated_bonus,
     c.Confidence: _probe_confidence,
     c.PrefixScheduler: _probe_scheduler,
     c.ProductionScheduler: _probe_production_scheduler,

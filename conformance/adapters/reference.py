@@ -282,6 +282,17 @@ class PrefixScheduler:
         return scheduler.schedule_prefixes(confidences, sps, rule=self.rule)
 
 
+class SimulatedBonus:
+    """SPEC S6 simulated bonus through :func:`dspark_ref.simulated.simulated_bonus`.
+    ``rule``: a :class:`dspark_ref.simulated.BonusRule` (None: the SPEC's)."""
+
+    def __init__(self, rule: simulated.BonusRule | None = None) -> None:
+        self.rule = rule
+
+    def simulated_bonus(self, target_logits, accepted, temperatures, generator):
+        return simulated.simulated_bonus(target_logits, accepted, temperatures, generator=generator, rule=self.rule)
+
+
 class ProductionScheduler:
     """SPEC S8 production variant through
     :func:`dspark_ref.scheduler.schedule_prefixes_production` (whose SPEC rule reads the
@@ -355,6 +366,7 @@ def capabilities() -> dict[type, Any]:
         c.TruncatedChainVerifier: TruncatedChainVerifier(),
         c.GreedyVerifier: GreedyVerifier(),
         c.SimulatedAcceptance: SimulatedAcceptance(),
+        c.SimulatedBonus: SimulatedBonus(),
         c.Confidence: Confidence(),
         c.PrefixScheduler: PrefixScheduler(),
         c.ProductionScheduler: ProductionScheduler(),

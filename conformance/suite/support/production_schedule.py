@@ -11,7 +11,7 @@ in any order). It shares no code with ``dspark_ref``.
 Exactness: confidences are multiples of 1/16 and ``gamma <= 4``, so survivals are multiples
 of ``16^-4`` (at least ``1.5e-5`` when positive, above SGLang's ``survival_eps`` 1e-6) and
 every survival, product and sum is exact in float32 and float64; costs are multiples of
-1/4096 in ``[1, 64)``. A float objective ``tau / cost`` is then one correctly rounded
+1/4096 in ``[1, 64)``, never falling with ``b`` (a profiled step cost). A float objective ``tau / cost`` is then one correctly rounded
 division of exact operands (two for ``tau * (1 / cost)``: relative error below ``2^-51``), so
 equal fractions stay equal and an order between fractions that differ by more than a
 relative ``NEAR_TIE = 1e-9`` survives rounding; generators redraw instances with a closer
@@ -121,12 +121,13 @@ def _bucketed_cost(rng: random.Random, size: int, rows: int) -> list[float]:
 
 
 def _jagged_cost(rng: random.Random, size: int, rows: int) -> list[float]:
-    """A rising cost with plateaus, cliffs (x1.1..2) and small dips (x0.9..1), below 64."""
+    """A rising cost with plateaus and cliffs (x1.1..2), below 64 (never falling: a profiled
+    step cost, as vLLM's table builder makes it with a running maximum)."""
     value, table = rng.uniform(1.0, 2.0), []
     for _ in range(size):
         table.append(_quantized(value))
         u = rng.random()
-        step = rng.uniform(1.1, 2.0) if u < 0.2 else rng.uniform(0.9, 1.0) if u < 0.3 else rng.uniform(1.0, 1.08)
+        step = rng.uniform(1.1, 2.0) if u < 0.2 else 1.0 if u < 0.45 else rng.uniform(1.0, 1.08)
         value = min(63.0, value * step)
     return table
 
@@ -141,7 +142,7 @@ def _bounds(rng: random.Random, rows: int, gamma: int, kind: str) -> tuple[list[
         low = rng.randint(0, gamma)
         high = rng.randint(low, gamma)
         return [low] * rows, [high] * rows
-    low = [rng.randint(0, gamma) for _ in range(rows)]
+    low = [rng.randint(0, gamma) if kind == "per-request" else 0 for _ in range(rows)]
     return low, [rng.randint(lo, gamma) for lo in low]
 
 
@@ -155,7 +156,8 @@ def instances(rng: random.Random, count: int, *, values: str = "sixteenths", cos
               bounds: str = "full", max_rows: int = 6, max_gamma: int = 4):
     """``count`` instances from ``rng``: confidences from ``values`` (``"sixteenths"``,
     ``"positive"`` or ``"halves"``), a cost shape of :data:`COST_SHAPES`, bounds ``"full"``
-    (0 and gamma), ``"batch-wide"`` (one min and one max) or ``"per-request"``; instances with
+    (0 and gamma), ``"batch-wide"`` (one min and one max), ``"per-request"`` or
+    ``"per-request-max"`` (minimum 0, a maximum per request); instances with
     a near-tie at the top are redrawn (module note)."""
     pool = {"sixteenths": SIXTEENTHS, "positive": POSITIVE_SIXTEENTHS, "halves": HALVES}[values]
     made = []
