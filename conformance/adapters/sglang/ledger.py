@@ -44,7 +44,7 @@ _FILL_CURRENT = ("F12: the planner's budget is stale, but ScheduleVerifyLensTopk
                  "confidences (proposal.confidence), so they move admitted prefixes")
 _BOUNDS = ("F13: with min_verify_len > 1 or max_verify_len < gamma + 1 the top-k ranks the floor's own positions and "
            "one past the cap, and the budget ignores the floor (latent: the planner builds the defaults)")
-_S8_VERSIONS = ("0.5.17", "0.5.23")  # measured; every release 0.5.17-0.5.23 ships the same two functions
+_S8_VERSIONS = ("0.5.17", "0.5.22", "0.5.23")  # measured; every release 0.5.17-0.5.23 ships the same two functions
 
 _BOTH = ("cpu", "cuda")
 _CPU = ("cpu",)
@@ -93,7 +93,7 @@ _LEDGER: tuple[tuple[str, str, str, Mapping[str, tuple[str, ...]]], ...] = (
     ("test_S5_truncated_target_law[S5/truncation/min-p0.3-T2.0]", "S5", _MIN_P, _on(_CPU, "0.5.23")),
     ("test_S9_round_commits_the_target_law[S9/round/law-min-p0.2-T1.6]", "S9", _MIN_P, _on(_CPU, "0.5.23")),
     ("test_S5_truncated_target_law[S5/truncation/top-k3-of-12-tied-T0.8]", "S5", _TOP_K_TIES, _on(_CPU, "0.5.23")),
-    # F12 and F13, confirmed by suite runs on CPU (exact cases, ledger off) on 0.5.17 and 0.5.23.
+    # F12 and F13, confirmed by suite runs on CPU (exact cases) on 0.5.17, 0.5.22 and 0.5.23.
     *(
         (test, "S8", _FILL_CURRENT, _on(_CPU, *_S8_VERSIONS))
         for test in ("test_S8_production_ignores_the_current_block[S8/production-non-anticipation/current-block]",
