@@ -444,6 +444,16 @@ class _ValidatingSimulatedAcceptance(_Validating):
         return _ValidatingExecutor(out, gamma)
 
 
+class _ValidatingSimulatedBonus(_Validating):
+    capability = c.SimulatedBonus
+
+    def simulated_bonus(self, target_logits, *args, **kwargs):
+        out = self._impl.simulated_bonus(target_logits, *args, **kwargs)
+        rows, _, vocab = target_logits.shape
+        expected = _ints(rows, device=target_logits.device, values=Ids(0, vocab))
+        return expected.check(self._where("simulated_bonus"), out)
+
+
 class _ValidatingConfidence(_Validating):
     capability = c.Confidence
 
@@ -469,6 +479,31 @@ class _ValidatingPrefixScheduler(_Validating):
         out = self._impl.schedule(confidences, *args, **kwargs)
         rows, gamma = confidences.shape
         return _ints(rows, device=confidences.device, values=Counts(0, gamma)).check(self._where("schedule"), out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Between:
+    """Integers between two per-row bounds (``[R]`` tensors), inclusive."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __str__(self) -> str:
+        return f"values in [min_lengths, max_lengths] = {list(zip(self.low.tolist(), self.high.tolist()))}"
+
+    def violation(self, value: torch.Tensor) -> str | None:
+        inside = bool(((value >= self.low) & (value <= self.high)).all())
+        return None if inside else f"values {value.tolist()}"
+
+
+class _ValidatingProductionScheduler(_Validating):
+    capability = c.ProductionScheduler
+
+    def schedule_production(self, stale_confidences, confidences, cost, min_lengths, max_lengths):
+        out = self._impl.schedule_production(stale_confidences, confidences, cost, min_lengths, max_lengths)
+        rows, device = stale_confidences.shape[0], stale_confidences.device
+        expected = _ints(rows, device=device, values=Between(min_lengths, max_lengths))
+        return expected.check(self._where("schedule_production"), out)
 
 
 class _ValidatingSpeculativeLoop(_Validating):
@@ -551,7 +586,8 @@ _VALIDATORS: dict[type, type[_Validating]] = {
         _ValidatingFoldRouting,
         _ValidatingChainVerifier, _ValidatingTruncatedChainVerifier, _ValidatingGreedyVerifier,
         _ValidatingTensorParallelRound,
-        _ValidatingSimulatedAcceptance, _ValidatingConfidence, _ValidatingPrefixScheduler,
+        _ValidatingSimulatedAcceptance, _ValidatingSimulatedBonus, _ValidatingConfidence, _ValidatingPrefixScheduler,
+        _ValidatingProductionScheduler,
         _ValidatingSpeculativeLoop, _ValidatingSpeculativeRound,
     )
 }

@@ -63,11 +63,17 @@ SPEC_CLAUSES: dict[str, str] = {
     "S6.multinomial": "round(clamp(Normal(value, 1), 1, max_len))",
     "S6.invalid-method": "any other method raises ValueError",
     "S6.executor": "a fresh length on every verify step; reused buffer",
+    "S6.simulated-bonus": "the bonus after a simulated run of a drafts: target row a, argmax as T -> 0, softmax(L / T)",
     "S7.runtime-gamma": "confidence shapes follow the runtime gamma",
     "S7.calibration": "c = sigmoid(raw / t); prefix survival = cumprod",
     "S7.sts": "STS fitted left to right on the cumulative product, earlier positions fixed; order kept, ECE lowered",
     "S8.algorithm-1": "causal scheduler matches Algorithm 1 with early stop and tie order",
     "S8.lossless": "Appendix A: the scheduler keeps the output law (0.7, 0.3)",
+    "S8.production-budget": "production variant: budget = brute-force argmax of (R + admitted survivals) / cost(B), "
+                            "highest stale survivals first, prefixes only",
+    "S8.production-bounds": "production variant: lengths within per-request minimum and maximum lengths",
+    "S8.production-non-anticipation": "production variant: the current block's confidences and survivals beyond "
+                                      "a cut move no admitted prefix; no request sees another's current values",
     "S9.greedy": "greedy speculative output equals greedy decoding",
     "S9.law": "sampled sequences follow the target's law",
     "S9.tau": "tau counts the anchor-first slot 0",

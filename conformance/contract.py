@@ -59,8 +59,10 @@ __all__ = [
     "RankGroup",
     "TensorParallelRound",
     "SimulatedAcceptance",
+    "SimulatedBonus",
     "Confidence",
     "PrefixScheduler",
+    "ProductionScheduler",
     "SpeculativeLoop",
     "SpeculativeRound",
     "CAPABILITIES",
@@ -626,6 +628,27 @@ class SimulatedAcceptance(Protocol):
     def executor(self, value: float, method: str, gamma: int, seed: int) -> Any: ...
 
 
+@runtime_checkable
+class SimulatedBonus(Protocol):
+    """SPEC S6 simulated bonus: the token after a simulated run of ``a`` accepted drafts.
+
+    ``simulated_bonus(target_logits[B, gamma + 1, V] f32, accepted[B] i64 in [0, gamma],
+    temperatures[B] f32 >= 0, generator) -> tokens[B] i64 in [0, V)`` on the logits' device:
+    each row's token is drawn from its target row at position ``a = accepted[r]``, the
+    argmax for ``T < 1e-5`` (``T -> 0``), ``softmax(L / T)`` otherwise; every random draw
+    derives from ``generator``. A capability of its own (not a method of
+    :class:`SimulatedAcceptance`), so that adapters written before it stay valid.
+    """
+
+    def simulated_bonus(
+        self,
+        target_logits: torch.Tensor,
+        accepted: torch.Tensor,
+        temperatures: torch.Tensor,
+        generator: torch.Generator,
+    ) -> torch.Tensor: ...
+
+
 # --------------------------------------------------------------------------- S7
 @runtime_checkable
 class Confidence(Protocol):
@@ -669,6 +692,40 @@ class PrefixScheduler(Protocol):
     """
 
     def schedule(self, confidences: torch.Tensor, sps: Sequence[float]) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class ProductionScheduler(Protocol):
+    """SPEC S8 "Production variant": verify lengths from stale confidences and a cost table.
+
+    ``schedule_production(stale_confidences[R, gamma] f64 in [0, 1], confidences[R, gamma]
+    f64 in [0, 1], cost: Sequence[float], min_lengths[R] i64, max_lengths[R] i64) ->
+    lengths[R] i64 in [min_lengths, max_lengths]`` on the confidences' device.
+
+    * ``stale_confidences``: what the scheduler may read, confidences computed before the
+      current block's tokens were drawn (survival ``a = cumprod`` along a row);
+      ``confidences``: the current block's own, handed over only so the suite can check
+      that they move nothing (SPEC: changing them leaves every admitted prefix unchanged).
+    * ``cost[b - 1] > 0``: the profiled step cost (seconds) of a target step over ``b``
+      tokens, ``b = R + sum(lengths)``, covering ``b`` up to ``R + sum(max_lengths)``,
+      non-decreasing in ``b`` (the suite passes no other).
+    * Budget objective (the one SGLang's planner and vLLM's adaptive verification ship):
+      the extra budget ``k = sum(lengths - min_lengths)`` maximises ``(R + sum of the
+      stale survivals of every admitted position) / cost(R + sum(min_lengths) + k)`` over
+      the budgets the candidates allow; the extras are the highest stale survivals among
+      positions ``min_lengths[r] <= j < max_lengths[r]`` with ``a > 0``, prefixes only.
+    * An IUT whose bounds are batch-wide (one minimum, one maximum for every request), or
+      that has no minimum, raises ``NotImplementedError`` for other bounds (a skip).
+    """
+
+    def schedule_production(
+        self,
+        stale_confidences: torch.Tensor,
+        confidences: torch.Tensor,
+        cost: Sequence[float],
+        min_lengths: torch.Tensor,
+        max_lengths: torch.Tensor,
+    ) -> torch.Tensor: ...
 
 
 # --------------------------------------------------------------------------- S9
@@ -786,8 +843,10 @@ CAPABILITIES: tuple[type, ...] = (
     GreedyVerifier,
     TensorParallelRound,
     SimulatedAcceptance,
+    SimulatedBonus,
     Confidence,
     PrefixScheduler,
+    ProductionScheduler,
     SpeculativeLoop,
     SpeculativeRound,
 )

@@ -17,6 +17,11 @@ they cut the path:
 * :func:`schedule_prefixes_async_topk` -- Section 5.2: the retrospective cut of stale
   confidences fixes a capacity ``K``; the current confidences fill it.
 
+:func:`schedule_prefixes_production` is the SPEC S8 production variant: everything it reads
+is stale (confidences computed before the current block was drawn); the verify budget is the
+argmax of ``(R + sum of admitted survivals) / cost(B)`` over all budgets, filled with the
+highest stale survivals in prefix order, within per-request minimum and maximum lengths.
+
 ``sps`` is a callable ``sps(B) -> float`` or a table (sequence or 1-D tensor) whose entry
 ``sps[B - 1]`` is ``SPS(B)`` for ``B = 1 .. len(sps)``. Arithmetic is float64.
 """
@@ -42,6 +47,8 @@ __all__ = [
     "schedule_prefixes",
     "schedule_prefixes_retrospective",
     "schedule_prefixes_async_topk",
+    "ProductionRule",
+    "schedule_prefixes_production",
     "expected_throughput",
     "appendix_a_first_token_law",
 ]
@@ -173,6 +180,123 @@ def schedule_prefixes_async_topk(
     return _lengths_of(_admission_path(survival)[:capacity], confidences)
 
 
+class ProductionRule:
+    """The choices of :func:`schedule_prefixes_production`, one overridable method each
+    (SPEC S8 production variant): which confidences feed the budget and the fill, the order
+    extra candidates are admitted in, the budget picked from the objectives, and the lengths
+    an admitted set makes. An instance is the SPEC's rule; a subclass changes one choice.
+
+    Example:
+        >>> class RankByCurrent(ProductionRule):  # paper Section 5.2: the current block fills K
+        ...     def inputs(self, stale_confidences, confidences):
+        ...         return stale_confidences, confidences
+    """
+
+    def inputs(
+        self, stale_confidences: torch.Tensor, confidences: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(budget confidences, fill confidences)``, both ``[R, gamma]``: the stale ones for
+        both (the current block's ``confidences``, possibly None, are never read)."""
+        return stale_confidences, stale_confidences
+
+    def ranked(self, survival: torch.Tensor, low: list[int], high: list[int]) -> list[tuple[int, int]]:
+        """Extra candidates ``(r, k)`` (0-based ``k``) with ``low[r] <= k < high[r]`` and
+        ``survival[r, k] > 0``, survival descending, ties in row-major (prefix) order."""
+        return [(r, k) for r, k in _admission_path(survival) if low[r] <= k < high[r]]
+
+    def budget(self, objectives: list[float]) -> int:
+        """The number of extras to admit: the first (smallest) argmax of ``objectives[k]``."""
+        best = 0
+        for k, value in enumerate(objectives):
+            if value > objectives[best]:
+                best = k
+        return best
+
+    def admit(self, low: list[int], high: list[int], admitted: list[tuple[int, int]]) -> list[int]:
+        """Lengths: each request's minimum plus its admitted extras."""
+        lengths = list(low)
+        for r, _ in admitted:
+            lengths[r] += 1
+        return lengths
+
+
+_PRODUCTION_RULE = ProductionRule()
+
+
+def schedule_prefixes_production(
+    stale_confidences: torch.Tensor,
+    cost: SPSCurve,
+    *,
+    min_lengths: torch.Tensor | None = None,
+    max_lengths: torch.Tensor | None = None,
+    confidences: torch.Tensor | None = None,
+    rule: ProductionRule | None = None,
+) -> torch.Tensor:
+    """Production stale-confidence scheduler (SPEC S8, "Production variant").
+
+    Every input it reads is stale: ``stale_confidences`` were computed before the current
+    block's tokens were drawn, so nothing the current block samples can move an admission
+    (non-anticipation), and one request's lengths never see another's current values.
+
+    Each request ``r`` first gets its ``min_lengths[r]`` drafts. The extra candidates are the
+    positions ``(r, j)`` with ``min_lengths[r] <= j < max_lengths[r]`` (0-based ``j``) and
+    stale survival ``a[r, j] > 0``, ranked by ``a`` descending, ties in row-major order (so
+    ``(r, j-1)`` before ``(r, j)``: prefixes only). Admitting the first ``k`` of them gives
+    ``B = R + sum(min_lengths) + k`` target tokens and ``tau = R + (survivals of every
+    admitted position, the minimum ones included)``; the budget ``k`` maximises
+    ``tau / cost(B)`` over ``k = 0 .. #candidates`` (brute force; on ties the smallest ``k``).
+
+    Args:
+        stale_confidences: ``[R, gamma]`` float confidences in ``[0, 1]`` (``R``, ``gamma``
+            may be 0); survivals ``a = cumprod`` along each row, float64.
+        cost: step cost (seconds per target step) as a callable ``cost(B)`` or a table with
+            ``cost[B - 1] = cost(B)``, finite and ``> 0``; a table must cover
+            ``R + sum(min_lengths) + #candidates``.
+        min_lengths: ``[R]`` int64/int32 in ``[0, gamma]`` (None: zeros).
+        max_lengths: ``[R]`` int64/int32 in ``[min_lengths, gamma]`` (None: ``gamma``).
+        confidences: the current block's ``[R, gamma]`` confidences; the SPEC rule never
+            reads them (a ``rule`` may, see :class:`ProductionRule`).
+        rule: a :class:`ProductionRule` (default ``ProductionRule()``, the SPEC's).
+
+    Returns:
+        ``[R]`` int64 lengths in ``[min_lengths, max_lengths]``, on the device of
+        ``stale_confidences``.
+
+    Raises:
+        TypeError: non-tensor / non-float confidences, non-integer bounds, ``cost`` neither
+            callable nor table, ``rule`` not a ProductionRule.
+        ValueError: not 2-D, NaN or values outside ``[0, 1]``; bounds of the wrong shape,
+            device or range; a table too short, or a cost that is not finite and ``> 0``.
+
+    Example:
+        >>> stale = torch.tensor([[0.9, 0.5], [0.5, 0.5]], dtype=torch.float64)
+        >>> schedule_prefixes_production(stale, [1.0, 1.0, 1.25, 1.5, 2.0, 2.5])
+        tensor([1, 0])
+    """
+    if rule is not None and not isinstance(rule, ProductionRule):
+        raise TypeError(f"rule: expected a ProductionRule or None, got {type(rule).__name__}")
+    rule = _PRODUCTION_RULE if rule is None else rule
+    survival, low, high = _check_production(stale_confidences, min_lengths, max_lengths)
+    if confidences is not None:
+        _check_confidences("confidences", confidences)
+    budget_conf, fill_conf = rule.inputs(stale_confidences, confidences)
+    budget_survival = _check_confidences("budget confidences", budget_conf)
+    rows = survival.shape[0]
+    a = budget_survival.tolist()
+    forced = sum(low)
+    tau = float(rows) + sum(a[r][k] for r in range(rows) for k in range(low[r]))
+    extra = rule.ranked(budget_survival, low, high)
+    cost_of = _cost_function(cost, rows + forced + len(extra))
+    objectives = [tau / cost_of(rows + forced)] if rows else [0.0]
+    for count, (r, k) in enumerate(extra, start=1):
+        tau += a[r][k]
+        objectives.append(tau / cost_of(rows + forced + count))
+    budget = rule.budget(objectives)
+    fill = rule.ranked(_check_confidences("fill confidences", fill_conf), low, high)
+    lengths = rule.admit(low, high, fill[:budget])
+    return torch.tensor(lengths, dtype=torch.int64, device=stale_confidences.device)
+
+
 def expected_throughput(confidences: torch.Tensor, lengths: torch.Tensor, sps: SPSCurve) -> float:
     """Expected token throughput ``Theta = tau * SPS(B)`` of given lengths (SPEC S8).
 
@@ -297,25 +421,69 @@ def _lengths_of(admitted: list[tuple[int, int]], confidences: torch.Tensor) -> t
     return torch.tensor(lengths, dtype=torch.int64, device=confidences.device)
 
 
-def _sps_function(sps: SPSCurve, max_batch: int) -> Callable[[int], float]:
-    """Validate ``sps`` and return ``B -> SPS(B)``; a table must cover ``max_batch``."""
+def _sps_function(sps: SPSCurve, max_batch: int, name: str = "sps") -> Callable[[int], float]:
+    """Validate ``sps`` (called ``name`` in errors) and return ``B -> SPS(B)``; a table must
+    cover ``max_batch``."""
     if isinstance(sps, (str, bytes)) or not (
         callable(sps) or isinstance(sps, (Sequence, torch.Tensor))
     ):
         raise TypeError(
-            f"sps: expected a callable or a table (sequence / 1-D tensor), got {type(sps).__name__}"
+            f"{name}: expected a callable or a table (sequence / 1-D tensor), got {type(sps).__name__}"
         )
     if callable(sps):
-        return lambda batch: check_float(f"sps({batch})", sps(batch), minimum=0.0)
+        return lambda batch: check_float(f"{name}({batch})", sps(batch), minimum=0.0)
     if isinstance(sps, torch.Tensor):
-        check_tensor("sps", sps, ndim=1, dtypes=FLOAT_DTYPES)
-    table = [check_float(f"sps[{i}]", float(v), minimum=0.0) for i, v in enumerate(sps)]
+        check_tensor(name, sps, ndim=1, dtypes=FLOAT_DTYPES)
+    table = [check_float(f"{name}[{i}]", float(v), minimum=0.0) for i, v in enumerate(sps)]
     if len(table) < max_batch:
         raise ValueError(
-            f"sps: expected a table covering batch sizes 1..{max_batch} (sps[B - 1] = SPS(B)), "
+            f"{name}: expected a table covering batch sizes 1..{max_batch} ({name}[B - 1] = value at B), "
             f"got {len(table)} entries"
         )
     return lambda batch: table[batch - 1]
+
+
+def _cost_function(cost: SPSCurve, max_batch: int) -> Callable[[int], float]:
+    """Validate a step-cost curve (as an SPS curve, then ``> 0``); returns ``B -> cost(B)``."""
+    values = _sps_function(cost, max_batch, "cost")
+
+    def cost_of(batch: int) -> float:
+        value = values(batch)
+        if not value > 0.0:
+            raise ValueError(f"cost({batch}): expected a step cost > 0, got {value}")
+        return value
+
+    return cost_of
+
+
+def _check_bounds(
+    name: str, bounds: torch.Tensor | None, default: int, rows: int, device: torch.device
+) -> list[int]:
+    if bounds is None:
+        return [default] * rows
+    check_tensor(name, bounds, shape=(rows,), dtypes=(torch.int64, torch.int32))
+    if bounds.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (the confidences' device), got {bounds.device}")
+    return [int(v) for v in bounds.tolist()]
+
+
+def _check_production(
+    stale_confidences: torch.Tensor, min_lengths: torch.Tensor | None, max_lengths: torch.Tensor | None
+) -> tuple[torch.Tensor, list[int], list[int]]:
+    """Validate a production-scheduler call; returns the stale survival and the bounds."""
+    survival = _check_confidences("stale_confidences", stale_confidences)
+    rows, gamma = survival.shape
+    device = stale_confidences.device
+    low = _check_bounds("min_lengths", min_lengths, 0, rows, device)
+    high = _check_bounds("max_lengths", max_lengths, gamma, rows, device)
+    bad = [r for r in range(rows) if not 0 <= low[r] <= high[r] <= gamma]
+    if bad:
+        r = bad[0]
+        raise ValueError(
+            f"min_lengths / max_lengths: expected 0 <= min <= max <= gamma = {gamma} per request, "
+            f"got min {low[r]}, max {high[r]} at request {r}"
+        )
+    return survival, low, high
 
 
 def _check_confidences(name: str, confidences: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,8 @@ configured value so the long-run mean equals the (clamped) value; ``multinomial`
 clamped Normal draw. :class:`SimulatedVerifyExecutor` is the verify step of that mode: it
 draws a fresh length for every row on EVERY step (the historical bug drew once and cached
 it, so 4.7 ran as a constant 4) and writes the ``tau - 1`` "correct" drafts into a reused
-buffer.
+buffer. :func:`simulated_bonus` draws the token that follows a simulated run of ``a``
+accepted drafts from the target row at position ``a``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,18 @@ import math
 
 import torch
 
-from dspark_ref._checks import INT_DTYPES, check_choice, check_float, check_int, check_tensor
+from dspark_ref._checks import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    check_choice,
+    check_float,
+    check_int,
+    check_same_device,
+    check_tensor,
+)
+from dspark_ref.sampling import TEMPERATURE_FLOOR, sample_step
 
-__all__ = ["SIMULATED_METHODS", "sample_simulated_acc_len", "SimulatedVerifyExecutor"]
+__all__ = ["SIMULATED_METHODS", "sample_simulated_acc_len", "SimulatedVerifyExecutor", "BonusRule", "simulated_bonus"]
 
 SIMULATED_METHODS = ("match-expected", "multinomial")
 
@@ -174,3 +184,78 @@ class SimulatedVerifyExecutor:
         correct = slots < (lengths - 1)[:, None]
         self._reserve(draft_tokens).copy_(torch.where(correct, draft_tokens, -1))
         return lengths
+
+
+class BonusRule:
+    """The two choices of :func:`simulated_bonus`, one overridable method each (SPEC S6):
+    which target row the bonus is drawn from, and at which temperatures. An instance is the
+    SPEC's rule (row ``a``, the request's temperature); a subclass changes one choice."""
+
+    def position(self, accepted: torch.Tensor, positions: int) -> torch.Tensor:
+        """The target row of each request (``positions = gamma + 1`` rows): its accepted
+        count ``a`` (``[B]`` int64)."""
+        return accepted
+
+    def temperatures(self, temperatures: torch.Tensor) -> torch.Tensor:
+        """The temperatures the bonus is drawn at: the request's own (``[B]`` float32)."""
+        return temperatures
+
+
+_BONUS_RULE = BonusRule()
+
+
+def simulated_bonus(
+    target_logits: torch.Tensor,
+    accepted: torch.Tensor,
+    temperatures: torch.Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    rule: BonusRule | None = None,
+) -> torch.Tensor:
+    """The bonus token after a simulated run of ``a`` accepted drafts (SPEC S6).
+
+    Drawn from the target row at position ``a`` (``target_logits[r, a]``): its argmax
+    (lowest index on ties) for rows with ``T < 1e-5`` (the SPEC's ``T -> 0``), otherwise a
+    draw from ``softmax(L / T)`` by exponential race (SPEC S3) with noise from ``generator``.
+
+    Args:
+        target_logits: ``[B, gamma + 1, V]`` float target logits at the verify positions.
+        accepted: ``[B]`` int64/int32 simulated accepted counts ``a`` in ``[0, gamma]``.
+        temperatures: ``[B]`` float temperatures (``>= 0``).
+        generator: the noise source of the sampling rows (None: torch's default).
+        rule: a :class:`BonusRule` (default ``BonusRule()``, the SPEC's).
+
+    Returns:
+        ``[B]`` int64 token ids in ``[0, V)``, on the logits' device.
+
+    Raises:
+        TypeError: wrong tensor types / dtypes, ``rule`` not a BonusRule.
+        ValueError: wrong shapes or devices, ``accepted`` outside ``[0, gamma]``, negative or
+            NaN temperatures.
+
+    Example:
+        >>> logits = torch.tensor([[[0.0, 2.0], [3.0, 1.0]]])
+        >>> simulated_bonus(logits, torch.tensor([1]), torch.tensor([0.0]))
+        tensor([0])
+    """
+    if rule is not None and not isinstance(rule, BonusRule):
+        raise TypeError(f"rule: expected a BonusRule or None, got {type(rule).__name__}")
+    rule = _BONUS_RULE if rule is None else rule
+    _check_bonus(target_logits, accepted, temperatures)
+    rows = torch.arange(target_logits.shape[0], device=target_logits.device)
+    logits = target_logits[rows, rule.position(accepted.long(), target_logits.shape[1])].float()
+    temps = rule.temperatures(temperatures.float())
+    return sample_step(logits, temps, temps < TEMPERATURE_FLOOR, generator=generator)
+
+
+def _check_bonus(target_logits: torch.Tensor, accepted: torch.Tensor, temperatures: torch.Tensor) -> None:
+    check_tensor("target_logits", target_logits, ndim=3, dtypes=FLOAT_DTYPES)
+    rows, positions, _ = target_logits.shape
+    check_tensor("accepted", accepted, shape=(rows,), dtypes=INT_DTYPES)
+    check_tensor("temperatures", temperatures, shape=(rows,), dtypes=FLOAT_DTYPES)
+    check_same_device(target_logits=target_logits, accepted=accepted, temperatures=temperatures)
+    if rows and (int(accepted.min()) < 0 or int(accepted.max()) >= positions):
+        raise ValueError(f"accepted: expected counts in [0, {positions - 1}] (gamma = target positions - 1), "
+                         f"got {accepted.tolist()}")
+    if bool(torch.isnan(temperatures).any()) or (rows and float(temperatures.min()) < 0):
+        raise ValueError(f"temperatures: expected values >= 0, got {temperatures.tolist()}")

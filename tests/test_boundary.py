@@ -427,6 +427,33 @@ def test_S8_schedule_passes_lengths_up_to_gamma():
     passes(c.PrefixScheduler, "schedule", ids(0, 3), torch.full((2, 3), 0.5, dtype=torch.float64), [1.0])
 
 
+def test_S6_simulated_bonus_rejects_ids_outside_the_vocabulary():
+    logits = torch.zeros(2, 3, 4)
+    args = (logits, ids(0, 2), torch.zeros(2), torch.Generator())
+    fails(c.SimulatedBonus, "simulated_bonus", ids(0, 4), "with ids in [0, 4], expected int64 [2] on cpu with ids in [0, 4)",
+          *args)
+    passes(c.SimulatedBonus, "simulated_bonus", ids(3, 0), *args)
+
+
+def _production_call():
+    conf = torch.full((2, 3), 0.5, dtype=torch.float64)
+    return conf, conf, [1.0] * 8, torch.tensor([1, 0]), torch.tensor([2, 3])
+
+
+@pytest.mark.parametrize("value, message", [
+    (torch.tensor([0, 1]), "ProductionScheduler.schedule_production returned int64 [2] with values [0, 1], "
+     "expected int64 [2] on cpu with values in [min_lengths, max_lengths] = [(1, 2), (0, 3)]"),
+    (torch.tensor([3, 1]), "with values [3, 1]"),
+    (torch.tensor([1.0, 1.0]), "returned float32 [2], expected int64 [2]"),
+], ids=["below-min", "above-max", "float"])
+def test_S8_schedule_production_rejects(value, message):
+    fails(c.ProductionScheduler, "schedule_production", value, message, *_production_call())
+
+
+def test_S8_schedule_production_passes_lengths_within_bounds():
+    passes(c.ProductionScheduler, "schedule_production", torch.tensor([2, 0]), *_production_call())
+
+
 # ----------------------------------------------------------------------------- S9 loop
 class Model:
     vocab_size, gamma = 6, 3

@@ -272,6 +272,14 @@ def _probe_simulated(impl) -> list:
     return out
 
 
+def _probe_simulated_bonus(impl) -> list:
+    g = _gen(42)
+    logits = torch.randn(40, 4, 9, generator=g) * 2
+    accepted = torch.randint(0, 4, (40,), generator=g)
+    temperatures = torch.tensor([0.0, 0.7, 1.0, 2.5] * 10)
+    return [impl.simulated_bonus(logits, accepted, temperatures, g) for _ in range(2)]
+
+
 def _probe_confidence(impl) -> list:
     g = _gen(50)
     rows, gamma, d, r = 3, 5, 6, 4
@@ -297,6 +305,24 @@ def _probe_scheduler(impl) -> list:
         sps = (1 - torch.rand(size, generator=g) * 0.4).sort(descending=True).values
         for table in (sps.tolist(), [1.0] * size):
             out.append(impl.schedule(conf, table))
+    return out
+
+
+def _probe_production_scheduler(impl) -> list:
+    g = _gen(61)
+    out = []
+    for _ in range(40):
+        rows, gamma = int(torch.randint(1, 5, (), generator=g)), int(torch.randint(1, 5, (), generator=g))
+        stale = torch.randint(0, 9, (rows, gamma), generator=g).double() / 8  # ties and zeros
+        current = torch.randint(0, 9, (rows, gamma), generator=g).double() / 8
+        low = torch.randint(0, gamma + 1, (rows,), generator=g)
+        high = low + (torch.rand(rows, generator=g) * (gamma + 1 - low)).long()
+        size = rows * (gamma + 1)
+        steep = (1 + torch.rand(size, generator=g) * 0.6 * rows).sort().values.tolist()
+        gentle = [1 + 0.05 * b for b in range(size)]
+        for cost in (steep, gentle):
+            for bounds in ((low, high), (torch.zeros_like(low), torch.full_like(low, gamma))):
+                out.append(impl.schedule_production(stale, current, cost, *bounds))
     return out
 
 
@@ -329,8 +355,10 @@ PROBES: dict[type, Callable[[Any], list]] = {
     c.GreedyVerifier: _probe_greedy_verifier,
     c.TensorParallelRound: _probe_tensor_parallel_round,
     c.SimulatedAcceptance: _probe_simulated,
+    c.SimulatedBonus: _probe_simulated_bonus,
     c.Confidence: _probe_confidence,
     c.PrefixScheduler: _probe_scheduler,
+    c.ProductionScheduler: _probe_production_scheduler,
     c.SpeculativeLoop: _probe_speculative,
     c.SpeculativeRound: _probe_speculative_round,
 }

@@ -1,7 +1,8 @@
 """Reference tests for SPEC S8: the hardware-aware prefix scheduler (paper Algorithm 1).
 
 Paper Appendix A exactly, hand cases (multi-request, ties, jagged SPS), the asynchronous
-top-K variant, properties (hypothesis) against a plain-Python oracle of the admission path
+top-K variant, the production variant (brute force over budgets, bounds, stale inputs only),
+properties (hypothesis) against a plain-Python oracle of the admission path
 written here, then bad inputs. Add a case as ``test_S8_<what>``.
 """
 
@@ -19,7 +20,9 @@ from dspark_ref.scheduler import (
     expected_throughput,
     schedule_prefixes,
     schedule_prefixes_async_topk,
+    schedule_prefixes_production,
     schedule_prefixes_retrospective,
+    ProductionRule,
 )
 
 APPENDIX_A_SPS = (1.0, 0.5, 0.45)
@@ -318,3 +321,70 @@ def test_S8_expected_throughput_rejects_bad_lengths():
         expected_throughput(conf, torch.tensor([1.0]), APPENDIX_A_SPS)
     with pytest.raises(ValueError, match="confidences"):
         expected_throughput(torch.zeros(0, 2), torch.zeros(0, dtype=torch.int64), [1.0])
+
+
+# ----------------------------------------------------------------------------- production variant
+def test_S8_production_example_and_flat_cost():
+    stale = _conf([[0.9, 0.5], [0.5, 0.5]])  # survivals [0.9, 0.45], [0.5, 0.25]
+    # tau / cost: k = 0: 2 / 1; k = 1: 2.9 / 1.25 = 2.32; k = 2: 3.4 / 1.5 = 2.27 -> k = 1
+    assert schedule_prefixes_production(stale, [1.0, 1.0, 1.25, 1.5, 2.0, 2.5]).tolist() == [1, 0]
+    assert schedule_prefixes_production(stale, [1.0] * 6).tolist() == [2, 2]  # flat: every a > 0
+    low, high = torch.tensor([1, 0]), torch.tensor([1, 2])
+    assert schedule_prefixes_production(stale, [1.0] * 6, min_lengths=low, max_lengths=high).tolist() == [1, 2]
+    # a zero survival is never an extra; a minimum admits it anyway
+    zero = _conf([[0.0, 1.0]])
+    assert schedule_prefixes_production(zero, [1.0] * 3).tolist() == [0]
+    assert schedule_prefixes_production(zero, [1.0] * 3, min_lengths=torch.tensor([2])).tolist() == [2]
+
+
+@st.composite
+def production_cases(draw):
+    """(stale, current, min, max, cost table); values with exact products, costs > 0."""
+    rows, gamma = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    values = st.sampled_from([0.0, 0.25, 0.5, 0.75, 0.875, 1.0])
+    stale = [[draw(values) for _ in range(gamma)] for _ in range(rows)]
+    current = [[draw(values) for _ in range(gamma)] for _ in range(rows)]
+    low = [draw(st.integers(0, gamma)) for _ in range(rows)]
+    high = [draw(st.integers(lo, gamma)) for lo in low]
+    cost = draw(st.lists(st.floats(0.5, 8.0), min_size=rows * (gamma + 1), max_size=rows * (gamma + 1)))
+    return stale, current, low, high, cost
+
+
+@settings(max_examples=150, deadline=None)
+@given(production_cases())
+def test_S8_production_is_the_brute_force_argmax(case):
+    stale, current, low, high, cost = case
+    rows = len(stale)
+    survival = torch.cumprod(_conf(stale), dim=1).tolist()
+    extra = sorted(((r, j) for r in range(rows) for j in range(low[r], high[r]) if survival[r][j] > 0),
+                   key=lambda rj: (-survival[rj[0]][rj[1]], rj))
+    forced = rows + sum(survival[r][j] for r in range(rows) for j in range(low[r]))
+    objective = [(forced + sum(survival[r][j] for r, j in extra[:k])) / cost[rows + sum(low) + k - 1]
+                 for k in range(len(extra) + 1)]
+    budget = objective.index(max(objective))
+    expected = list(low)
+    for r, _ in extra[:budget]:
+        expected[r] += 1
+    bounds = dict(min_lengths=torch.tensor(low), max_lengths=torch.tensor(high))
+    lengths = schedule_prefixes_production(_conf(stale), cost, **bounds)
+    assert lengths.tolist() == expected
+    assert schedule_prefixes_production(_conf(stale), cost, confidences=_conf(current), **bounds).tolist() == expected
+
+
+def test_S8_production_rejects_bad_inputs():
+    conf = _conf([[0.5, 0.5]])
+    with pytest.raises(ValueError, match="cost"):
+        schedule_prefixes_production(conf, [1.0, 1.0])  # covers B = 1..2, needs 3
+    with pytest.raises(ValueError, match="cost"):
+        schedule_prefixes_production(conf, [1.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="min_lengths / max_lengths"):
+        schedule_prefixes_production(conf, [1.0] * 3, min_lengths=torch.tensor([2]), max_lengths=torch.tensor([1]))
+    with pytest.raises(ValueError, match="max_lengths"):
+        schedule_prefixes_production(conf, [1.0] * 3, max_lengths=torch.tensor([1, 1]))
+    with pytest.raises(TypeError, match="min_lengths"):
+        schedule_prefixes_production(conf, [1.0] * 3, min_lengths=torch.tensor([0.0]))
+    with pytest.raises(ValueError, match="confidences"):
+        schedule_prefixes_production(conf, [1.0] * 3, confidences=_conf([[2.0, 0.5]]))
+    with pytest.raises(TypeError, match="rule"):
+        schedule_prefixes_production(conf, [1.0] * 3, rule=object())
+    assert schedule_prefixes_production(conf, [1.0] * 3, rule=ProductionRule()).tolist() == [2]

@@ -44,11 +44,12 @@ from dspark_ref import confidence, markov, verify
 FOLDED_CAPABILITIES = {
     c.StepSampler, c.NoiseStepSampler, c.MarkovBlock, c.DraftLayouts, c.FoldedDraft, c.FoldGate,
     c.ChainVerifier, c.TruncatedChainVerifier, c.GreedyVerifier, c.SimulatedAcceptance, c.Confidence,
-    c.SpeculativeRound,
+    c.SpeculativeRound, c.ProductionScheduler,
 }
 PHILOX_CAPABILITIES = {
     c.StepSampler, c.MarkovBlock, c.DraftLayouts, c.FoldedDraft, c.ChainVerifier, c.TruncatedChainVerifier,
-    c.GreedyVerifier, c.SimulatedAcceptance, c.Confidence, c.SpeculativeRound,
+    c.GreedyVerifier, c.SimulatedAcceptance, c.SimulatedBonus, c.Confidence, c.SpeculativeRound,
+    c.ProductionScheduler,
 }
 V, RANK, HIDDEN = 40, 6, 5
 

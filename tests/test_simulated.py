@@ -14,7 +14,13 @@ import pytest
 import scipy.stats
 import torch
 
-from dspark_ref.simulated import SIMULATED_METHODS, SimulatedVerifyExecutor, sample_simulated_acc_len
+from dspark_ref.simulated import (
+    SIMULATED_METHODS,
+    BonusRule,
+    SimulatedVerifyExecutor,
+    sample_simulated_acc_len,
+    simulated_bonus,
+)
 
 # Per-assertion false-failure rate of the statistical tests in this file (3 assertions).
 ALPHA = 1e-6
@@ -140,3 +146,32 @@ def test_s6_executor_rejects_bad_inputs():
         executor.step(torch.zeros(2, 4, dtype=torch.int64))
     with pytest.raises(TypeError, match="draft_tokens"):
         executor.step(torch.zeros(2, 5))
+
+
+# ----------------------------------------------------------------------------- simulated bonus
+def test_S6_simulated_bonus_reads_row_a():
+    logits = torch.tensor([[[0.0, 2.0, 1.0], [3.0, 1.0, 0.0], [0.0, 0.0, 5.0]]]).repeat(3, 1, 1)
+    got = simulated_bonus(logits, torch.tensor([0, 1, 2]), torch.zeros(3))
+    assert got.tolist() == [1, 0, 2]
+    tied = torch.zeros(1, 2, 4)
+    assert simulated_bonus(tied, torch.tensor([1]), torch.tensor([0.0])).tolist() == [0]  # lowest index on ties
+
+
+def test_S6_simulated_bonus_samples_softmax_of_row_a():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.tensor([[[9.0, 0.0], [0.0, math.log(3.0)]]]).repeat(40000, 1, 1)
+    got = simulated_bonus(logits, torch.ones(40000, dtype=torch.int64), torch.ones(40000), generator=g)
+    assert abs(got.float().mean().item() - 0.75) < 0.02  # P(1) = 3/4 on row 1 (row 0 would give ~0)
+
+
+def test_S6_simulated_bonus_rejects_bad_inputs():
+    logits = torch.zeros(2, 3, 4)
+    with pytest.raises(ValueError, match="accepted"):
+        simulated_bonus(logits, torch.tensor([0, 3]), torch.zeros(2))
+    with pytest.raises(ValueError, match="temperatures"):
+        simulated_bonus(logits, torch.tensor([0, 1]), torch.tensor([0.0, -1.0]))
+    with pytest.raises(TypeError, match="accepted"):
+        simulated_bonus(logits, torch.tensor([0.0, 1.0]), torch.zeros(2))
+    with pytest.raises(TypeError, match="rule"):
+        simulated_bonus(logits, torch.tensor([0, 1]), torch.zeros(2), rule=object())
+    assert simulated_bonus(logits, torch.tensor([0, 1]), torch.zeros(2), rule=BonusRule()).tolist() == [0, 0]

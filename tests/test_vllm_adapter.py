@@ -196,7 +196,11 @@ def test_ledger_entries_only_where_confirmed():
 def test_adapter_builds_with_its_capabilities(vllm):
     adapter = load_adapter("vllm")
     assert adapter.name == f"vllm=={vllm.version}"
-    assert set(adapter.capabilities) == CAPABILITIES
+    # adaptive verification (ProductionScheduler) first shipped in 0.28.0; it needs CUDA before 0.33.0
+    release = loader.release_of(vllm.version)
+    adaptive = {c.ProductionScheduler} if release >= (0, 28, 0) else set()
+    assert set(adapter.capabilities) == CAPABILITIES | adaptive
+    assert set(adapter.requirements) == (adaptive if (0, 28, 0) <= release < (0, 33, 0) else set())
     assert adapter.conventions.greedy_rule == "temperature" and adapter.conventions.draft_truncates is False
     assert load_adapter(f"vllm=={vllm.version}").name == adapter.name
 

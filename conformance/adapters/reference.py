@@ -368,6 +368,33 @@ class PrefixScheduler:
         return scheduler.schedule_prefixes(confidences, sps, rule=self.rule)
 
 
+class SimulatedBonus:
+    """SPEC S6 simulated bonus through :func:`dspark_ref.simulated.simulated_bonus`.
+    ``rule``: a :class:`dspark_ref.simulated.BonusRule` (None: the SPEC's)."""
+
+    def __init__(self, rule: simulated.BonusRule | None = None) -> None:
+        self.rule = rule
+
+    def simulated_bonus(self, target_logits, accepted, temperatures, generator):
+        return simulated.simulated_bonus(target_logits, accepted, temperatures, generator=generator, rule=self.rule)
+
+
+class ProductionScheduler:
+    """SPEC S8 production variant through
+    :func:`dspark_ref.scheduler.schedule_prefixes_production` (whose SPEC rule reads the
+    stale confidences only). ``rule``: a :class:`dspark_ref.scheduler.ProductionRule` (None:
+    the SPEC's)."""
+
+    def __init__(self, rule: scheduler.ProductionRule | None = None) -> None:
+        self.rule = rule
+
+    def schedule_production(self, stale_confidences, confidences, cost, min_lengths, max_lengths):
+        return scheduler.schedule_prefixes_production(
+            stale_confidences, cost, min_lengths=min_lengths, max_lengths=max_lengths,
+            confidences=confidences, rule=self.rule,
+        )
+
+
 class SpeculativeLoop:
     """SPEC S9 through :func:`dspark_ref.speculative.speculative_generate`; greedy iff
     ``temperature < 1e-5`` (the loop takes no ``top_k``). ``steps``: the round's steps, a
@@ -427,8 +454,10 @@ def capabilities() -> dict[type, Any]:
         c.GreedyVerifier: GreedyVerifier(),
         c.TensorParallelRound: TensorParallelRound(),
         c.SimulatedAcceptance: SimulatedAcceptance(),
+        c.SimulatedBonus: SimulatedBonus(),
         c.Confidence: Confidence(),
         c.PrefixScheduler: PrefixScheduler(),
+        c.ProductionScheduler: ProductionScheduler(),
         c.SpeculativeLoop: SpeculativeLoop(),
         c.SpeculativeRound: SpeculativeRound(),
     }

@@ -8,6 +8,15 @@ construction, exactly (enumeration with fractions) and by sampling the process t
 IUT. Everything reaches the implementation through
 :class:`~conformance.contract.PrefixScheduler`.
 
+The production variant (SPEC S8's last paragraph, :class:`~conformance.contract.ProductionScheduler`)
+is checked against the exact oracle of :mod:`conformance.suite.support.production_schedule`:
+the budget is a brute-force argmax of ``(R + admitted stale survivals) / cost(B)``, filled with
+the highest stale survivals, prefixes only, within per-request minimum and maximum lengths
+(the current block's confidences passed equal to the stale ones there, so a scheduler that
+ranks by either is judged on its budget and fill alone); and non-anticipation: changing the
+current block's confidences, those beyond each admitted cut, or another request's, moves no
+admitted prefix.
+
 Exactness: generated confidences are multiples of 1/16 (1/2 for the Theta-tie family) and
 SPS entries multiples of 1/4096, so every survival, tau and Theta below is exact in float64
 (under 50 significant bits) whatever order an implementation sums in; the Theta-tie family
@@ -30,7 +39,8 @@ import torch
 
 from conformance import stats
 from conformance.cases import case, case_id
-from conformance.contract import PrefixScheduler
+from conformance.contract import PrefixScheduler, ProductionScheduler
+from conformance.suite.support import production_schedule as production
 
 INSTANCES = 200
 SPS_QUANTUM = 4096
@@ -388,3 +398,129 @@ def test_S8_appendix_a_sampled_law(case, require, case_generator, dspark_device,
     output = torch.where(admitted, torch.where(accepted, x1, correction), fresh)
 
     stat_check(stats.goodness_of_fit(torch.bincount(output, minlength=2), target.tolist(), name=case.id))
+
+
+# ----------------------------------------------------------------------------- production variant
+PRODUCTION_INSTANCES = 150
+
+
+def _production_lengths(iut, inst, current, device) -> list[int]:
+    """The IUT's lengths for ``inst`` with the current block's confidences ``current``; bounds
+    an IUT cannot take (``NotImplementedError``) are a skip naming them."""
+    def tensor(values, dtype):
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    stale = tensor(inst.stale, torch.float64)
+    try:
+        lengths = iut.schedule_production(
+            stale, tensor(current, torch.float64).reshape(stale.shape), inst.cost,
+            tensor(inst.min_lengths, torch.int64), tensor(inst.max_lengths, torch.int64),
+        )
+    except NotImplementedError as exc:
+        pytest.skip(f"ProductionScheduler: these bounds are not supported by this IUT ({exc})")
+    return lengths.cpu().tolist()
+
+
+PRODUCTION_BUDGET_CASES = {
+    case("S8/production-budget/bucketed-cost", "budget = brute-force argmax of tau / cost(B), padded affine cost",
+         ["S8.production-budget"]): dict(cost="bucketed"),
+    case("S8/production-budget/jagged-cost", "budget = brute-force argmax of tau / cost(B), cliffs and dips",
+         ["S8.production-budget"]): dict(cost="jagged"),
+    case("S8/production-budget/ties-and-zeros", "confidences in {0, 1/2, 1}: survival ties along and across rows",
+         ["S8.production-budget"]): dict(values="halves", cost="jagged"),
+    case("S8/production-bounds/batch-wide", "one minimum and one maximum length for every request",
+         ["S8.production-bounds", "S8.production-budget"]): dict(bounds="batch-wide"),
+    case("S8/production-bounds/per-request", "each request its own minimum and maximum length",
+         ["S8.production-bounds", "S8.production-budget"]): dict(bounds="per-request", cost="jagged"),
+    case("S8/production-bounds/per-request-max", "no minimum, each request its own maximum length",
+         ["S8.production-bounds", "S8.production-budget"]): dict(bounds="per-request-max", cost="jagged"),
+}
+
+
+@pytest.mark.parametrize("case", PRODUCTION_BUDGET_CASES, ids=case_id)
+def test_S8_production_budget_is_the_objective_argmax(case, require, case_seed, dspark_device):
+    """Exact: lengths within the bounds; the admitted extras are a set of the highest stale
+    survivals (prefixes only, none of survival 0); their count maximises the declared
+    objective over every budget (any maximiser: SPEC S8 orders no ties)."""
+    iut = require(ProductionScheduler)
+    rng = random.Random(case_seed)
+    for index, inst in enumerate(production.instances(rng, PRODUCTION_INSTANCES, **PRODUCTION_BUDGET_CASES[case])):
+        lengths = _production_lengths(iut, inst, inst.stale, dspark_device)
+        production.check_lengths(f"{case.id} instance {index}", inst, lengths)
+
+
+def _beyond_cut(stale, lengths, value) -> list[list[float]]:
+    """The current block: the stale values up to each cut, ``value()`` beyond it."""
+    return [[c if j < cut else value() for j, c in enumerate(row)] for row, cut in zip(stale, lengths)]
+
+
+def _random_block(rng: random.Random, stale) -> list[list[float]]:
+    return [[rng.choice(production.SIXTEENTHS) for _ in row] for row in stale]
+
+
+def _current_block_variants(rng, inst, lengths):
+    """Named current blocks that SPEC S8 says move nothing: fresh random blocks."""
+    del lengths  # a fresh block ignores the cuts
+    return {f"random block {i}": _random_block(rng, inst.stale) for i in range(3)}
+
+
+def _beyond_cut_variants(rng, inst, lengths):
+    """Current blocks equal to the stale one up to each admitted cut, changed beyond it."""
+    return {
+        "ones beyond the cut": _beyond_cut(inst.stale, lengths, lambda: 1.0),
+        "zeros beyond the cut": _beyond_cut(inst.stale, lengths, lambda: 0.0),
+        "random beyond the cut": _beyond_cut(inst.stale, lengths, lambda: rng.choice(production.SIXTEENTHS)),
+    }
+
+
+NON_ANTICIPATION_CASES = {
+    case("S8/production-non-anticipation/current-block",
+         "fresh current-block confidences leave every length unchanged",
+         ["S8.production-non-anticipation"]): _current_block_variants,
+    case("S8/production-non-anticipation/beyond-cut",
+         "current-block survivals beyond each admitted cut (raised or lowered) move no prefix",
+         ["S8.production-non-anticipation"]): _beyond_cut_variants,
+}
+
+
+@pytest.mark.parametrize("case", NON_ANTICIPATION_CASES, ids=case_id)
+def test_S8_production_ignores_the_current_block(case, require, case_seed, dspark_device):
+    """Exact: the lengths with the current block equal to the stale one are the baseline;
+    every variant of the current block gives the same lengths (SPEC S8: the inputs are
+    stale, so nothing the current block draws can move an admission)."""
+    iut = require(ProductionScheduler)
+    rng = random.Random(case_seed)
+    for index, inst in enumerate(production.instances(rng, PRODUCTION_INSTANCES)):
+        baseline = _production_lengths(iut, inst, inst.stale, dspark_device)
+        for name, current in NON_ANTICIPATION_CASES[case](rng, inst, baseline).items():
+            got = _production_lengths(iut, inst, current, dspark_device)
+            assert got == baseline, (
+                f"{case.id} instance {index}: {inst.describe()}; lengths {baseline} with the current "
+                f"block equal to the stale one, {got} with the current block {current} ({name})"
+            )
+
+
+OTHER_REQUESTS_CASE = case(
+    "S8/production-non-anticipation/other-requests",
+    "a request's length does not change when every other request's current values do",
+    ["S8.production-non-anticipation"],
+)
+
+
+@pytest.mark.parametrize("case", [OTHER_REQUESTS_CASE], ids=case_id)
+def test_S8_production_rows_ignore_other_rows_current_values(case, require, case_seed, dspark_device):
+    """Exact: for each request r, the other requests' current confidences set to 1, to 0
+    and redrawn; ``lengths[r]`` stays what it was with the stale block."""
+    iut = require(ProductionScheduler)
+    rng = random.Random(case_seed)
+    for index, inst in enumerate(production.instances(rng, PRODUCTION_INSTANCES)):
+        baseline = _production_lengths(iut, inst, inst.stale, dspark_device)
+        for r in range(len(inst.stale) if len(inst.stale) > 1 else 0):
+            for fill in (lambda: 1.0, lambda: 0.0, lambda: rng.choice(production.SIXTEENTHS)):
+                current = [row if i == r else [fill() for _ in row] for i, row in enumerate(inst.stale)]
+                got = _production_lengths(iut, inst, current, dspark_device)
+                assert got[r] == baseline[r], (
+                    f"{case.id} instance {index}: {inst.describe()}; request {r} verifies {baseline[r]} "
+                    f"drafts with the stale block, {got[r]} when the other requests' current block is "
+                    f"{current} (all lengths {baseline} -> {got})"
+                )

@@ -10,7 +10,10 @@ Covers, through :class:`~conformance.contract.SimulatedAcceptance` only:
 * the verify-step executor (``max_len = gamma + 1``): a fresh length on EVERY step (the S10
   bug rounded 4.7 once, when its buffer was made, and ran it as a constant 4), tested by the
   law of the lengths and by how often disjoint pairs of steps differ; its correct drafts
-  (the first ``acc_len - 1`` drafts, then -1) across batch-size and dtype changes.
+  (the first ``acc_len - 1`` drafts, then -1) across batch-size and dtype changes;
+* the simulated bonus (:class:`~conformance.contract.SimulatedBonus`): after a run of ``a``
+  accepted drafts, the target row at position ``a``, exactly its argmax for ``T < 1e-5``
+  and a chi-square test of ``softmax(L_a / T)`` otherwise.
 
 Draws use a CPU generator seeded with the case seed (the contract's lengths are host ints).
 To add a case: add an entry ``case(...): params`` to the dict of its family.
@@ -29,7 +32,7 @@ import torch
 from conformance import stats
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
-from conformance.contract import SimulatedAcceptance
+from conformance.contract import SimulatedAcceptance, SimulatedBonus
 
 METHODS = ("match-expected", "multinomial")
 EXECUTOR_ROWS = 8
@@ -299,3 +302,68 @@ def test_S6_executor_writes_correct_drafts(case, require, case_seed, dspark_devi
             f"{label}: expected the first acc_len - 1 drafts then -1 (acc_len {lengths.tolist()}): "
             f"{expected.tolist()}, got {got.tolist()}"
         )
+
+
+# ----------------------------------------------------------------------------- simulated bonus
+BONUS_ARGMAX = case("S6/simulated-bonus/argmax-T0", "T = 0 and 0 < T < 1e-5: the argmax of target row a, "
+                    "for random a in [0, gamma]", ["S6.simulated-bonus"])
+
+
+@pytest.mark.parametrize("case", [BONUS_ARGMAX], ids=case_id)
+def test_S6_simulated_bonus_is_the_argmax_as_T_goes_to_0(case, require, case_seed, dspark_device):
+    """Exact: each position's logits are a random permutation of ``0..V-1`` (no ties, gaps of
+    1, so even a noisy draw at ``T = 1e-5`` is the argmax), the bonus of row r is
+    ``argmax target_logits[r, accepted[r]]``."""
+    iut = require(SimulatedBonus)
+    g = _cpu_generator(case_seed)
+    rows, gamma, vocab = 96, 4, 50
+    logits = torch.stack([torch.randperm(vocab, generator=g) for _ in range(rows * (gamma + 1))]).float()
+    logits = logits.reshape(rows, gamma + 1, vocab)
+    accepted = torch.randint(0, gamma + 1, (rows,), generator=g)
+    temperatures = torch.tensor([0.0, 1e-6, 5e-6, 9.9e-6]).repeat(rows // 4)
+    expected = logits[torch.arange(rows), accepted].argmax(dim=-1)
+    got = iut.simulated_bonus(logits.to(dspark_device), accepted.to(dspark_device), temperatures.to(dspark_device),
+                              g).cpu()
+    wrong = (got != expected).nonzero().flatten().tolist()
+    assert not wrong, (
+        f"{case.id}: rows {wrong[:8]} (of {len(wrong)}): bonus {got[wrong[:8]].tolist()}, expected the argmax "
+        f"{expected[wrong[:8]].tolist()} of target row a = {accepted[wrong[:8]].tolist()} at T = "
+        f"{temperatures[wrong[:8]].tolist()}"
+    )
+
+
+#: Per position, logits over V = 6 that differ between positions (so row a is told from a + 1).
+BONUS_LOGITS = torch.tensor([
+    [2.0, 0.5, -1.0, 1.0, 0.0, -0.5],
+    [-0.5, 2.0, 1.0, -1.0, 0.5, 0.0],
+    [0.0, -1.0, 2.0, 0.5, 1.0, -0.5],
+    [1.0, 0.0, -0.5, 2.0, -1.0, 0.5],
+])
+BONUS_LAW = case("S6/simulated-bonus/law-T0.7", "T = 0.7: bonus tokens follow softmax(L_a / T) of target row a "
+                 "(rows cycle a = 0..gamma)", ["S6.simulated-bonus"], statistical=1)
+BONUS_CHUNK = 4096
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", [BONUS_LAW], ids=case_id)
+def test_S6_simulated_bonus_law(case, require, stat_check, case_seed, dspark_device):
+    """H0: the (a, token) cells follow ``w_a softmax(L_a / T)_v`` with ``w_a = 1 / (gamma + 1)``
+    (rows cycle through a, so each a holds a quarter of the rows up to one). Pearson
+    chi-square at ``PER_ASSERTION_ALPHA``, n from ``sample_size_for_tv`` for power 0.999 at
+    TV 0.01 over the 24 cells (fixed margins make the test conservative). The two faults it
+    guards are far above that: the row at a + 1 (clamped at gamma) is at TV 0.59 and the row
+    drawn at T = 1 at 0.15 (``softmax`` of the table above, in float64); n = 249,549."""
+    iut = require(SimulatedBonus)
+    positions, vocab = BONUS_LOGITS.shape
+    law = torch.softmax(BONUS_LOGITS.double() / 0.7, dim=-1) / positions
+    n = stats.sample_size_for_tv(law.flatten().tolist())
+    g = _cpu_generator(case_seed)
+    counts = torch.zeros(positions, vocab, dtype=torch.int64)
+    for start in range(0, n, BONUS_CHUNK):
+        rows = min(BONUS_CHUNK, n - start)
+        accepted = (torch.arange(start, start + rows) % positions)
+        logits = BONUS_LOGITS.expand(rows, positions, vocab).contiguous().to(dspark_device)
+        temperatures = torch.full((rows,), 0.7, device=dspark_device)
+        tokens = iut.simulated_bonus(logits, accepted.to(dspark_device), temperatures, g).cpu()
+        counts += torch.bincount(accepted * vocab + tokens, minlength=positions * vocab).reshape(positions, vocab)
+    stat_check(stats.goodness_of_fit(counts.flatten(), law.flatten().tolist(), name=case.id))

@@ -6,7 +6,8 @@ API generation maps the capabilities:
 
 * 0.5.17-0.5.21 (folded-sampling generation): :mod:`.v0517` (0.5.17-0.5.18 have no
   ``SpecTpSync`` and probe free memory themselves; see there);
-* 0.5.22+ (Philox-keyed draft): :mod:`.v0522` (``BlockwiseRejection`` from 0.5.23);
+* 0.5.22+ (Philox-keyed draft): :mod:`.v0522` (``BlockwiseRejection`` from 0.5.23), and the
+  simulated bonus (``SimulatedBonus``, :mod:`.simulated`);
 
 Measured on CPU: every release 0.5.17-0.5.23 (``docs/conformance/sglang-<version>-cpu.md``);
 on an H200: 0.5.21 and 0.5.23 (whole suite), 0.5.17-0.5.20 (without the statistical cases). ``DSPARK_SGLANG_LEDGER=off`` drops the expected-failure
@@ -14,12 +15,14 @@ ledger (:mod:`.ledger`) so that known divergences show as failures.
 * both: the bonus-anchor layout from 0.5.19 (:mod:`.layouts`), verification (:mod:`.verify`,
   with the truncated target law), one speculative
   round with SGLang's own drafter, handoff and verifier (:mod:`.speculative_round`),
-  simulated acceptance (:mod:`.simulated`) and the confidence head with STS
-  (:mod:`.confidence`).
+  simulated acceptance (:mod:`.simulated`), the confidence head with STS
+  (:mod:`.confidence`) and the production scheduler (SPEC S8's production variant: the
+  planner's budget and the top-k fill, :mod:`.scheduler`).
 
 Not offered (skipped by the suite, naming the capability): ``PrefixScheduler`` (SGLang's
 verify-budget planner is the production variant, not Algorithm 1: an argmax of the
-throughput over all budgets, no early stop, fed with confidences two steps old),
+throughput over all budgets, no early stop, fed with confidences two steps old; it is
+offered as ``ProductionScheduler``),
 ``SpeculativeLoop`` (needs the whole worker and a model runner), ``TruncatedStepSampler``
 (the DSpark draft samples the full softmax), ``NoiseStepSampler`` and ``FoldGate`` in
 0.5.22+ (see :mod:`.v0522`).
@@ -43,7 +46,7 @@ from typing import Any
 from conformance import contract as c
 from conformance.loading import AdapterLoadError
 
-from . import confidence, layouts, ledger, simulated, speculative_round, v0517, v0522, verify
+from . import confidence, layouts, ledger, scheduler, simulated, speculative_round, v0517, v0522, verify
 from . import loader
 from .loader import SGLangModules, load_sglang
 
@@ -90,7 +93,10 @@ def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[typ
     offered[c.SpeculativeRound] = speculative_round.SpeculativeRound(modules, draft_block, blockwise=blockwise)
     offered[c.GreedyVerifier] = verify.GreedyVerifier(modules)
     offered[c.SimulatedAcceptance] = simulated.SimulatedAcceptance(modules)
+    if modules.generation == "philox":  # sample_simulated_bonus first shipped in 0.5.22
+        offered[c.SimulatedBonus] = simulated.SimulatedBonus(modules)
     offered[c.Confidence] = confidence.Confidence(modules)
+    offered[c.ProductionScheduler] = scheduler.ProductionScheduler(modules)
     return offered
 
 

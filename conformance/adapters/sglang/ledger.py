@@ -1,7 +1,7 @@
 """SGLang's expected-failure ledger: confirmed divergences from the SPEC, by version and device.
 
 Every entry is a finding written up with a minimal reproducing input in
-``docs/conformance/sglang-findings.md`` (ids F1..F11), scoped to the SGLang versions and
+``docs/conformance/sglang-findings.md`` (ids F1..F13), scoped to the SGLang versions and
 devices on which a run confirmed it (``_LEDGER``). Entries are strict xfails: when
 SGLang fixes one, the run reports XPASS and the entry must go. A new divergence is not
 in here and fails the gate.
@@ -33,6 +33,11 @@ _DTYPE = "F6: corrected logits kept in float32, not the LM-head dtype (SPEC S4.1
 _SIM_CONSTANT = "F8: the verify executor ignores the method and repeats round(value - 1) correct drafts"
 _TOP_K_TIES = "F9: the top-k cut keeps k tokens in torch.topk order, neither all tied tokens nor the lowest ids"
 _MIN_P = "F10: DSpark verification ignores min_p; the committed law is the untruncated tempered target law"
+_FILL_CURRENT = ("F12: the planner's budget is stale, but ScheduleVerifyLensTopk fills it by the current block's "
+                 "confidences (proposal.confidence), so they move admitted prefixes")
+_BOUNDS = ("F13: with min_verify_len > 1 or max_verify_len < gamma + 1 the top-k ranks the floor's own positions and "
+           "one past the cap, and the budget ignores the floor (latent: the planner builds the defaults)")
+_S8_VERSIONS = ("0.5.17", "0.5.22", "0.5.23")  # measured; every release 0.5.17-0.5.23 ships the same two functions
 
 _BOTH = ("cpu", "cuda")
 _CPU = ("cpu",)
@@ -92,6 +97,16 @@ _LEDGER: tuple[ledgers.Row, ...] = (
     # F9 is CPU only: on the H200 both gates passed the tied top-k case (torch.topk on CUDA kept
     # the lowest ids there).
     ("test_S5_truncated_target_law[S5/truncation/top-k3-of-12-tied-T0.8]", "S5", _TOP_K_TIES, _on(_CPU, "0.5.23")),
+    # F12 and F13, confirmed by suite runs on CPU (exact cases) on 0.5.17, 0.5.22 and 0.5.23.
+    *(
+        (test, "S8", _FILL_CURRENT, _on(_CPU, *_S8_VERSIONS))
+        for test in ("test_S8_production_ignores_the_current_block[S8/production-non-anticipation/current-block]",
+                     "test_S8_production_ignores_the_current_block[S8/production-non-anticipation/beyond-cut]",
+                     "test_S8_production_rows_ignore_other_rows_current_values"
+                     "[S8/production-non-anticipation/other-requests]")
+    ),
+    ("test_S8_production_budget_is_the_objective_argmax[S8/production-bounds/batch-wide]", "S8", _BOUNDS,
+     _on(_CPU, *_S8_VERSIONS)),
 )
 
 

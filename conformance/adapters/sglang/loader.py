@@ -98,7 +98,9 @@ DSPARK_MODULES: dict[str, dict[str, str]] = {
         "dflash_utils": f"{_SPEC}.dflash_utils",  # verify target probs (top-k / top-p renorm)
         "tp_sync": f"{_SPEC}.spec_tp_sync",
         "environ": "sglang.srt.environ",
-        "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival
+        "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival, ScheduleVerifyLensTopk
+        "planner": f"{_SPEC}.dspark_components.dspark_planner",  # HostConfidenceBudgetPlanner
+        "sps": f"{_SPEC}.dspark_components.dspark_sps",  # profile_sps_table
         "sts_fit": "sglang.benchmark.dspark_sts_fit",  # fit_sts_temperatures
     },
     "philox": {
@@ -113,7 +115,9 @@ DSPARK_MODULES: dict[str, dict[str, str]] = {
         "dflash_utils": f"{_SPEC}.dflash_utils",  # verify target probs (top-k / top-p renorm)
         "tp_sync": f"{_SPEC}.spec_tp_sync",
         "environ": "sglang.srt.environ",
-        "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival
+        "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival, ScheduleVerifyLensTopk
+        "planner": f"{_SPEC}.dspark_components.dspark_planner",  # HostConfidenceBudgetPlanner
+        "sps": f"{_SPEC}.dspark_components.dspark_sps",  # profile_sps_table
         "sts_fit": "sglang.benchmark.dspark_sts_fit",  # fit_sts_temperatures
     },
 }

@@ -9,6 +9,13 @@
   with ``acc_len - 1``), ``begin_simulated_step()`` in 0.5.22+ (fills the one-element
   ``simulated_correct_len`` that the accept repeats over the batch).
 
+* ``simulated_bonus`` (0.5.22+): ``dspark_verify.sample_simulated_bonus``, the eager path the
+  verify step takes for a simulated run (every verify row Gumbel-max sampled at
+  ``max(T, 1e-5)`` by SGLang's Triton kernel, the row at ``correct_len`` kept); its Philox seed
+  is ``random.getrandbits(31)`` of Python's global RNG, seeded here from the suite's
+  generator (and restored after). Rows travel flattened, ``[B * (gamma + 1), V]``, as the
+  verify logits do.
+
 SGLang reads the method once, at import, from ``SGLANG_SIMULATE_ACC_METHOD`` into
 ``dspark_verify.SIMULATE_ACC_METHOD``; the executor sets that module constant around each
 step (what starting the server with that variable does). 0.5.17's executor reads no method
@@ -19,6 +26,7 @@ passed on, and the suite sees what that release does.
 from __future__ import annotations
 
 import contextlib
+import random
 import types
 from typing import Iterator
 
@@ -27,7 +35,7 @@ import torch
 from .engine_inputs import seed_from, seeded_global_rng, tp_sync_argument
 from .loader import SGLangModules
 
-__all__ = ["SimulatedAcceptance", "SimulatedExecutor"]
+__all__ = ["SimulatedAcceptance", "SimulatedExecutor", "SimulatedBonus"]
 
 _CORRECT_LEN_DTYPE = torch.int32  # dtype of SGLang's accept lengths
 
@@ -118,3 +126,33 @@ class SimulatedAcceptance:
 
     def executor(self, value, method, gamma, seed):
         return SimulatedExecutor(self._modules, value, method, gamma, seed)
+
+
+@contextlib.contextmanager
+def _seeded_python_rng(seed: int) -> Iterator[None]:
+    """Python's global ``random`` seeded by ``seed`` for the body, its state restored after."""
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
+class SimulatedBonus:
+    """SPEC S6 simulated bonus through SGLang's ``sample_simulated_bonus`` (0.5.22+)."""
+
+    def __init__(self, modules: SGLangModules) -> None:
+        self._sample = modules["verify"].sample_simulated_bonus
+
+    def simulated_bonus(self, target_logits, accepted, temperatures, generator):
+        rows, positions, vocab = target_logits.shape
+        sampling_info = types.SimpleNamespace(temperatures=temperatures.float().reshape(rows, 1))
+        with _seeded_python_rng(seed_from(generator)):
+            bonus = self._sample(
+                target_logits=target_logits.float().reshape(rows * positions, vocab).contiguous(),
+                correct_len=accepted.to(torch.int64), greedy_bonus=torch.zeros(rows, dtype=torch.int64,
+                                                                             device=target_logits.device),
+                sampling_info=sampling_info, bs=rows, verify_num_draft_tokens=positions,
+            )
+        return bonus.to(torch.int64)

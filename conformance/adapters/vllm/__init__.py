@@ -11,7 +11,10 @@ onto vLLM's code:
 * ``ChainVerifier``, ``GreedyVerifier`` (S5): ``rejection_sample``, seeded rows natively
   (:mod:`.verify`);
 * ``SpeculativeRound`` (S9): the drafter's Markov loop feeding ``rejection_sample`` with the
-  request's shared seed, positions and the drafter's logits cache (:mod:`.round`).
+  request's shared seed, positions and the drafter's logits cache (:mod:`.round`);
+* ``ProductionScheduler`` (S8 production variant, 0.28.0+): ``AdaptiveVerificationManager``'s
+  ``get_num_tokens`` (budget from stale confidences) and ``reallocate_drafts`` (the fill)
+  (:mod:`.scheduler`).
 
 What differs between releases is found by inspecting the installed functions
 (``gumbel_sample``'s cache and ``is_drafting`` arguments), not by version strings. Measured
@@ -24,7 +27,7 @@ DSpark draft samples the full softmax; top-k/top-p are the target sampler's),
 ``FoldedDraft`` / ``FoldGate`` / ``FoldRouting`` (vLLM captures the whole draft step in its
 CUDA graph with no folded-sampler object or memory gate of SGLang's kind),
 ``PrefixScheduler`` (vLLM's adaptive verification is the production variant, not
-Algorithm 1), ``SpeculativeLoop`` (needs the engine and a model runner),
+Algorithm 1; 0.25.0 ships no adaptive verification at all), ``SpeculativeLoop`` (needs the engine and a model runner),
 ``TruncatedChainVerifier`` (vLLM's top-k/top-p live in ``vllm.v1.sample.ops``, which needs the
 platform layer), ``SimulatedAcceptance`` (vLLM's synthetic mode takes per-step acceptance
 rates, none of SPEC S6's methods), ``Confidence`` (the confidence head is a model-file module
@@ -52,16 +55,17 @@ from .layouts import DraftLayouts
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler
+from .scheduler import ProductionScheduler, requirement
 from .verify import ChainVerifier, GreedyVerifier
 
-__all__ = ["make_adapter", "capabilities"]
+__all__ = ["make_adapter", "capabilities", "requirements"]
 
 GREEDY_RULE = "temperature"
 
 
 def capabilities(modules: VLLMModules) -> dict[type, Any]:
     """The capability mapping for the loaded vLLM (see the module note for what is left out)."""
-    return {
+    offered = {
         c.StepSampler: StepSampler(modules),
         c.MarkovBlock: MarkovBlock(modules),
         c.DraftLayouts: DraftLayouts(modules),
@@ -69,6 +73,16 @@ def capabilities(modules: VLLMModules) -> dict[type, Any]:
         c.GreedyVerifier: GreedyVerifier(modules),
         c.SpeculativeRound: SpeculativeRound(modules),
     }
+    if "adaptive" in modules:
+        offered[c.ProductionScheduler] = ProductionScheduler(modules)
+    return offered
+
+
+def requirements(modules: VLLMModules) -> dict[type, c.Requirement]:
+    """Where the capabilities of the loaded vLLM cannot run everywhere: 0.28.0-0.29.0's
+    adaptive verification pins host memory, so ``ProductionScheduler`` needs CUDA there."""
+    needs = requirement(modules) if "adaptive" in modules else None
+    return {} if needs is None else {c.ProductionScheduler: needs}
 
 
 def make_adapter() -> c.Adapter:
@@ -87,6 +101,7 @@ def make_adapter() -> c.Adapter:
         conventions=c.Conventions(greedy_rule=GREEDY_RULE, draft_truncates=False,
                                   draft_vocabularies=("target", "reduced")),
         capabilities=capabilities(modules),
+        requirements=requirements(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
         description=description,
     )

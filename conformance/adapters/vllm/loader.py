@@ -47,6 +47,8 @@ from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import torch
+
 from conformance.adapters.engine_import import (
     StubCalled,
     Stubs,
@@ -81,6 +83,7 @@ DSPARK_MODULES: dict[str, str] = {
 #: and is recorded in ``VLLMModules.missing`` with the reason.
 OPTIONAL_MODULES: dict[str, str] = {
     "acceptance": f"{_WORKER}.spec_decode.acceptance_estimator",
+    "adaptive": f"{_WORKER}.spec_decode.adaptive_verification",  # AdaptiveVerificationManager, 0.28.0+
 }
 
 #: Engine modules the DSpark files import, with why they are not needed here.
@@ -93,6 +96,16 @@ _ENGINE_STUBS: dict[str, str] = {
         "DFlash speculator base class (backbone forward, KV cache, CUDA graphs); the suite feeds "
         "base logits to the DSpark Markov loop",
     "vllm.v1.worker.gpu.spec_decode.dspark.utils": "draft checkpoint loading; weights come as tensors",
+    "vllm.distributed.parallel_state":
+        "process groups: adaptive verification's get_tp_group broadcasts profiled cost curves, a "
+        "path never run here (the suite hands the cost tables over); one rank",
+    "vllm.platforms": "platform detection; explicit values: no pinned host memory, CUDA as torch sees it",
+    "vllm.v1.utils": "engine-process utilities (ZMQ, uvloop); CpuGpuBuffer, built only by the "
+                     "adaptive-verification manager's __init__, which the adapter does not run",
+    "vllm.v1.worker.gpu.async_utils": "step-timing collection and side streams (annotations; the "
+                                      "admitted-count copy to the host, off here)",
+    "vllm.v1.worker.gpu.attn_utils": "attention-backend capability checks of the adaptive manager's factory",
+    "vllm.v1.attention.backend": "attention-backend enum of the adaptive manager's factory",
 }
 
 
@@ -104,6 +117,19 @@ class _CUDAGraphMode(enum.Enum):
     (a default argument of ``_generate_draft``, never run here)."""
 
     NONE = 0
+
+
+class _Platform:
+    """Stand-in for ``vllm.platforms.current_platform``: the two questions the adaptive
+    verification imports ask (``PIN_MEMORY``, the GPU-sync checker's mode)."""
+
+    @staticmethod
+    def is_pin_memory_available() -> bool:
+        return False
+
+    @staticmethod
+    def is_cuda_alike() -> bool:
+        return torch.cuda.is_available()
 
 
 _NUMPY_EXTERNS = ("log1p", "expm1")
@@ -179,6 +205,7 @@ _STUB_VALUES: dict[str, Any] = {
     "vllm.triton_utils": _triton_values,
     "vllm.logger": lambda: {"init_logger": logging.getLogger},
     "vllm.config.compilation": lambda: {"CUDAGraphMode": _CUDAGraphMode},
+    "vllm.platforms": lambda: {"current_platform": _Platform()},
 }
 
 

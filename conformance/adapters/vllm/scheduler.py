@@ -1,0 +1,100 @@
+"""SPEC S8 production variant through vLLM's adaptive verification (0.28.0+).
+
+vLLM's ``AdaptiveVerificationManager`` (``spec_decode/adaptive_verification.py``) schedules
+in two calls per step, and the adapter makes both on the manager itself:
+
+* ``get_num_tokens``: the draft budget, the argmax over budgets of ``(sampling requests +
+  top-k stale survivals) / (draft_cost[R] + verify_cost[R + k])``, the stale confidences
+  read from the manager's host slot (the copy of an earlier step's confidences);
+* ``reallocate_drafts``: the budget's slots ranked by ``_confidence_probs``, the
+  confidences ``record_confidences`` last published, i.e. those of the block about to be
+  verified (the current block), in ``_assign_draft_token_budget``'s top-k.
+
+Smallest faithful inputs: the manager's ``__init__`` opens CUDA streams and pinned
+buffers, so the manager is made with ``object.__new__`` and given the state those two calls
+read: one slot per request (``idx_mapping`` the identity), every request decoding one
+bonus token and ``max_lengths[r]`` scheduled drafts (vLLM's per-request maximum: its
+eligible slots), the stale confidences in the read slot, the current ones in
+``_confidence_probs``, cost tables ``draft = 0`` and ``verify[b] = cost[b - 1]`` (what
+``build_cost_tables_from_curves`` would return for a profiled curve through those points).
+vLLM has no minimum length: other minimums raise ``NotImplementedError``.
+
+Where it runs: 0.28.0-0.29.0's ``reallocate_drafts`` copies to the device through
+``buffer_utils.async_copy_to_gpu``, which pins host memory (``Tensor.pin_memory``, a CUDA
+call even for a CPU target), so those releases need CUDA (:func:`requirement`); 0.33.0's
+``async_tensor_h2d`` pins only where the platform has pinned memory, and runs on CPU too.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import torch
+
+from conformance.contract import Requirement
+
+from .loader import VLLMModules
+
+__all__ = ["ProductionScheduler", "requirement"]
+
+_PINNING_COPY = Requirement(
+    devices=("cuda",), reason="this release's reallocate_drafts pins host memory (buffer_utils.async_copy_to_gpu)"
+)
+
+
+def requirement(modules: VLLMModules) -> Requirement | None:
+    """Where the loaded vLLM's adaptive verification runs: CUDA only when its
+    ``reallocate_drafts`` copies through ``async_copy_to_gpu`` (module note); None: anywhere."""
+    return _PINNING_COPY if hasattr(modules["adaptive"], "async_copy_to_gpu") else None
+
+_BONUS_TOKENS = 1  # one target-sampled token per request (no DSpark anchor extra)
+
+
+def _request_states(rows: int, device: torch.device) -> types.SimpleNamespace:
+    """What the manager reads of ``RequestState``: slots, and every request past prefill."""
+    return types.SimpleNamespace(
+        req_id_to_index={f"r{i}": i for i in range(rows)},
+        num_computed_tokens_np=np.full(rows, 1 << 20, dtype=np.int32),
+        prefill_len=types.SimpleNamespace(np=np.ones(rows, dtype=np.int32)),
+        max_num_reqs=rows,
+        device=device,
+    )
+
+
+class ProductionScheduler:
+    """SPEC S8 production variant through ``AdaptiveVerificationManager``."""
+
+    def __init__(self, modules: VLLMModules) -> None:
+        self._adaptive = modules["adaptive"]
+
+    def _manager(self, stale: torch.Tensor, current: torch.Tensor, cost) -> object:
+        rows, gamma = stale.shape
+        device = current.device
+        manager = object.__new__(self._adaptive.AdaptiveVerificationManager)
+        manager.req_states = _request_states(rows, device)
+        manager.num_speculative_steps = gamma
+        manager.num_bonus_tokens = _BONUS_TOKENS
+        manager._max_total_logits = rows * (gamma + _BONUS_TOKENS)
+        manager.cost_tables = (np.zeros(rows + 1), np.array([cost[0], *cost], dtype=np.float64))
+        manager._stale_confidences = [types.SimpleNamespace(np=stale.cpu().float().numpy().copy())]
+        manager._stale_idx = 0
+        manager._batch_budget = None
+        manager._confidence_probs = current.float().clone()
+        manager._batch_draft_capacity = torch.empty(rows, dtype=torch.int32, device=device)
+        manager._num_non_draft_tokens = torch.empty(rows, dtype=torch.int32, device=device)
+        manager._cu_num_logits = torch.empty(rows + 1, dtype=torch.int32, device=device)
+        manager.query_start_loc = torch.empty(rows + 1, dtype=torch.int32, device=device)
+        manager._copy_admitted_drafts_to_host = False
+        return manager
+
+    def schedule_production(self, stale_confidences, confidences, cost, min_lengths, max_lengths):
+        if bool((min_lengths != 0).any()):
+            raise NotImplementedError("vLLM's adaptive verification has no minimum verify length")
+        rows = stale_confidences.shape[0]
+        manager = self._manager(stale_confidences, confidences, cost)
+        drafts = {f"r{i}": [0] * int(n) for i, n in enumerate(max_lengths.tolist())}
+        manager.get_num_tokens({r: _BONUS_TOKENS + len(d) for r, d in drafts.items()}, drafts)
+        idx_mapping = torch.arange(rows, dtype=torch.int32, device=confidences.device)
+        cu_num_logits = manager.reallocate_drafts(list(drafts), idx_mapping)[0]
+        return (cu_num_logits.diff() - _BONUS_TOKENS).to(device=stale_confidences.device, dtype=torch.int64)
