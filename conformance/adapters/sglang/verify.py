@@ -14,7 +14,8 @@
   fallback ``top_p_normalize_probs_torch``, min-p not at all (F10). The handed-over q
   travels as ``log q`` at draft temperature 1 (``SoftmaxTemp`` gives ``q`` back).
 * ``GreedyVerifier``: ``AcceptGreedy.execute``.
-* The cap is SGLang's ragged-verify ``cutoff_layout.verify_lens`` (one length for all rows).
+* The cap is SGLang's ragged-verify ``cutoff_layout.verify_lens`` (per row: an int cap fills
+  every row, a ``[B]`` cap is passed as it is).
 * Output: SGLang's commit layout ``BuildOutTokens`` (accepted drafts, then the bonus),
   with positions after the bonus set to -1 as the contract asks.
 
@@ -46,8 +47,13 @@ def _candidates(draft_tokens: torch.Tensor) -> torch.Tensor:
     return torch.cat([anchor, draft_tokens.to(torch.int64)], dim=1)
 
 
-def _cutoff_lens(cap: int | None, bs: int, device: torch.device) -> torch.Tensor | None:
-    return None if cap is None else torch.full((bs,), cap, dtype=torch.int32, device=device)
+def _cutoff_lens(cap: int | torch.Tensor | None, bs: int, device: torch.device) -> torch.Tensor | None:
+    """SGLang's per-row ``verify_lens``: one cap for every row, or the contract's per-row caps."""
+    if cap is None:
+        return None
+    if isinstance(cap, torch.Tensor):
+        return cap.to(device=device, dtype=torch.int32)
+    return torch.full((bs,), cap, dtype=torch.int32, device=device)
 
 
 def _contract_outputs(modules, draft_tokens, correct_len, bonus) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +86,7 @@ def accept(
     top_k: torch.Tensor,
     seed: int,
     blockwise: bool = False,
-    cap: int | None = None,
+    cap: int | torch.Tensor | None = None,
     vocab_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang's ``accept_draft_tokens`` on one drafted block, in contract outputs.
@@ -100,7 +106,7 @@ def accept(
         top_k: ``[B]`` the rows' ``top_k`` (for ``DFlashDraftInputV2``'s top-k fields).
         seed: the server seed the global RNG was seeded with (keys ``RejectionNoise``).
         blockwise: 0.5.23+: pass a ``RejectionNoise`` (``BlockwiseRejection``).
-        cap: the ragged-verify length of every row, or None.
+        cap: the ragged-verify length of every row (an int) or of each row ([B]), or None.
         vocab_size: ``V`` for the truncating capabilities (``draft_input``), else None.
 
     Raises:
