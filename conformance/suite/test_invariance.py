@@ -67,10 +67,12 @@ def _chain_inputs(rows: int, l: int, vocab: int, gen: torch.Generator) -> dict[s
     return {"drafts": drafts, "target": target, "draft_logits": draft_logits, "temps": temps, "top_k": top_k}
 
 
-def _caps(rows: int, l: int, gen: torch.Generator) -> torch.Tensor:
-    """``[rows]`` int64 caps in ``0..l+1``, each value present."""
-    caps = torch.randint(0, l + 2, (rows,), generator=gen)
-    caps[: l + 2] = torch.arange(l + 2)
+def _caps(rows: int, l: int, gen: torch.Generator, low: int = 0) -> torch.Tensor:
+    """``[rows]`` int64 caps in ``low..l+1``, each value present. The invariance cases use
+    ``low = 1`` (cap 0 is the S5/cap cases' business), so an engine's cap-0 fault does not
+    hide what they check."""
+    caps = torch.randint(low, l + 2, (rows,), generator=gen)
+    caps[: l + 2 - low] = torch.arange(low, l + 2)
     return caps
 
 
@@ -105,7 +107,7 @@ def _assert_same(label: str, got: tuple, want: tuple, rows) -> None:
 SEEDED_CASES = {
     case("S5/invariance/seeded-rows-any-batch", "seeded rows, mixed T / greedy flags: whole batch = each row alone = "
          "permuted = chunks of 7 = a second call (bit-identical)", ("S5.invariance", "S5.seeded", "S5.mixed")): False,
-    case("S5/invariance/seeded-rows-any-batch-per-row-caps", "the same with per-row caps 0..l+1",
+    case("S5/invariance/seeded-rows-any-batch-per-row-caps", "the same with per-row caps 1..l+1",
          ("S5.invariance", "S5.seeded", "S5.cap")): True,
 }
 
@@ -118,7 +120,7 @@ def test_S5_seeded_rows_batch_invariant(case, require, dspark_device, case_seed)
     x["seeds"] = torch.randint(0, 2**62, (rows,), generator=gen)
     x["positions"] = torch.randint(0, 10**6, (rows,), generator=gen)
     if SEEDED_CASES[case]:
-        x["cap"] = _caps(rows, l, gen)
+        x["cap"] = _caps(rows, l, gen, low=1)
     feature = "seeded rows" + (" with per-row caps" if "cap" in x else "")
 
     def verify(part: dict):
@@ -133,7 +135,8 @@ def test_S5_seeded_rows_batch_invariant(case, require, dspark_device, case_seed)
 GREEDY_CASES = {
     case("S5/invariance/greedy-rows-any-batch", "GreedyVerifier: whole batch = each row alone = permuted = chunks "
          "(bit-identical)", ("S5.invariance", "S5.greedy-verify")): False,
-    case("S5/invariance/greedy-rows-any-batch-per-row-caps", "the same with per-row caps 0..l+1",
+    case("S5/invariance/greedy-rows-any-batch-per-row-caps", "the same with per-row caps 1..l+1, each row "
+         "against the argmax oracle",
          ("S5.invariance", "S5.greedy-verify", "S5.cap")): True,
 }
 
@@ -147,7 +150,7 @@ def test_S5_greedy_rows_batch_invariant(case, require, dspark_device, case_seed)
     drafts = torch.where(torch.rand(rows, l, generator=gen) < 0.8, best[:, :l], torch.randint(vocab, (rows, l), generator=gen))
     x = {"drafts": drafts, "target": target}
     if GREEDY_CASES[case]:
-        x["cap"] = _caps(rows, l, gen)
+        x["cap"] = _caps(rows, l, gen, low=1)
 
     def verify(part: dict):
         part = _on(dspark_device, part)
@@ -302,7 +305,7 @@ def _inputs_for(name: str, gen: torch.Generator) -> tuple[type, dict]:
     x = _chain_inputs(rows, l, vocab, gen)
     x["target"][:, :, 0] = -math.inf
     if name in ("chain", "chain-explicit"):
-        x["cap"] = _caps(rows, l, gen)
+        x["cap"] = _caps(rows, l, gen, low=1)
         if name == "chain":
             x["seeds"] = torch.randint(0, 2**62, (rows,), generator=gen)
             x["positions"] = torch.randint(0, 10**6, (rows,), generator=gen)
@@ -311,7 +314,7 @@ def _inputs_for(name: str, gen: torch.Generator) -> tuple[type, dict]:
             x["final_uniforms"] = torch.rand(rows, dtype=F64, generator=gen)
         return ChainVerifier, x
     if name == "greedy":
-        return GreedyVerifier, {"drafts": x["drafts"], "target": x["target"], "cap": _caps(rows, l, gen)}
+        return GreedyVerifier, {"drafts": x["drafts"], "target": x["target"], "cap": _caps(rows, l, gen, low=1)}
     if name == "truncated-chain":
         probs = torch.softmax(x["draft_logits"], dim=-1)
         return TruncatedChainVerifier, {"drafts": x["drafts"], "target": x["target"], "draft_probs": probs,

@@ -58,9 +58,25 @@ TOP_K_TIES = "lowest"
 DRAFT_TRUNCATES = False
 
 
-def conventions() -> c.Conventions:
-    """SGLang's declared conventions (every version)."""
-    return c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=DRAFT_TRUNCATES)
+#: NaN, negative and infinite temperatures: SGLang rejects them when a request is admitted
+#: (``SamplingParams.verify``: "temperature must be a non-negative finite number"); its DSpark
+#: components below that check take them unchecked (F12).
+BAD_TEMPERATURES = "error"
+#: Logits rows with NaN or all -inf: the samplers return an id in [0, V) (``torch.argmax`` of
+#: NaN keys: the NaN token; of an all -inf row: 0), never raise.
+DEGENERATE_ROWS = "tolerated"
+#: The first release whose chain kernel accepts only where ``0 < q <= 1``
+#: (``reject_sampling.py``: ``q_is_prob & (coin * q < p)``), so a q(x) = 0 draft is rejected;
+#: before it the test is ``coin * q < p`` alone (accepted iff p(x) > 0).
+ZERO_Q_REJECTED_SINCE = (0, 5, 21)
+
+
+def conventions(release: tuple[int, ...] = ZERO_Q_REJECTED_SINCE) -> c.Conventions:
+    """SGLang's declared conventions for ``release`` (``(0, 5, 23)``); only the q(x) = 0
+    choice depends on it."""
+    zero_q = "reject" if release >= ZERO_Q_REJECTED_SINCE else "accept"
+    return c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=DRAFT_TRUNCATES,
+                         bad_temperatures=BAD_TEMPERATURES, degenerate_rows=DEGENERATE_ROWS, zero_q_drafts=zero_q)
 
 
 def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[type, Any]:
@@ -112,7 +128,7 @@ def make_adapter() -> c.Adapter:
         description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
     return c.Adapter(
         name=f"sglang=={modules.version}",
-        conventions=conventions(),
+        conventions=conventions(modules.release),
         capabilities=capabilities(modules),
         requirements=requirements(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
@@ -135,7 +151,7 @@ def make_blockwise_adapter() -> c.Adapter:
         )
     return c.Adapter(
         name=f"sglang=={modules.version}+blockwise",
-        conventions=conventions(),
+        conventions=conventions(modules.release),
         capabilities=capabilities(modules, blockwise=True),
         requirements=requirements(modules),
         description=f"SGLang {modules.version} DSpark, verify through BlockwiseRejection",

@@ -40,6 +40,7 @@ _DTYPE = "F6: corrected logits kept in float32, not the LM-head dtype (SPEC S4.1
 _SIM_CONSTANT = "F8: the verify executor ignores the method and repeats round(value - 1) correct drafts"
 _TOP_K_TIES = "F9: the top-k cut keeps k tokens in torch.topk order, neither all tied tokens nor the lowest ids"
 _MIN_P = "F10: DSpark verification ignores min_p; the committed law is the untruncated tempered target law"
+_BAD_T = "F12: the accept path takes NaN / negative / inf temperatures unchecked (only request admission rejects them)"
 
 _BOTH = ("cpu", "cuda")
 _CPU = ("cpu",)
@@ -88,6 +89,11 @@ _LEDGER: tuple[tuple[str, str, str, Mapping[str, tuple[str, ...]]], ...] = (
     ("test_S5_truncated_target_law[S5/truncation/min-p0.3-T2.0]", "S5", _MIN_P, _on(_CPU, "0.5.23")),
     ("test_S9_round_commits_the_target_law[S9/round/law-min-p0.2-T1.6]", "S9", _MIN_P, _on(_CPU, "0.5.23")),
     ("test_S5_truncated_target_law[S5/truncation/top-k3-of-12-tied-T0.8]", "S5", _TOP_K_TIES, _on(_CPU, "0.5.23")),
+    # Degenerate inputs and per-row caps (issues 16, 17), confirmed by a suite run on CPU
+    # (0.5.23, ledger off): a cap-0 row crashes BuildOutTokens (F1); bad temperatures pass (F12).
+    ("test_S5_per_row_caps_generator[S5/cap/per-row-chain-generator]", "S5", _CAP0, _on(_CPU, "0.5.23")),
+    ("test_S5_bad_temperatures_verify[S5/degenerate/temperature-nan-negative-inf]", "S5", _BAD_T,
+     _on(_CPU, "0.5.23")),
 )
 
 

@@ -45,6 +45,7 @@ def _on(devices: tuple[str, ...], *versions: str) -> dict[str, tuple[str, ...]]:
 _LEDGER: tuple[tuple[str, str, str, Mapping[str, tuple[str, ...]]], ...] = (
     ("test_S3_zero_probability[S3/vocab-crop/neg-inf-never-drawn]", "S3", _HOT,
      _on(_CPU, "0.25.0", "0.28.0", "0.29.0", "0.33.0")),
+    ("test_S3_huge_temperature_uniform[S3/degenerate/huge-temperature-uniform]", "S3", _HOT, _on(_CPU, "0.33.0")),
 )
 
 
