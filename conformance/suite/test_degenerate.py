@@ -35,7 +35,13 @@ import torch
 
 from conformance import stats
 from conformance.cases import case, case_id
-from conformance.contract import ChainVerifier, GreedyVerifier, NoiseStepSampler, StepSampler, TruncatedChainVerifier
+from conformance.contract import (
+    ChainVerifier,
+    GreedyVerifier,
+    NoiseStepSampler,
+    StepSampler,
+    TruncatedChainVerifier,
+)
 from conformance.seeds import derive_seed
 from conformance.suite.support import race_oracle as race
 from conformance.suite.support import verify_oracle as oracle
@@ -247,7 +253,9 @@ def test_S3_bad_temperatures(case, require, dspark_adapter, dspark_device, case_
     temps = torch.where(bad, BAD_T_CASES[case], torch.tensor([1.0, 0.0]).repeat(rows // 2))
     top_k = torch.where(bad | (temps == 1.0), vocab, 1)
     noise = race.separate(logits, torch.where(bad, 1.0, temps), _exp(logits.shape, gen))
-    call = lambda: sampler.sample_with_noise(*_to(dspark_device, logits, temps, top_k, noise)).cpu()  # noqa: E731
+    def call():
+        return sampler.sample_with_noise(*_to(dspark_device, logits, temps, top_k, noise)).cpu()
+
     if dspark_adapter.conventions.bad_temperatures == "error":
         with pytest.raises(ValueError):
             call()
@@ -276,8 +284,9 @@ def test_S5_bad_temperatures_verify(case, require, dspark_adapter, dspark_device
     bad = torch.arange(rows) % 2 == 0
     temps = torch.where(bad, torch.tensor(list(BAD_TEMPERATURES.values())).repeat(rows // 3)[:rows], 0.0)
     top_k = torch.where(bad, TOP_K_OFF, 1)
-    call = lambda: iut.verify(*_to(dspark_device, drafts, target, draft_logits, temps, top_k),  # noqa: E731
-                              generator=case_generator)
+    def call():
+        return iut.verify(*_to(dspark_device, drafts, target, draft_logits, temps, top_k), generator=case_generator)
+
     if dspark_adapter.conventions.bad_temperatures == "error":
         with pytest.raises(ValueError):
             call()
