@@ -41,6 +41,7 @@ _SIM_CONSTANT = "F8: the verify executor ignores the method and repeats round(va
 _TOP_K_TIES = "F9: the top-k cut keeps k tokens in torch.topk order, neither all tied tokens nor the lowest ids"
 _MIN_P = "F10: DSpark verification ignores min_p; the committed law is the untruncated tempered target law"
 _BAD_T = "F12: the accept path takes NaN / negative / inf temperatures unchecked (only request admission rejects them)"
+_NAN_ROW = "F13: a NaN in the row makes SampleStepTokens (torch path) return the -inf token 0"
 
 _BOTH = ("cpu", "cuda")
 _CPU = ("cpu",)
@@ -91,9 +92,24 @@ _LEDGER: tuple[tuple[str, str, str, Mapping[str, tuple[str, ...]]], ...] = (
     ("test_S5_truncated_target_law[S5/truncation/top-k3-of-12-tied-T0.8]", "S5", _TOP_K_TIES, _on(_CPU, "0.5.23")),
     # Degenerate inputs and per-row caps (issues 16, 17), confirmed by a suite run on CPU
     # (0.5.23, ledger off): a cap-0 row crashes BuildOutTokens (F1); bad temperatures pass (F12).
-    ("test_S5_per_row_caps_generator[S5/cap/per-row-chain-generator]", "S5", _CAP0, _on(_CPU, "0.5.23")),
+    # 0.5.21 (CPU, ledger off, -m "not statistical"): zero noise on -inf tails (F4), NaN rows (F13).
+    ("test_S5_per_row_caps_generator[S5/cap/per-row-chain-generator]", "S5", _CAP0, _on(_CPU, "0.5.21", "0.5.23")),
     ("test_S5_bad_temperatures_verify[S5/degenerate/temperature-nan-negative-inf]", "S5", _BAD_T,
-     _on(_CPU, "0.5.23")),
+     _on(_CPU, "0.5.21", "0.5.23")),
+    *(
+        (f"test_S3_bad_temperatures[S3/degenerate/temperature-{name}]", "S3", _BAD_T, _on(_CPU, "0.5.21"))
+        for name in ("nan", "negative", "inf")
+    ),
+    *(
+        (f"test_S3_tail_tile_zero_mass[S3/degenerate/tail-tile-zero-mass-V{vocab}]", "S3", _ZERO_NOISE,
+         _on(_CPU, "0.5.21"))
+        for vocab in (1025, 8193, 10000, 151936)
+    ),
+    ("test_S3_endpoint_noise[S3/degenerate/endpoint-noise]", "S3", _ZERO_NOISE, _on(_CPU, "0.5.21")),
+    *(
+        (f"test_S3_nan_and_dead_rows[S3/degenerate/nan-rows-{cap}]", "S3", _NAN_ROW, _on(_CPU, "0.5.21"))
+        for cap in ("NoiseStepSampler", "StepSampler")
+    ),
 )
 
 
