@@ -40,6 +40,8 @@ SPEC_CLAUSES: dict[str, str] = {
     "S3.vocab-crop": "ids < V even with padded logits; zero-probability tokens never drawn",
     "S3.truncation": "top-k / top-p / min-p draw from the renormalised truncated softmax (sets on L / T)",
     "S3.top-k-ties": "ties at a top-k cut follow the declared rule; the law is the renormalised kept set",
+    "S3.degenerate": "zero-mass tail tiles, endpoint noise, NaN / all -inf rows, bad / huge / tiny temperatures: "
+                     "never an id outside [0, V) or a -inf token; declared rules for bad rows and temperatures",
     "S4.static-buffers": "static buffers sized once for max_bs",
     "S4.stage": "stage_sampling_params: clamp, greedy mask, all-greedy default",
     "S4.fresh-noise-replay": "in-graph noise refreshed on every step and replay",
@@ -59,6 +61,10 @@ SPEC_CLAUSES: dict[str, str] = {
     "S5.tensor-parallel": "ranks with the same inputs and seeds compute identical drafts, verify lengths, accepted "
                           "counts and tokens, whatever their local generators and profiled tables",
     "S5.streams": "draft noise and the verifier's coins and correction draw are independent streams",
+    "S5.degenerate": "q(x) = 0 drafts by the declared choice, q above 1 read as 1, endpoint and boundary coins "
+                     "never pick a zero-probability token, -1 sentinel drafts rejected and never emitted",
+    "S5.invariance": "a row's result does not depend on its batch, order or chunking; same seeds, same results; "
+                     "inputs not modified in place",
     "S6.match-expected": "floor/ceil draw whose mean is the clamped value",
     "S6.multinomial": "round(clamp(Normal(value, 1), 1, max_len))",
     "S6.invalid-method": "any other method raises ValueError",

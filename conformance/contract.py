@@ -91,6 +91,17 @@ class Conventions:
         draft_truncates: whether the drafter of :class:`SpeculativeRound` draws from the
             request's truncated law (True) or from the full tempered softmax (False); the
             verifier truncates the target law either way (SPEC S5).
+        bad_temperatures: what :class:`StepSampler`, :class:`NoiseStepSampler` and
+            :class:`ChainVerifier` do with a NaN, negative or infinite temperature (SPEC
+            S3 degenerate inputs): ``"error"`` (raise ``ValueError``) or ``"greedy"``
+            (such rows decode greedily: argmax, lowest index).
+        degenerate_rows: what the step samplers do with a logits row that contains NaN or
+            is all -inf (SPEC S3): ``"error"`` (raise ``ValueError``) or ``"tolerated"``
+            (return an id in ``[0, V)``, never one whose logit is -inf when the row has
+            another).
+        zero_q_drafts: how chain verification treats a draft ``x_j`` with ``q_j(x_j) =
+            0`` (SPEC S5 degenerate values): ``"accept"`` (the rule ``u * q < p``
+            accepts it iff ``p_j(x_j) > 0``) or ``"reject"`` (always rejected).
         dtypes: LM-head dtypes the folded sampler supports.
         devices: device types the adapter runs on (``"cpu"``, ``"cuda"``).
         layouts: the block layouts of :class:`DraftLayouts` (SPEC S1): ``"anchor-first"``
@@ -104,6 +115,9 @@ class Conventions:
     tie_break: Literal["lowest"] = "lowest"
     top_k_ties: Literal["all", "lowest"] = "all"
     draft_truncates: bool = True
+    bad_temperatures: Literal["error", "greedy"] = "error"
+    degenerate_rows: Literal["error", "tolerated"] = "error"
+    zero_q_drafts: Literal["accept", "reject"] = "accept"
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
     devices: tuple[str, ...] = ("cpu", "cuda")
     layouts: tuple[str, ...] = ("anchor-first",)
@@ -477,12 +491,20 @@ class ChainVerifier(Protocol):
     ``verify(draft_tokens[B, l] i64, target_logits[B, l+1, V] f32, draft_logits[B, l, V]
     f32 (corrected logits), temperatures[B] f32, top_k[B] i64, *, generator=None,
     accept_uniforms[B, l] f64 | None, final_uniforms[B] f64 | None, seeds[B] i64 | None,
-    positions[B] i64 | None, cap: int | None) -> (accepted[B] i64 in [0, l], tokens[B, l+1]
-    i64 in [-1, V): padded with -1)``, on the drafts' device. With explicit uniforms the result is deterministic (bit parity with
-    the reference); with ``seeds`` (and ``positions``, the sequence position of each row's
-    first draft) the uniforms come from the IUT's hash of (seed, position, stream); otherwise
-    draws come from ``generator``. An IUT that cannot take explicit uniforms or seeded rows
-    raises ``NotImplementedError`` for them (reported as a skip naming the feature).
+    positions[B] i64 | None, cap: int | [B] i64 | None) -> (accepted[B] i64 in [0, l],
+    tokens[B, l+1] i64 in [-1, V): padded with -1)``, on the drafts' device. With explicit
+    uniforms the result is deterministic (bit parity with the reference); with ``seeds`` (and
+    ``positions``, the sequence position of each row's first draft) the uniforms come from
+    the IUT's hash of (seed, position, stream); otherwise draws come from ``generator``. An
+    IUT that cannot take explicit uniforms or seeded rows raises ``NotImplementedError``
+    for them (reported as a skip naming the feature).
+
+    ``cap``: one verify-length cap for every row (an int), or one per row (``[B]`` int64 on
+    the drafts' device; an IUT without per-row caps raises ``NotImplementedError`` for a
+    tensor). A row with fewer drafts than ``l`` carries trailing ``-1`` sentinels: it
+    verifies only its real drafts (as under a cap of their count + 1), and a sentinel is
+    never accepted, emitted or used as an index (SPEC S5 degenerate values). Inputs are
+    not modified in place (SPEC S5 invariance).
     """
 
     def verify(
@@ -498,7 +520,7 @@ class ChainVerifier(Protocol):
         final_uniforms: torch.Tensor | None = None,
         seeds: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
-        cap: int | None = None,
+        cap: int | torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
@@ -534,13 +556,14 @@ class TruncatedChainVerifier(Protocol):
 class GreedyVerifier(Protocol):
     """SPEC S5: greedy verification with optional cap.
 
-    ``verify_greedy(draft_tokens[B, l] i64, target_logits[B, l+1, V], cap) ->
-    (accepted[B] i64 in [0, l], tokens[B, l+1] i64 in [-1, V): padded with -1)``, on the
-    drafts' device.
+    ``verify_greedy(draft_tokens[B, l] i64, target_logits[B, l+1, V], cap: int | [B] i64 |
+    None) -> (accepted[B] i64 in [0, l], tokens[B, l+1] i64 in [-1, V): padded with -1)``,
+    on the drafts' device. Per-row caps and trailing ``-1`` sentinel drafts as in
+    :class:`ChainVerifier`.
     """
 
     def verify_greedy(
-        self, draft_tokens: torch.Tensor, target_logits: torch.Tensor, cap: int | None = None
+        self, draft_tokens: torch.Tensor, target_logits: torch.Tensor, cap: int | torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 

@@ -142,12 +142,19 @@ def _torch_partials(logits, temps, noise, greedy, tile):
     return tile_max, best.squeeze(-1), tile_idx
 
 
-def _combine(tile_max, tile_key, tile_idx, greedy):
-    """Pick each row's winning tile: rescaled race key, or the largest tile_max if greedy."""
+def _combine(tile_max, tile_key, tile_idx, greedy, best_scaled):
+    """Pick each row's winning tile: rescaled race key, or the largest tile_max if greedy.
+
+    A tile key counts as zero mass (-1, never wins) where the untiled race sees a zero
+    probability: the tile is all -inf, its rescale ``exp(tile_max - global_max)``
+    underflows (a finite tail far below the rest), or the key is +inf (noise E = 0) on a
+    token whose own ``exp(L / T - global_max)`` underflows (``best_scaled``: ``L / T`` of
+    each tile's key token). Without this, ``inf * 0`` is NaN and no tile wins (SPEC S3
+    degenerate inputs)."""
     global_max = tile_max.amax(dim=1, keepdim=True)
-    rescaled = torch.where(
-        tile_max > -math.inf, tile_key * torch.exp(tile_max - global_max), _ZERO_PROBABILITY_KEY
-    )
+    scale = torch.exp(tile_max - global_max)
+    mass = torch.where(torch.isinf(tile_key), torch.exp(best_scaled - global_max), scale)
+    rescaled = torch.where((tile_max > -math.inf) & (mass > 0), tile_key * scale, _ZERO_PROBABILITY_KEY)
     winner = torch.where(greedy, _first_argmax(tile_max), _first_argmax(rescaled))
     return tile_idx.gather(1, winner[:, None]).squeeze(1)
 
@@ -270,4 +277,6 @@ def tiled_exponential_race(
     if greedy_mask is None:
         greedy_mask = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
     tile_max, tile_key, tile_idx = _partials(logits, temperatures, noise, greedy_mask, tile, backend)
-    return _combine(tile_max, tile_key, tile_idx, greedy_mask)
+    temps = torch.where(greedy_mask, 1.0, temperatures.to(torch.float32).clamp(min=TEMPERATURE_FLOOR))
+    best_scaled = logits.to(torch.float32).gather(1, tile_idx) / temps[:, None]
+    return _combine(tile_max, tile_key, tile_idx, greedy_mask, best_scaled)

@@ -39,6 +39,7 @@ from dspark_ref.sampling import Truncation, clamp_temperature, greedy_argmax
 __all__ = [
     "ACCEPT_STREAM",
     "FINAL_STREAM",
+    "SENTINEL",
     "RESIDUAL_MASS_FLOOR",
     "VerifyUniforms",
     "VerifyResult",
@@ -54,6 +55,8 @@ __all__ = [
 
 ACCEPT_STREAM = 0
 FINAL_STREAM = 1
+#: Draft id a row with fewer drafts carries in its trailing slots (SPEC S5 degenerate values).
+SENTINEL = -1
 
 # Residual mass sum(max(p - q, 0)) at or below this counts as zero and the row falls back
 # to p. The mass is the total-variation distance of two normalised laws, so the threshold
@@ -364,6 +367,14 @@ def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.minimum(picked, last_positive)
 
 
+def _real_drafts(draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids [B, l] int64 with every SENTINEL replaced by 0, real [B, l] bool)``: the ids
+    are safe to index with; ``real`` marks the drafts before a row's trailing sentinels."""
+    drafts = draft_tokens.to(torch.int64)
+    real = drafts != SENTINEL
+    return drafts.clamp(min=0), real
+
+
 def _leading_true(flags: torch.Tensor) -> torch.Tensor:
     """Length of the all-True prefix of each row of ``flags [B, l]`` (int64 ``[B]``)."""
     return flags.to(torch.int64).cumprod(dim=1).sum(dim=1)
@@ -387,6 +398,17 @@ def _result(
     tokens = torch.where(slots < accepted[:, None], prefix, -1)
     tokens = tokens.scatter(1, accepted[:, None], emitted[:, None])
     return VerifyResult(accepted=accepted, tokens=tokens, tau=accepted + 1, trimmed=raw - accepted)
+
+
+def _check_draft_ids(draft_tokens: torch.Tensor, vocab: int) -> None:
+    """Draft ids in ``[0, V)``, or trailing ``SENTINEL`` slots of a row with fewer drafts."""
+    check_tensor("draft_tokens", draft_tokens, ndim=2, dtypes=INT_DTYPES)
+    sentinel = draft_tokens == SENTINEL
+    check_token_ids("draft_tokens", draft_tokens.masked_fill(sentinel, 0), vocab)
+    if bool((sentinel[:, :-1] & ~sentinel[:, 1:]).any()):
+        row = int((sentinel[:, :-1] & ~sentinel[:, 1:]).any(dim=1).nonzero()[0])
+        raise ValueError(f"draft_tokens: expected {SENTINEL} sentinels only after a row's real drafts, row {row} "
+                         f"is {draft_tokens[row].tolist()}")
 
 
 def _check_cap(cap, draft_tokens: torch.Tensor) -> None:
@@ -459,8 +481,9 @@ class ChainRule:
 
     def accepts(self, coins: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
         """``[B, l]`` bool: draft ``j`` passes iff ``u_j * q_j(x_j) < p_j(x_j)`` (``coins``,
-        ``p_x``, ``q_x``: ``[B, l]`` float64)."""
-        return coins * q_x < p_x
+        ``p_x``, ``q_x``: ``[B, l]`` float64), a ``q`` rounded above 1 read as 1 (SPEC S5
+        degenerate values; a ``q_j(x_j) = 0`` draft passes iff ``p_j(x_j) > 0``)."""
+        return coins * q_x.clamp(max=1.0) < p_x
 
     def accept_limit(self, cap: int | torch.Tensor | None, rows: int, num_drafts: int,
                      device: torch.device) -> torch.Tensor:
@@ -479,6 +502,14 @@ class ChainRule:
         """``[B]`` int64 verify position whose ``p`` draws the bonus after ``accepted``
         drafts all passed: ``accepted`` (``p_{accepted + 1}`` in 1-based SPEC terms)."""
         return accepted
+
+    def draw(self, law: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        """``[B]`` int64 emitted token of each row of ``law [B, V]`` (float64) at
+        ``uniforms [B]`` (float64 in ``[0, 1)``) by inverse CDF: the first token whose
+        cumulative mass exceeds ``u``, so a zero-probability token is never drawn, even for a
+        ``u`` of 0 or on a CDF boundary; past the rounded total, the last token with mass
+        (SPEC S5 degenerate values)."""
+        return _inverse_cdf(law, uniforms)
 
 
 def _handed_over_law(draft_probs: torch.Tensor, draft_tokens: torch.Tensor, greedy_mask: torch.Tensor) -> torch.Tensor:
@@ -520,7 +551,7 @@ def _check_chain_verify(draft_tokens, target_logits, draft_logits, temperatures,
     _check_draft_source(draft_logits, draft_probs, rows, num_drafts, vocab)
     if truncation is not None and not isinstance(truncation, Truncation):
         raise TypeError(f"truncation: expected a Truncation or None, got {type(truncation).__name__}")
-    check_token_ids("draft_tokens", draft_tokens, vocab)
+    _check_draft_ids(draft_tokens, vocab)
     check_tensor("greedy_mask", greedy_mask, shape=(rows,), dtypes=(torch.bool,))
     check_tensor("temperatures", temperatures, shape=(rows,), dtypes=FLOAT_DTYPES)
     check_same_device(
@@ -573,12 +604,18 @@ def chain_verify(
     ``softmax(draft_j / T)``; ``draft_probs`` instead hands over ``q`` as it is, the law
     the drafts were drawn from (``draft_logits`` is then None).
 
+    Sentinels: a row with fewer drafts than ``l`` fills its trailing slots with
+    :data:`SENTINEL` (-1); it verifies only its real drafts, exactly as under a cap of their
+    count + 1 (a full accept emits the bonus from the position after them), and a sentinel
+    is never accepted, emitted or used as an index. A ``q`` rounded above 1 is read as 1.
+
     Uniforms, from exactly one source: ``uniforms``; ``seeds`` with ``positions`` (see
     :func:`seeded_verify_uniforms`); else fresh ``torch.rand`` draws from ``generator``
     (the default generator when ``None``).
 
     Args:
-        draft_tokens: ``[B, l]`` int64 (or int32) draft block ``x_1..x_l``.
+        draft_tokens: ``[B, l]`` int64 (or int32) draft block ``x_1..x_l``, ids in
+            ``[0, V)``, trailing ``-1`` sentinels allowed.
         target_logits: ``[B, l + 1, V]`` float target logits at the verify positions.
         draft_logits: ``[B, l, V]`` float corrected logits that drew ``draft_tokens``, or
             None with ``draft_probs``.
@@ -602,8 +639,9 @@ def chain_verify(
     Raises:
         TypeError: wrong tensor dtype, ``uniforms`` not a VerifyUniforms, ``generator``
             not a Generator, ``cap`` of a wrong type, ``rule`` not a ChainRule.
-        ValueError: wrong rank or shape, devices differ, token id out of range, NaN/+inf
-            logits or an all -inf position, NaN or negative temperatures, uniforms outside
+        ValueError: wrong rank or shape, devices differ, token id out of range (or a
+            sentinel before a real draft), NaN/+inf logits or an all -inf position, NaN,
+            negative or infinite temperatures, uniforms outside
             ``[0, 1)``, more than one uniform source, ``seeds`` without ``positions`` (or
             the reverse), a negative position or cap, both or neither of ``draft_logits``
             and ``draft_probs``, ``draft_probs`` not a law.
@@ -629,16 +667,17 @@ def chain_verify(
             accept=torch.rand(rows, num_drafts, dtype=torch.float64, generator=generator, device=device),
             final=torch.rand(rows, dtype=torch.float64, generator=generator, device=device),
         )
+    drafts, real = _real_drafts(draft_tokens)
     p = _step_laws(target_logits, temps, greedy_mask, truncation)
     if draft_probs is None:
         q = rule.draft_law(draft_logits, temps, greedy_mask, truncation)
     else:
-        q = _handed_over_law(draft_probs, draft_tokens, greedy_mask)
-    drafts = draft_tokens.to(torch.int64)
+        q = _handed_over_law(draft_probs, drafts, greedy_mask)
     p_x = p[:, :num_drafts].gather(-1, drafts[..., None])[..., 0]
     q_x = q.gather(-1, drafts[..., None])[..., 0]
-    raw = _leading_true(rule.accepts(uniforms.accept, p_x, q_x))
-    limit = rule.accept_limit(cap, rows, num_drafts, device)
+    raw = _leading_true(rule.accepts(uniforms.accept, p_x, q_x) & real)
+    # A row verifies its real drafts only: the first sentinel acts as a cap of their count + 1.
+    limit = torch.minimum(rule.accept_limit(cap, rows, num_drafts, device), _leading_true(real))
     accepted = torch.minimum(raw, limit)
     row_ids = torch.arange(rows, device=device)
     # A row never rejects at position l; the padding only keeps the index in range.
@@ -647,14 +686,14 @@ def chain_verify(
     residual = rule.residual(p[row_ids, accepted], q_stop, rejected_token)
     rejected = (raw < limit)[:, None]
     law = torch.where(rejected, residual, p[row_ids, rule.bonus_position(accepted)])
-    return _result(draft_tokens, raw, accepted, _inverse_cdf(law, uniforms.final))
+    return _result(draft_tokens, raw, accepted, rule.draw(law, uniforms.final))
 
 
 def _check_greedy_verify(draft_tokens, target_logits, cap) -> None:
     check_tensor("draft_tokens", draft_tokens, ndim=2, dtypes=INT_DTYPES)
     rows, num_drafts = draft_tokens.shape
     _check_logits("target_logits", target_logits, rows, num_drafts + 1)
-    check_token_ids("draft_tokens", draft_tokens, target_logits.shape[2])
+    _check_draft_ids(draft_tokens, target_logits.shape[2])
     check_same_device(draft_tokens=draft_tokens, target_logits=target_logits)
     _check_cap(cap, draft_tokens)
 
@@ -666,10 +705,11 @@ def greedy_verify(
 
     The emitted token is the target argmax (lowest index among ties) at the first mismatch,
     or after the last draft. With a cap ``c`` at most ``max(c - 1, 0)`` drafts are accepted
-    and the emitted token is the argmax at the capped position.
+    and the emitted token is the argmax at the capped position. Trailing ``-1`` sentinels
+    as in :func:`chain_verify` (never accepted, emitted or used as an index).
 
     Args:
-        draft_tokens: ``[B, l]`` int64 (or int32).
+        draft_tokens: ``[B, l]`` int64 (or int32), trailing ``-1`` sentinels allowed.
         target_logits: ``[B, l + 1, V]`` float (``-inf`` allowed).
         cap: optional int ``>= 0`` or ``[B]`` int tensor.
 
@@ -690,7 +730,8 @@ def greedy_verify(
     rows, num_drafts = draft_tokens.shape
     vocab = target_logits.shape[2]
     best = greedy_argmax(target_logits.reshape(rows * (num_drafts + 1), vocab)).reshape(rows, num_drafts + 1)
-    raw = _leading_true(draft_tokens.to(torch.int64) == best[:, :num_drafts])
+    drafts, real = _real_drafts(draft_tokens)
+    raw = _leading_true((drafts == best[:, :num_drafts]) & real)
     accepted = torch.minimum(raw, _capped_lengths(cap, rows, num_drafts, draft_tokens.device))
     emitted = best.gather(1, accepted[:, None])[:, 0]
     return _result(draft_tokens, raw, accepted, emitted)

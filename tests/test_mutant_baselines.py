@@ -58,6 +58,15 @@ def _probe_step_sampler(impl) -> list:
     return [impl.sample(logits, temps, top_k, vocab, g) for _ in range(2)]
 
 
+def _outcome(call: Callable[[], Any]) -> Any:
+    """What ``call()`` returns, or ``("raises", <exception type>)`` (degenerate inputs a
+    declared rule may reject)."""
+    try:
+        return call()
+    except (ValueError, RuntimeError) as exc:
+        return ("raises", type(exc).__name__)
+
+
 def _probe_noise_step_sampler(impl) -> list:
     g = _gen(2)
     rows, vocab = 16, 2100  # three tiles of 1024
@@ -65,7 +74,14 @@ def _probe_noise_step_sampler(impl) -> list:
     temps = torch.tensor([1.0, 0.7, 2.0, 0.0] * 4)
     top_k = torch.tensor([50, 50, 50, 1] * 4)
     noise = torch.empty(rows, vocab).exponential_(generator=g)
-    return [impl.sample_with_noise(logits, temps, top_k, noise)]
+    out = [impl.sample_with_noise(logits, temps, top_k, noise)]
+    dead_tail = logits.clone()
+    dead_tail[::2, 2048:] = -math.inf  # SPEC S3 degenerate inputs: a zero-mass last tile
+    out.append(impl.sample_with_noise(dead_tail, temps, top_k, noise))
+    bad_temps = temps.clone()
+    bad_temps[1] = math.nan
+    out.append(_outcome(lambda: impl.sample_with_noise(logits, bad_temps, top_k, noise)))
+    return out
 
 
 def _probe_truncated_step_sampler(impl) -> list:
@@ -190,6 +206,16 @@ def _probe_chain_verifier(impl) -> list:
     out.append(impl.verify(drafts, forbidden, draft, temps, top_k, accept_uniforms=zero_coin, final_uniforms=final))
     seeds, positions = torch.arange(rows) * 7 + 1, torch.arange(rows) + 11
     out.append(impl.verify(drafts, target, draft, temps, top_k, seeds=seeds, positions=positions))
+    # SPEC S5 degenerate values: per-row caps, -1 sentinels, q(x) = 0 drafts, a final uniform
+    # of 0 with a leading zero-probability token.
+    out.append(impl.verify(drafts, target, draft, temps, top_k, accept_uniforms=accept, final_uniforms=final,
+                           cap=torch.tensor([5, 1, 3, 2, 0, 4, 5, 1])))
+    sentinel = drafts.masked_fill(torch.arange(l) >= torch.arange(rows)[:, None] % (l + 1), -1)
+    out.append(impl.verify(sentinel, target, draft, temps, top_k, accept_uniforms=accept, final_uniforms=final))
+    zero_q, leading_zero = draft.scatter(-1, drafts[..., None], -math.inf), target.clone()
+    leading_zero[:, :, 0] = -math.inf
+    out.append(impl.verify(drafts, leading_zero, zero_q, temps, top_k, accept_uniforms=torch.zeros_like(accept),
+                           final_uniforms=torch.zeros_like(final)))
     return out
 
 
@@ -208,7 +234,17 @@ def _probe_truncated_chain_verifier(impl) -> list:
     target[0] = torch.tensor([2.0, 1.0, 1.0, 1.0, 1.0, 0.0, -0.5, -1.0])  # 4 tied at the cut of top_k = 3
     top_k, top_p, min_p = _truncations(rows, vocab)
     probs = torch.softmax(draft / temps[:, None, None], dim=-1)
-    return [impl.verify_truncated(drafts, target, probs, temps, top_k, top_p, min_p, g) for _ in range(2)]
+    out = [impl.verify_truncated(drafts, target, probs, temps, top_k, top_p, min_p, g) for _ in range(2)]
+    # SPEC S5 degenerate values: a handed-over q(x) = 1 + 2^-7 with p(x) = 1; q(x) = 0 drafts.
+    n = 2048
+    x = torch.randint(0, 4, (n, 1), generator=g)
+    one_hot = torch.nn.functional.one_hot(x[:, 0], 4).float()
+    neutral = (torch.full((n,), 4), torch.ones(n), torch.zeros(n))
+    out.append(impl.verify_truncated(x, torch.stack([one_hot.log(), one_hot], dim=1), (one_hot * (1 + 2**-7))[:, None],
+                                     torch.ones(n), *neutral, g))
+    q_zero = ((1 - one_hot) / 3)[:, None]
+    out.append(impl.verify_truncated(x, torch.zeros(n, 2, 4), q_zero, torch.ones(n), *neutral, g))
+    return out
 
 
 def _probe_speculative_round(impl) -> list:
@@ -233,7 +269,15 @@ def _probe_speculative_round(impl) -> list:
 def _probe_greedy_verifier(impl) -> list:
     drafts, target, _, _, _, _ = _verify_inputs(33)
     drafts[:4] = target[:4, :-1].argmax(-1)
-    return [impl.verify_greedy(drafts, target), impl.verify_greedy(drafts, target, cap=2)]
+    out = [impl.verify_greedy(drafts, target), impl.verify_greedy(drafts, target, cap=2)]
+    # SPEC S5: per-row caps, -1 sentinels, an odd batch with ties.
+    out.append(impl.verify_greedy(drafts, target, cap=torch.tensor([5, 1, 3, 2, 0, 4, 5, 1])))
+    rows, l = drafts.shape
+    sentinel = drafts.masked_fill(torch.arange(l) >= torch.arange(rows)[:, None] % (l + 1), -1)
+    out.append(impl.verify_greedy(sentinel, target))
+    ties = torch.randint(0, 2, (3, l + 1, 8), generator=_gen(34)).float()
+    out.append(impl.verify_greedy(torch.zeros(3, l, dtype=torch.int64), ties))
+    return out
 
 
 class _ProbeRank1:

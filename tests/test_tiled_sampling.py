@@ -135,6 +135,42 @@ def test_s3_tiled_zero_probability_never_wins_even_with_zero_noise():
     assert tiled_exponential_race(logits, torch.ones(1), noise, tile=16, backend="torch").tolist() == [33]
 
 
+def _dead_tail_case(vocab: int, seed: int = 0):
+    """SPEC S3 degenerate inputs: the columns past the last multiple of 1024 all -inf (rows
+    0, 2) or 1e4 below the rest (row 1), noise 0 there; row 3 greedy."""
+    generator = torch.Generator().manual_seed(seed)
+    tail = vocab % 1024
+    logits = torch.randn(4, vocab, generator=generator) * 2
+    noise = exponential_noise((4, vocab), generator=generator)
+    logits[:, vocab - tail:] = -INF
+    logits[1, vocab - tail:] = logits[1, : vocab - tail].min() - 1e4
+    noise[:, vocab - tail:] = 0.0
+    greedy = torch.tensor([False, False, False, True])
+    return logits, torch.tensor([1.0, 1.0, 0.5, 0.0]), noise, greedy, tail
+
+
+@pytest.mark.parametrize("vocab", [1025, 8193, 10_000, 151_936])
+def test_s3_tiled_zero_mass_last_tile_never_wins(vocab):
+    logits, temperatures, noise, greedy, tail = _dead_tail_case(vocab)
+    tokens = tiled_exponential_race(logits, temperatures, noise, greedy_mask=greedy, tile=1024, backend="torch")
+    assert bool((tokens < vocab - tail).all()), tokens.tolist()
+    assert _mismatched_rows(tokens, _untiled(logits, temperatures, noise, greedy), logits, temperatures, noise,
+                            greedy) == []
+
+
+def test_s3_tiled_zero_noise_on_a_token_whose_mass_underflows_after_the_rescale():
+    # Tile 1's max is 60 below the row max (rescale e^-60 > 0) and token 20 is 110 below it:
+    # its own weight e^-50 > 0, so E = 0 gives it an infinite tile key, but its probability
+    # e^-110 is 0 in float32, as the untiled race sees it.
+    logits = torch.zeros(1, 32)
+    logits[0, 16:] = -60.0
+    logits[0, 20] = -110.0
+    noise = torch.ones(1, 32)
+    noise[0, 20] = 0.0
+    expected = exponential_race(logits, torch.ones(1), noise)
+    assert tiled_exponential_race(logits, torch.ones(1), noise, tile=16, backend="torch").tolist() == expected.tolist()
+
+
 def _combine_without_rescale(logits, temperatures, noise, tile):
     """A classic bug: compare tile keys measured against their own tile maxima."""
     _, tile_key, tile_idx = tile_partials(logits, temperatures, noise, tile=tile, backend="torch")
@@ -347,6 +383,16 @@ def test_s3_fused_rejects_bad_arguments(kwargs, error, match):
 def test_s3_philox_state_rejects_bad_seed():
     with pytest.raises(ValueError, match="seed"):
         philox_state(-1, "cpu")
+
+
+@needs_interpreter
+def test_s3_interpreted_triton_zero_mass_last_tile_never_wins():
+    for vocab in (1025, 8193, 10_000):
+        logits, temperatures, noise, greedy, tail = _dead_tail_case(vocab)
+        tokens = tiled_exponential_race(logits, temperatures, noise, greedy_mask=greedy, tile=1024, backend="triton")
+        assert bool((tokens < vocab - tail).all()), (vocab, tokens.tolist())
+        assert _mismatched_rows(tokens, _untiled(logits, temperatures, noise, greedy), logits, temperatures, noise,
+                                greedy) == []
 
 
 # --- compiled Triton kernel on a GPU -------------------------------------------------

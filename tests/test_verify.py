@@ -418,6 +418,9 @@ def _good() -> dict:
         (dict(cap=-1), ValueError, "cap"),
         (dict(cap=1.5), TypeError, "cap"),
         (dict(cap=torch.tensor([1, 2])), ValueError, "cap"),
+        (dict(draft_tokens=torch.tensor([[-1, 1]])), ValueError, "sentinels only after"),
+        (dict(draft_tokens=torch.tensor([[-2, 1]])), ValueError, "draft_tokens"),
+        (dict(temperatures=torch.tensor([math.inf])), ValueError, "temperatures"),
     ],
 )
 def test_s5_chain_verify_rejects_bad_inputs(change, error, name):
@@ -449,3 +452,41 @@ def test_s5_helpers_reject_bad_inputs():
         seeded_uniforms(torch.tensor([1]), torch.tensor([[0]]), -1)
     with pytest.raises(ValueError, match="positions"):
         seeded_uniforms(torch.tensor([1]), torch.tensor([[0], [1]]), 0)
+
+
+# --------------------------------------------------------------------------- degenerate values
+def test_s5_sentinel_drafts_verify_as_a_cap_of_the_real_count():
+    """SPEC S5: a row with n real drafts and -1 after them is the row under cap n + 1."""
+    g = torch.Generator().manual_seed(5)
+    rows, l, vocab = 40, 4, 6
+    target, draft = torch.randn(rows, l + 1, vocab, generator=g), torch.randn(rows, l, vocab, generator=g)
+    drafts = torch.randint(vocab, (rows, l), generator=g)
+    real = torch.arange(rows) % (l + 1)
+    sentinel = drafts.masked_fill(torch.arange(l) >= real[:, None], -1)
+    coins = VerifyUniforms(torch.rand(rows, l, dtype=F64, generator=g), torch.rand(rows, dtype=F64, generator=g))
+    temps, greedy = torch.ones(rows), torch.arange(rows) % 3 == 0
+    got = chain_verify(sentinel, target, draft, temps, greedy, uniforms=coins)
+    want = chain_verify(drafts, target, draft, temps, greedy, uniforms=coins, cap=real + 1)
+    assert torch.equal(got.accepted, want.accepted) and torch.equal(got.tokens, want.tokens)
+    assert bool((got.trimmed == 0).all()) and bool((got.accepted <= real).all())
+    g_got, g_want = greedy_verify(sentinel, target), greedy_verify(drafts, target, cap=real + 1)
+    assert torch.equal(g_got.tokens, g_want.tokens)
+
+
+def test_s5_q_above_one_is_read_as_one():
+    """SPEC S5: a handed-over q(x) = 1 + 2^-7 with p(x) = 1 passes for every coin below 1."""
+    coins = VerifyUniforms(torch.tensor([[1 - 2**-24]], dtype=F64), torch.zeros(1, dtype=F64))
+    q = torch.tensor([[[0.0, 1 + 2**-7, 0.0]]])
+    target = _logits((0.0, 1.0, 0.0), (0.5, 0.25, 0.25))
+    result = chain_verify(torch.tensor([[1]]), target, None, torch.ones(1), torch.tensor([False]), uniforms=coins,
+                          draft_probs=q)
+    assert result.accepted.tolist() == [1]
+
+
+def test_s5_zero_q_draft_passes_iff_p_positive():
+    coins = VerifyUniforms(torch.full((2, 1), 1 - 2**-24, dtype=F64), torch.zeros(2, dtype=F64))
+    target = _logits((0.5, 0.0, 0.5), (0.0, 1.0, 0.0)).expand(2, -1, -1)
+    draft = _logits((0.0, 0.0, 1.0)).expand(2, -1, -1)
+    result = chain_verify(torch.tensor([[0], [1]]), target, draft, torch.ones(2), torch.zeros(2, dtype=torch.bool),
+                          uniforms=coins)
+    assert result.accepted.tolist() == [1, 0] and result.tokens[:, :2].tolist() == [[0, 1], [0, -1]]

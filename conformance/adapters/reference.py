@@ -45,6 +45,11 @@ GREEDY_RULE = "top_k"
 TOP_K_TIES = "all"
 LAYOUTS = ("anchor-first", "bonus-anchor")
 DRAFT_VOCABULARIES = ("target", "padded", "reduced")
+# SPEC S3 / S5 degenerate inputs: NaN, negative or infinite temperatures and NaN or all -inf
+# rows raise ValueError (dspark_ref validates them); a q(x) = 0 draft passes u * q < p iff p > 0.
+BAD_TEMPERATURES = "error"
+DEGENERATE_ROWS = "error"
+ZERO_Q_DRAFTS = "accept"
 
 
 def greedy_mask_of(temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
@@ -278,16 +283,20 @@ class ChainVerifier:
 class TruncatedChainVerifier:
     """SPEC S5 truncation through :func:`dspark_ref.verify.chain_verify` with the request's
     :class:`~dspark_ref.sampling.Truncation` (``truncation_class``: a subclass changes how
-    the sets are taken) and the handed-over ``draft_probs``."""
+    the sets are taken) and the handed-over ``draft_probs``. ``rule``: the steps of the
+    chain rule, a :class:`dspark_ref.verify.ChainRule` (None: the SPEC rule)."""
 
     truncation_class = Truncation
+
+    def __init__(self, rule: verify.ChainRule | None = None) -> None:
+        self.rule = rule
 
     def verify_truncated(self, draft_tokens, target_logits, draft_probs, temperatures, top_k, top_p, min_p,
                          generator):
         truncation = self.truncation_class(top_k=top_k, top_p=top_p, min_p=min_p, top_k_ties=TOP_K_TIES)
         result = verify.chain_verify(
             draft_tokens, target_logits, None, temperatures, greedy_mask_of(temperatures, top_k),
-            generator=generator, truncation=truncation, draft_probs=draft_probs,
+            generator=generator, truncation=truncation, draft_probs=draft_probs, rule=self.rule,
         )
         return result.accepted, result.tokens
 
@@ -464,11 +473,14 @@ def capabilities() -> dict[type, Any]:
 
 
 def make_adapter() -> c.Adapter:
-    """The reference adapter: every capability, SGLang's greedy rule, CPU and CUDA."""
+    """The reference adapter: every capability, SGLang's greedy rule, degenerate inputs
+    rejected with ValueError, CPU and CUDA."""
     return c.Adapter(
         name="reference",
         conventions=c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=True,
-                                  layouts=LAYOUTS, draft_vocabularies=DRAFT_VOCABULARIES),
+                                  layouts=LAYOUTS, draft_vocabularies=DRAFT_VOCABULARIES,
+                                  bad_temperatures=BAD_TEMPERATURES, degenerate_rows=DEGENERATE_ROWS,
+                                  zero_q_drafts=ZERO_Q_DRAFTS),
         capabilities=capabilities(),
         description="dspark_ref: the bundled reference implementation of SPEC S1-S9",
     )

@@ -62,11 +62,29 @@ TOP_K_TIES = "lowest"
 DRAFT_TRUNCATES = False
 
 
+#: NaN, negative and infinite temperatures: SGLang rejects them when a request is admitted
+#: (``SamplingParams.verify``: "temperature must be a non-negative finite number"); its DSpark
+#: components below that check take them unchecked (F14).
+BAD_TEMPERATURES = "error"
+#: Logits rows with NaN or all -inf: the samplers return an id in [0, V) (``torch.argmax`` of
+#: NaN keys: the NaN token; of an all -inf row: 0), never raise.
+DEGENERATE_ROWS = "tolerated"
+#: The first release whose chain kernel accepts only where ``0 < q <= 1``
+#: (``reject_sampling.py``: ``q_is_prob & (coin * q < p)``), so a q(x) = 0 draft is rejected;
+#: before it the test is ``coin * q < p`` alone (accepted iff p(x) > 0).
+ZERO_Q_REJECTED_SINCE = (0, 5, 21)
+
+
 def conventions(modules: SGLangModules | None = None) -> c.Conventions:
-    """SGLang's declared conventions (every version); with the loaded ``modules``, also the
-    layouts it drafts in (:func:`.layouts.layouts_of`; without: anchor-first only)."""
+    """SGLang's declared conventions; with the loaded ``modules``, also those that depend on
+    the release: the layouts it drafts in (:func:`.layouts.layouts_of`; without: anchor-first
+    only) and the q(x) = 0 choice (without: the newest releases' ``"reject"``)."""
     found = {} if modules is None else {"layouts": layouts.layouts_of(modules)}
-    return c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=DRAFT_TRUNCATES, **found)
+    release = ZERO_Q_REJECTED_SINCE if modules is None else modules.release
+    zero_q = "reject" if release >= ZERO_Q_REJECTED_SINCE else "accept"
+    return c.Conventions(greedy_rule=GREEDY_RULE, top_k_ties=TOP_K_TIES, draft_truncates=DRAFT_TRUNCATES,
+                         bad_temperatures=BAD_TEMPERATURES, degenerate_rows=DEGENERATE_ROWS, zero_q_drafts=zero_q,
+                         **found)
 
 
 def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[type, Any]:

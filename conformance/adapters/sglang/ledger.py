@@ -1,7 +1,7 @@
 """SGLang's expected-failure ledger: confirmed divergences from the SPEC, by version and device.
 
 Every entry is a finding written up with a minimal reproducing input in
-``docs/conformance/sglang-findings.md`` (ids F1..F13), scoped to the SGLang versions and
+``docs/conformance/sglang-findings.md`` (ids F1..F15), scoped to the SGLang versions and
 devices on which a run confirmed it (``_LEDGER``). Entries are strict xfails: when
 SGLang fixes one, the run reports XPASS and the entry must go. A new divergence is not
 in here and fails the gate.
@@ -38,6 +38,8 @@ _FILL_CURRENT = ("F12: the planner's budget is stale, but ScheduleVerifyLensTopk
 _BOUNDS = ("F13: with min_verify_len > 1 or max_verify_len < gamma + 1 the top-k ranks the floor's own positions and "
            "one past the cap, and the budget ignores the floor (latent: the planner builds the defaults)")
 _S8_VERSIONS = ("0.5.17", "0.5.22", "0.5.23")  # measured; every release 0.5.17-0.5.23 ships the same two functions
+_BAD_T = "F14: the accept path takes NaN / negative / inf temperatures unchecked (only request admission rejects them)"
+_NAN_ROW = "F15: a NaN in the row makes SampleStepTokens (torch path) return the -inf token 0"
 
 _BOTH = ("cpu", "cuda")
 _CPU = ("cpu",)
@@ -107,6 +109,26 @@ _LEDGER: tuple[ledgers.Row, ...] = (
     ),
     ("test_S8_production_budget_is_the_objective_argmax[S8/production-bounds/batch-wide]", "S8", _BOUNDS,
      _on(_CPU, *_S8_VERSIONS)),
+    # Degenerate inputs and per-row caps (issues 16, 17), confirmed by a suite run on CPU
+    # (0.5.23, ledger off): a cap-0 row crashes BuildOutTokens (F1); bad temperatures pass (F14).
+    # 0.5.21 (CPU, ledger off, -m "not statistical"): zero noise on -inf tails (F4), NaN rows (F15).
+    ("test_S5_per_row_caps_generator[S5/cap/per-row-chain-generator]", "S5", _CAP0, _on(_CPU, "0.5.21", "0.5.23")),
+    ("test_S5_bad_temperatures_verify[S5/degenerate/temperature-nan-negative-inf]", "S5", _BAD_T,
+     _on(_CPU, "0.5.21", "0.5.23")),
+    *(
+        (f"test_S3_bad_temperatures[S3/degenerate/temperature-{name}]", "S3", _BAD_T, _on(_CPU, "0.5.21"))
+        for name in ("nan", "negative", "inf")
+    ),
+    *(
+        (f"test_S3_tail_tile_zero_mass[S3/degenerate/tail-tile-zero-mass-V{vocab}]", "S3", _ZERO_NOISE,
+         _on(_CPU, "0.5.21"))
+        for vocab in (1025, 8193, 10000, 151936)
+    ),
+    ("test_S3_endpoint_noise[S3/degenerate/endpoint-noise]", "S3", _ZERO_NOISE, _on(_CPU, "0.5.21")),
+    *(
+        (f"test_S3_nan_and_dead_rows[S3/degenerate/nan-rows-{cap}]", "S3", _NAN_ROW, _on(_CPU, "0.5.21"))
+        for cap in ("NoiseStepSampler", "StepSampler")
+    ),
 )
 
 

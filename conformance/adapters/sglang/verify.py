@@ -14,7 +14,10 @@
   fallback ``top_p_normalize_probs_torch``, min-p not at all (F10). The handed-over q
   travels as ``log q`` at draft temperature 1 (``SoftmaxTemp`` gives ``q`` back).
 * ``GreedyVerifier``: ``AcceptGreedy.execute``.
-* The cap is SGLang's ragged-verify ``cutoff_layout.verify_lens`` (one length for all rows).
+* The cap is SGLang's ragged-verify ``cutoff_layout.verify_lens`` (per row: an int cap fills
+  every row, a ``[B]`` cap is passed as it is).
+* Rows with fewer drafts: SGLang shortens a row by its verify length; the contract's
+  trailing -1 sentinels are turned into that (``_ragged``), never handed to the kernels.
 * Output: SGLang's commit layout ``BuildOutTokens`` (accepted drafts, then the bonus),
   with positions after the bonus set to -1 as the contract asks.
 
@@ -46,8 +49,13 @@ def _candidates(draft_tokens: torch.Tensor) -> torch.Tensor:
     return torch.cat([anchor, draft_tokens.to(torch.int64)], dim=1)
 
 
-def _cutoff_lens(cap: int | None, bs: int, device: torch.device) -> torch.Tensor | None:
-    return None if cap is None else torch.full((bs,), cap, dtype=torch.int32, device=device)
+def _cutoff_lens(cap: int | torch.Tensor | None, bs: int, device: torch.device) -> torch.Tensor | None:
+    """SGLang's per-row ``verify_lens``: one cap for every row, or the contract's per-row caps."""
+    if cap is None:
+        return None
+    if isinstance(cap, torch.Tensor):
+        return cap.to(device=device, dtype=torch.int32)
+    return torch.full((bs,), cap, dtype=torch.int32, device=device)
 
 
 def _contract_outputs(modules, draft_tokens, correct_len, bonus) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,6 +67,19 @@ def _contract_outputs(modules, draft_tokens, correct_len, bonus) -> tuple[torch.
     accepted = correct_len.to(torch.int64)
     positions = torch.arange(gamma + 1, device=out.device)
     return accepted, torch.where(positions[None, :] <= accepted[:, None], out, -1)
+
+
+def _ragged(draft_tokens: torch.Tensor, cap: int | torch.Tensor | None) -> tuple[torch.Tensor, int | torch.Tensor | None]:
+    """SGLang lays out a row with fewer drafts by its verify length, never by -1 drafts: the
+    contract's trailing -1 sentinels become per-row caps (real drafts + 1, within ``cap``) and
+    ids 0 that the shortened rows never read."""
+    sentinel = draft_tokens < 0
+    if not bool(sentinel.any()):
+        return draft_tokens, cap
+    lens = (~sentinel).to(torch.int64).cumprod(dim=1).sum(dim=1) + 1
+    if cap is not None:
+        lens = torch.minimum(lens, torch.as_tensor(cap, device=lens.device).to(torch.int64).expand_as(lens))
+    return draft_tokens.masked_fill(sentinel, 0), lens
 
 
 def _triton_runs_on(device: torch.device) -> bool:
@@ -80,7 +101,7 @@ def accept(
     top_k: torch.Tensor,
     seed: int,
     blockwise: bool = False,
-    cap: int | None = None,
+    cap: int | torch.Tensor | None = None,
     vocab_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang's ``accept_draft_tokens`` on one drafted block, in contract outputs.
@@ -100,7 +121,7 @@ def accept(
         top_k: ``[B]`` the rows' ``top_k`` (for ``DFlashDraftInputV2``'s top-k fields).
         seed: the server seed the global RNG was seeded with (keys ``RejectionNoise``).
         blockwise: 0.5.23+: pass a ``RejectionNoise`` (``BlockwiseRejection``).
-        cap: the ragged-verify length of every row, or None.
+        cap: the ragged-verify length of every row (an int) or of each row ([B]), or None.
         vocab_size: ``V`` for the truncating capabilities (``draft_input``), else None.
 
     Raises:
@@ -193,6 +214,7 @@ class ChainVerifier:
             )
         _check_no_seeds(seeds, positions)
         generator = torch.random.default_generator if generator is None else generator
+        draft_tokens, cap = _ragged(draft_tokens, cap)
         draft_temps, greedy_mask = self._draft_params(self._modules, temperatures, top_k)
         block = draft_block_result(
             self._modules, draft_tokens=draft_tokens, corrected_logits=draft_logits, greedy_mask=greedy_mask,
@@ -249,6 +271,7 @@ class GreedyVerifier:
         self._modules = modules
 
     def verify_greedy(self, draft_tokens, target_logits, cap=None):
+        draft_tokens, cap = _ragged(draft_tokens, cap)
         bs, gamma = draft_tokens.shape
         correct_len, bonus, _trim = self._modules["accept"].AcceptGreedy.execute(
             candidates=_candidates(draft_tokens),

@@ -35,7 +35,9 @@ over vLLM's parallel linears, and vLLM fits no STS temperatures).
 
 Conventions: greedy iff vLLM's temperature state is 0, reached by ``temperature < 1e-5``
 after vLLM's floor of ``0 < T < 1e-2`` to ``1e-2`` (:mod:`.engine_inputs`); ties to the
-lowest index; the drafter draws from the full tempered softmax (``draft_truncates=False``).
+lowest index; the drafter draws from the full tempered softmax (``draft_truncates=False``);
+degenerate inputs: bad temperatures raise, NaN / all -inf rows give an id in [0, V), a q(x) = 0
+draft is accepted iff p(x) > 0 (SPEC S3, S5).
 Randomness: seeds and positions drawn from the suite's generator.
 
 Run: ``pip install --no-deps --target DIR 'vllm==X'`` then
@@ -61,6 +63,15 @@ from .verify import ChainVerifier, GreedyVerifier
 __all__ = ["make_adapter", "capabilities", "requirements"]
 
 GREEDY_RULE = "temperature"
+#: NaN, negative and infinite temperatures are rejected with ValueError, as vLLM's
+#: ``SamplingParams`` rejects them (:mod:`.engine_inputs`; above 2 too: V1).
+BAD_TEMPERATURES = "error"
+#: ``gumbel_sample`` on a row with NaN logits returns a finite-logit id, on an all -inf row
+#: id 0: an id in [0, V), never an error.
+DEGENERATE_ROWS = "tolerated"
+#: ``rejection_sample`` accepts iff ``log p > log u + log q``: a q(x) = 0 draft (log q = -inf)
+#: is accepted iff p(x) > 0.
+ZERO_Q_DRAFTS = "accept"
 
 
 def capabilities(modules: VLLMModules) -> dict[type, Any]:
@@ -98,7 +109,8 @@ def make_adapter() -> c.Adapter:
         description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
     return c.Adapter(
         name=f"vllm=={modules.version}",
-        conventions=c.Conventions(greedy_rule=GREEDY_RULE, draft_truncates=False,
+        conventions=c.Conventions(greedy_rule=GREEDY_RULE, draft_truncates=False, bad_temperatures=BAD_TEMPERATURES,
+                                  degenerate_rows=DEGENERATE_ROWS, zero_q_drafts=ZERO_Q_DRAFTS,
                                   draft_vocabularies=("target", "reduced")),
         capabilities=capabilities(modules),
         requirements=requirements(modules),

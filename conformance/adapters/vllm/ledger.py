@@ -57,6 +57,7 @@ _LEDGER: tuple[ledgers.Row, ...] = (
                      "test_S8_production_rows_ignore_other_rows_current_values"
                      "[S8/production-non-anticipation/other-requests]")
     ),
+    ("test_S3_huge_temperature_uniform[S3/degenerate/huge-temperature-uniform]", "S3", _HOT, _on(_CPU, "0.33.0")),
 )
 
 

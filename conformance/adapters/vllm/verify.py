@@ -22,8 +22,9 @@ vLLM's verify step does:
 Greedy rows (temperature state 0) accept while the draft equals the target argmax; an
 all-greedy batch passes no draft logits (vLLM's greedy drafter keeps none).
 The cap: vLLM takes no cap argument but verifies a per-row draft count (adaptive
-verification shortens rows that way), so a cap ``c`` verifies each row's first
-``max(c - 1, 0)`` drafts. Output: ``sampled[B, l + 1]`` with ``num_sampled = accepted + 1``;
+verification shortens rows that way), so a cap ``c`` (one int, or ``[B]`` per-row caps)
+verifies each row's first ``max(c - 1, 0)`` drafts. Trailing ``-1`` sentinel drafts go to the
+kernel as they are (vLLM's own placeholder id). Output: ``sampled[B, l + 1]`` with ``num_sampled = accepted + 1``;
 vLLM leaves slots after ``num_sampled`` uninitialised, the adapter sets them to -1.
 Explicit uniforms raise ``NotImplementedError`` (vLLM hashes its own from seed and position).
 """
@@ -94,7 +95,10 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
     return num_sampled - 1, tokens
 
 
-def _num_drafts(bs: int, l: int, cap: int | None, device) -> torch.Tensor:
+def _num_drafts(bs: int, l: int, cap: int | torch.Tensor | None, device) -> torch.Tensor:
+    """Drafts each row verifies: ``min(l, max(c - 1, 0))`` per row (an int cap or ``[B]`` caps)."""
+    if isinstance(cap, torch.Tensor):
+        return (cap.to(device=device, dtype=torch.int64) - 1).clamp(0, l)
     n = l if cap is None else min(l, max(cap - 1, 0))
     return torch.full((bs,), n, dtype=torch.int64, device=device)
 
