@@ -9,7 +9,12 @@ onto vLLM's code:
 * ``ChainVerifier``, ``GreedyVerifier`` (S5): ``rejection_sample``, seeded rows natively
   (:mod:`.verify`);
 * ``SpeculativeRound`` (S9): the drafter's Markov loop feeding ``rejection_sample`` with the
-  request's shared seed, positions and the drafter's logits cache (:mod:`.round`).
+  request's shared seed, positions and the drafter's logits cache (:mod:`.round`);
+* ``SimulatedAcceptance`` (S6, ``match-expected`` only): the synthetic rejection mode, a mean
+  ``synthetic_acceptance_length`` resolved by vLLM's config helpers and drawn by
+  ``rejection_sample``'s synthetic accept (:mod:`.simulated`);
+* ``Confidence`` (S7, confidences without STS; 0.28.0+): ``DSparkConfidenceHead`` and
+  ``compute_confidence`` from the DSpark model file (:mod:`.confidence`).
 
 What differs between releases is found by inspecting the installed functions
 (``gumbel_sample``'s cache and ``is_drafting`` arguments), not by version strings. Measured
@@ -24,9 +29,9 @@ CUDA graph with no folded-sampler object or memory gate of SGLang's kind),
 ``PrefixScheduler`` (vLLM's adaptive verification is the production variant, not
 Algorithm 1), ``SpeculativeLoop`` (needs the engine and a model runner),
 ``TruncatedChainVerifier`` (vLLM's top-k/top-p live in ``vllm.v1.sample.ops``, which needs the
-platform layer), ``SimulatedAcceptance`` (vLLM's synthetic mode takes per-step acceptance
-rates, none of SPEC S6's methods), ``Confidence`` (the confidence head is a model-file module
-over vLLM's parallel linears, and vLLM fits no STS temperatures).
+platform layer), ``Confidence`` on 0.25.0 (no confidence head in that release). Features a
+capability lacks raise ``NotImplementedError`` naming them (a skip): the ``multinomial``
+method and method names (S6), STS temperatures, ``fit_sts`` and ``prefix_survival`` (S7).
 
 Conventions: greedy iff vLLM's temperature state is 0, reached by ``temperature < 1e-5``
 after vLLM's floor of ``0 < T < 1e-2`` to ``1e-2`` (:mod:`.engine_inputs`); ties to the
@@ -46,9 +51,11 @@ from conformance import contract as c
 
 from . import ledger
 from .loader import VLLMModules, load_vllm
+from .confidence import Confidence, confidence_support
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler
+from .simulated import SimulatedAcceptance
 from .verify import ChainVerifier, GreedyVerifier
 
 __all__ = ["make_adapter", "capabilities"]
@@ -57,14 +64,22 @@ GREEDY_RULE = "temperature"
 
 
 def capabilities(modules: VLLMModules) -> dict[type, Any]:
-    """The capability mapping for the loaded vLLM (see the module note for what is left out)."""
-    return {
+    """The capability mapping for the loaded vLLM (see the module note for what is left out).
+
+    Raises:
+        AdapterLoadError: the synthetic-mode helpers are missing from the installed files.
+    """
+    offered = {
         c.StepSampler: StepSampler(modules),
         c.MarkovBlock: MarkovBlock(modules),
         c.ChainVerifier: ChainVerifier(modules),
         c.GreedyVerifier: GreedyVerifier(modules),
         c.SpeculativeRound: SpeculativeRound(modules),
+        c.SimulatedAcceptance: SimulatedAcceptance(modules),
     }
+    if confidence_support(modules) is None:
+        offered[c.Confidence] = Confidence(modules)
+    return offered
 
 
 def make_adapter() -> c.Adapter:

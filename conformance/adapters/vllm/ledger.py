@@ -32,7 +32,11 @@ def ledger_enabled() -> bool:
 
 _HOT = "V1: request temperatures above 2 are rejected (SamplingParams: 'temperature must be in [0, 2]')"
 
+_SYNTHETIC_RANGE = ("V4: a synthetic acceptance length outside [1, n + 1] is rejected, not clamped "
+                    "(SpeculativeConfig: 'synthetic_acceptance_length must be in [1, n + 1]')")
+
 _CPU = ("cpu",)
+_RELEASES = ("0.25.0", "0.28.0", "0.29.0", "0.33.0")
 
 
 def _on(devices: tuple[str, ...], *versions: str) -> dict[str, tuple[str, ...]]:
@@ -44,7 +48,10 @@ def _on(devices: tuple[str, ...], *versions: str) -> dict[str, tuple[str, ...]]:
 #: version or device shows its failures.
 _LEDGER: tuple[tuple[str, str, str, Mapping[str, tuple[str, ...]]], ...] = (
     ("test_S3_zero_probability[S3/vocab-crop/neg-inf-never-drawn]", "S3", _HOT,
-     _on(_CPU, "0.25.0", "0.28.0", "0.29.0", "0.33.0")),
+     _on(_CPU, *_RELEASES)),
+    *((f"test_S6_match_expected_degenerate_values[S6/match-expected/{name}]", "S6", _SYNTHETIC_RANGE,
+       _on(_CPU, *_RELEASES)) for name in ("clamp-low-0.2", "clamp-low-negative", "clamp-high-9.5", "max-len-1")),
+    ("test_S6_lengths_stay_in_range[S6/range/match-expected]", "S6", _SYNTHETIC_RANGE, _on(_CPU, *_RELEASES)),
 )
 
 
