@@ -50,8 +50,8 @@ from typing import Any
 from conformance import contract as c
 
 from . import ledger
-from .loader import VLLMModules, load_vllm
 from .confidence import Confidence, confidence_support
+from .loader import VLLMModules, load_vllm
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler

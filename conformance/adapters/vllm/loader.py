@@ -25,6 +25,10 @@ live in plain modules of the V2 model runner, so this loader imports them direct
   dtype"): :func:`_install_interpreter_mask_fix` turns an integer mask into ``mask != 0``
   before a masked load or store. On a GPU neither is installed: the real libdevice and compiler run.
 
+* **Plain helpers of engine-bound modules** (:func:`source_functions`): a function whose module
+  cannot be imported without the engine (``SpeculativeConfig``'s synthetic-rate helpers,
+  ``maybe_prefix``) is compiled from the wheel's file alone, never restated.
+
 If vLLM was already imported the normal way, its modules are used as they are.
 
 To support a new vLLM release: add its DSpark modules to ``DSPARK_MODULES`` (and to
