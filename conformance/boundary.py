@@ -12,8 +12,12 @@ what came back::
 
     StepSampler.sample returned float32 [5], expected int64 [4] on cpu with ids in [0, 8)
 
-Exceptions raised by the adapter (``NotImplementedError`` for an unsupported feature,
-``ValueError`` for a rejected input, ``Inconclusive``) pass through untouched. The checks
+Exceptions raised by the adapter (``ValueError`` for a rejected input, ``Inconclusive``)
+pass through untouched, except that a ``NotImplementedError`` raised by one of the adapter's
+methods (an unsupported feature, as the contract names it) comes out as
+:class:`UnsupportedFeature`, a subclass naming the capability and the method: a test that
+catches ``NotImplementedError`` still does, and the plugin reports a test it ends as a skip
+with that name and the adapter's reason (never a pass, never a failure). The checks
 are whole-tensor reductions (dtype, shape, min / max, NaN), never a Python loop over
 elements, and run after a call has returned, never inside a CUDA-graph capture
 (``FoldedSession.capture`` returns nothing). The plugin's ``require`` fixture applies
@@ -27,6 +31,7 @@ method, naming only the arguments its checks read and forwarding the rest as giv
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 from typing import Any, Sequence
 
@@ -34,11 +39,54 @@ import torch
 
 from . import contract as c
 
-__all__ = ["BoundaryViolation", "validating"]
+__all__ = ["BoundaryViolation", "UnsupportedFeature", "validating"]
 
 
 class BoundaryViolation(AssertionError):
     """An adapter returned a value outside its capability's contract: the case fails."""
+
+
+class UnsupportedFeature(NotImplementedError):
+    """The adapter's ``NotImplementedError`` from ``where`` (``"Capability.method"``): the IUT
+    lacks the feature that call needs. ``str()`` is the adapter's message."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(reason)
+        self.where = where
+
+
+def _unsupported(where: str, exc: NotImplementedError) -> UnsupportedFeature:
+    return exc if isinstance(exc, UnsupportedFeature) else UnsupportedFeature(where, str(exc))
+
+
+class _Forwarding:
+    """The adapter's object as a boundary proxy calls it: every attribute is the adapter's;
+    a ``NotImplementedError`` from a method call or an attribute read becomes
+    :class:`UnsupportedFeature` naming ``owner.attribute``."""
+
+    def __init__(self, impl: Any, owner: str) -> None:
+        self._impl, self._owner = impl, owner
+
+    def __getattr__(self, name: str) -> Any:
+        where = f"{self._owner}.{name}"
+        try:
+            value = getattr(self._impl, name)
+        except NotImplementedError as exc:
+            raise _unsupported(where, exc) from exc
+        if not callable(value):
+            return value
+
+        @functools.wraps(value)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return value(*args, **kwargs)
+            except NotImplementedError as exc:
+                raise _unsupported(where, exc) from exc
+
+        return call
+
+    def __repr__(self) -> str:
+        return repr(self._impl)
 
 
 # ----------------------------------------------------------------------------- value rules
@@ -212,7 +260,7 @@ class _Validating:
     capability: type
 
     def __init__(self, impl: Any) -> None:
-        self._impl = impl
+        self._impl = _Forwarding(impl, self.capability.__name__)
 
     def _where(self, method: str) -> str:
         return f"{self.capability.__name__}.{method}"
@@ -407,7 +455,7 @@ class _ValidatingExecutor:
     """The verify-step executor of :class:`_ValidatingSimulatedAcceptance` (SPEC S6)."""
 
     def __init__(self, impl: Any, gamma: int) -> None:
-        self._impl, self._gamma = impl, gamma
+        self._impl, self._gamma = _Forwarding(impl, "SimulatedAcceptance.executor()"), gamma
         self._drafts: torch.Tensor | None = None
 
     def step(self, draft_tokens):

@@ -5,6 +5,8 @@ in-repo runs). Inert until asked (STYLE 12): in a run that collects none of the 
 tests it loads no adapter, imports no torch, skips nothing and records nothing. The
 suite's tests are the test functions of its own modules (:func:`is_suite_item`); only they
 get the GPU-tier skip (by their ``gpu`` marker), the ledger's expected failures and records.
+A test ended by an adapter's ``NotImplementedError`` (``conformance.boundary.UnsupportedFeature``:
+a feature the IUT lacks) is reported as a skip naming the capability, the method and the reason.
 
 Options:
 
@@ -162,6 +164,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     if not is_suite_item(item):
         return
+    from .boundary import UnsupportedFeature
     from .contract import Inconclusive
 
     report = outcome.get_result()
@@ -171,6 +174,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1], f"INCONCLUSIVE: {call.excinfo.value}")
         report.user_properties.append(("dspark_outcome", "inconclusive"))
+    elif call.excinfo is not None and report.failed and call.excinfo.errisinstance(UnsupportedFeature):
+        exc = call.excinfo.value
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1], f"Skipped: {exc.where}: not supported by the IUT ({exc})")
     elif call.excinfo is not None and report.failed:
         report.user_properties.append(("dspark_failure", json.dumps(_failure(call.excinfo))))
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from conformance import contract as c
-from conformance.boundary import BoundaryViolation, _same_device, validating
+from conformance.boundary import BoundaryViolation, UnsupportedFeature, _same_device, validating
 
 ROOT = Path(__file__).resolve().parents[1]
 I64, F32 = torch.int64, torch.float32
@@ -85,8 +85,10 @@ def test_violation_is_an_assertion_error_and_adapter_errors_pass_through():
         def verify_greedy(self, draft_tokens, target_logits, cap=None):
             raise NotImplementedError("no greedy verify here")
 
-    with pytest.raises(NotImplementedError, match="no greedy verify here"):
+    with pytest.raises(NotImplementedError, match="no greedy verify here") as raised:
         validating(c.GreedyVerifier, Unsupported()).verify_greedy(ids(0)[None], torch.zeros(1, 2, 4))
+    assert isinstance(raised.value, UnsupportedFeature) and raised.value.where == "GreedyVerifier.verify_greedy"
+    assert str(raised.value) == "no greedy verify here"
 
 
 def test_calls_reach_the_adapter_with_the_arguments_given_and_no_others():

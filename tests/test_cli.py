@@ -105,6 +105,18 @@ def test_inconclusive_has_its_own_exit_code(tmp_path):
     assert "INCONCLUSIVE" in out
 
 
+def test_unsupported_feature_is_a_skip_naming_it(tmp_path):
+    """An adapter's NotImplementedError from a capability method (contract: an unsupported
+    feature) ends the test as a skip naming the capability, the method and the reason."""
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:no_multinomial", "-k", "test_S6_lengths_stay_in_range")
+    assert code == cli.EXIT_PASS, out
+    tests = {t["case"]: t for t in json.loads((tmp_path / "results.json").read_text())["tests"]}
+    skipped = [t for t in tests.values() if t["outcome"] == "skipped"]
+    assert [t["outcome"] for t in tests.values()].count("passed") == 1 and len(skipped) == 1, tests
+    assert skipped[0]["reason"] == ("SimulatedAcceptance.sample_acc_len: not supported by the IUT "
+                                    "(no multinomial method here)"), skipped[0]
+
+
 def test_unmatched_ledger_entry_is_an_infrastructure_error(tmp_path):
     code, out = _run(tmp_path, "--impl", "tests.toy_adapters:unmatched_ledger", "-k", "test_S6_")
     assert code == cli.EXIT_INFRA, out

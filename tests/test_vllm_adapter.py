@@ -25,7 +25,8 @@ from conformance.adapters.vllm.sampling import cache_is_processed, gumbel_kwargs
 from conformance.loading import AdapterLoadError, load_adapter
 
 V, RANK = 40, 6
-CAPABILITIES = {c.StepSampler, c.MarkovBlock, c.DraftLayouts, c.ChainVerifier, c.GreedyVerifier, c.SpeculativeRound}
+CAPABILITIES = {c.StepSampler, c.MarkovBlock, c.DraftLayouts, c.ChainVerifier, c.GreedyVerifier, c.SpeculativeRound,
+                c.SimulatedAcceptance}
 
 
 @pytest.fixture(scope="module")
@@ -196,11 +197,12 @@ def test_ledger_entries_only_where_confirmed():
 def test_adapter_builds_with_its_capabilities(vllm):
     adapter = load_adapter("vllm")
     assert adapter.name == f"vllm=={vllm.version}"
-    # adaptive verification (ProductionScheduler) first shipped in 0.28.0; it needs CUDA before 0.33.0
+    # adaptive verification (ProductionScheduler) first shipped in 0.28.0; it needs CUDA before 0.33.0;
+    # the confidence head ships from 0.28.0 too (0.25.0's model file skips its weights).
     release = loader.release_of(vllm.version)
-    adaptive = {c.ProductionScheduler} if release >= (0, 28, 0) else set()
-    assert set(adapter.capabilities) == CAPABILITIES | adaptive
-    assert set(adapter.requirements) == (adaptive if (0, 28, 0) <= release < (0, 33, 0) else set())
+    from_0_28 = {c.ProductionScheduler, c.Confidence} if release >= (0, 28, 0) else set()
+    assert set(adapter.capabilities) == CAPABILITIES | from_0_28
+    assert set(adapter.requirements) == ({c.ProductionScheduler} if (0, 28, 0) <= release < (0, 33, 0) else set())
     assert adapter.conventions.greedy_rule == "temperature" and adapter.conventions.draft_truncates is False
     assert load_adapter(f"vllm=={vllm.version}").name == adapter.name
 
@@ -294,6 +296,83 @@ def test_round_hands_the_cache_to_the_verifier_and_repeats_when_seeded(vllm):
     with pytest.raises(NotImplementedError, match="top-k / top-p"):
         iut.round(head, base, torch.tensor([1, 2, 3, 4]), None, target, temps, torch.full((rows,), 2),
                   torch.ones(rows), torch.zeros(rows), **seeded)
+
+
+def test_source_functions_compile_vllm_helpers_and_name_what_is_missing(tmp_path):
+    (tmp_path / "m.py").write_text("class K:\n    @staticmethod\n    def a(x):\n        return K.b(x) + 1\n"
+                                   "    @staticmethod\n    def b(x):\n        return 2 * x\n")
+    helpers = loader.source_functions(str(tmp_path), "9.9", "m.py", ("a", "b"), class_name="K")
+    assert helpers["a"](3) == 7
+    with pytest.raises(AdapterLoadError, match=r"vllm==9\.9: m\.py:K defines no \['c'\]"):
+        loader.source_functions(str(tmp_path), "9.9", "m.py", ("a", "c"), class_name="K")
+    with pytest.raises(AdapterLoadError, match=r"vllm==9\.9: cannot read nope\.py"):
+        loader.source_functions(str(tmp_path), "9.9", "nope.py", ("a",))
+
+
+def test_simulated_rates_are_vllms_minimum_variance_schedule(vllm):
+    from conformance.adapters.vllm.simulated import synthetic_rates
+
+    rates = synthetic_rates(vllm, 4.7, 5, torch.device("cpu"))
+    torch.testing.assert_close(rates, torch.tensor([1.0, 1.0, 1.0, 0.7, 0.0]))
+    assert synthetic_rates(vllm, 6.0, 5, torch.device("cpu")).tolist() == [1.0] * 5
+    with pytest.raises(ValueError, match=r"synthetic_acceptance_length must be in \[1, 6\], got 9\.5"):  # V6
+        synthetic_rates(vllm, 9.5, 5, torch.device("cpu"))
+
+
+def test_simulated_lengths_and_executor_through_the_synthetic_accept(vllm):
+    from conformance.adapters.vllm.simulated import SimulatedAcceptance
+
+    iut = SimulatedAcceptance(vllm)
+    gen = torch.Generator().manual_seed(5)
+    assert {iut.sample_acc_len(3.0, "match-expected", 6, gen) for _ in range(5)} == {3}
+    assert {iut.sample_acc_len(3.5, "match-expected", 6, gen) for _ in range(30)} == {3, 4}
+    executor = iut.executor(2.5, "match-expected", 3, seed=7)
+    drafts = torch.tensor([[5, 6, 7], [8, 9, 10]], dtype=torch.int32)
+    lengths = executor.step(drafts)
+    assert lengths.dtype == torch.int64 and set(lengths.tolist()) <= {2, 3}
+    slots = torch.arange(3)
+    expected = torch.where(slots < (lengths - 1)[:, None], drafts.to(torch.int64), -1)
+    assert torch.equal(executor.correct_drafts, expected)
+    again = iut.executor(2.5, "match-expected", 3, seed=7).step(drafts)
+    assert torch.equal(again, lengths)  # the executor's draws follow its seed
+
+
+@pytest.mark.parametrize("method", ["multinomial", "uniform"])
+def test_simulated_methods_vllm_lacks_are_refused(vllm, method):
+    from conformance.adapters.vllm.simulated import SimulatedAcceptance
+
+    iut = SimulatedAcceptance(vllm)
+    with pytest.raises(NotImplementedError, match="no method selector"):
+        iut.sample_acc_len(3.0, method, 6, torch.Generator())
+    with pytest.raises(NotImplementedError, match="no method selector"):
+        iut.executor(3.0, method, 5, 0)
+
+
+def test_confidence_is_vllms_head_where_it_ships(vllm):
+    from conformance.adapters.vllm.confidence import Confidence, confidence_support
+
+    if loader.release_of(vllm.version) < (0, 28, 0):
+        assert "DSparkConfidenceHead" in confidence_support(vllm)
+        return
+    assert confidence_support(vllm) is None
+    iut = Confidence(vllm)
+    gen = torch.Generator().manual_seed(6)
+    hidden, markov = torch.randn(2, 3, 5, generator=gen), torch.randn(2, 3, 4, generator=gen)
+    state = {"proj.weight": torch.randn(1, 9, generator=gen), "proj.bias": torch.randn(1, generator=gen)}
+    out = iut.confidences(state, hidden, markov, None, checkpoint_gamma=7)
+    expected = torch.sigmoid(torch.cat([hidden, markov], -1) @ state["proj.weight"][0] + state["proj.bias"])
+    torch.testing.assert_close(out, expected)
+    hidden_only = {"proj.weight": state["proj.weight"][:, :5], "proj.bias": state["proj.bias"]}
+    torch.testing.assert_close(iut.confidences(hidden_only, hidden, None, None, checkpoint_gamma=3),
+                               torch.sigmoid(hidden @ hidden_only["proj.weight"][0] + state["proj.bias"]))
+    with pytest.raises(ValueError, match=r"proj\.weight \[1, 9\]"):
+        iut.confidences(hidden_only, hidden, markov, None, checkpoint_gamma=3)
+    with pytest.raises(NotImplementedError, match="fits no temperatures"):
+        iut.confidences(state, hidden, markov, torch.ones(3), checkpoint_gamma=3)
+    with pytest.raises(NotImplementedError, match="inline in its adaptive verification"):
+        iut.prefix_survival(out)
+    with pytest.raises(NotImplementedError, match="fits no temperatures"):
+        iut.fit_sts(torch.zeros(4, 3), torch.zeros(4, 3, dtype=torch.bool))
 
 
 # --------------------------------------------------------------------------- speculators

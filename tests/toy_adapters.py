@@ -18,6 +18,20 @@ class _InconclusiveSimulated(reference.SimulatedAcceptance):
         raise c.Inconclusive("simulated verify step is disabled in this build")
 
 
+class _NoMultinomial(reference.SimulatedAcceptance):
+    """Lacks one feature of a capability it offers (an unsupported method): raises
+    ``NotImplementedError`` for it, which the run must report as a skip naming it."""
+
+    def sample_acc_len(self, value, method, max_len, generator):
+        if method == "multinomial":
+            raise NotImplementedError("no multinomial method here")
+        return super().sample_acc_len(value, method, max_len, generator)
+
+
+def no_multinomial() -> c.Adapter:
+    return c.Adapter("toy:no-multinomial", c.Conventions(), {c.SimulatedAcceptance: _NoMultinomial()})
+
+
 def only_simulated() -> c.Adapter:
     """Offers one capability; every other test must skip naming its capability."""
     return c.Adapter("toy:only-simulated", c.Conventions(), {c.SimulatedAcceptance: reference.SimulatedAcceptance()})

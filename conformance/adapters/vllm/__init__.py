@@ -14,7 +14,12 @@ onto vLLM's code:
   request's shared seed, positions and the drafter's logits cache (:mod:`.round`);
 * ``ProductionScheduler`` (S8 production variant, 0.28.0+): ``AdaptiveVerificationManager``'s
   ``get_num_tokens`` (budget from stale confidences) and ``reallocate_drafts`` (the fill)
-  (:mod:`.scheduler`).
+  (:mod:`.scheduler`);
+* ``SimulatedAcceptance`` (S6, ``match-expected`` only): the synthetic rejection mode, a mean
+  ``synthetic_acceptance_length`` resolved by vLLM's config helpers and drawn by
+  ``rejection_sample``'s synthetic accept (:mod:`.simulated`);
+* ``Confidence`` (S7, confidences without STS; 0.28.0+): ``DSparkConfidenceHead`` and
+  ``compute_confidence`` from the DSpark model file (:mod:`.confidence`).
 
 What differs between releases is found by inspecting the installed functions
 (``gumbel_sample``'s cache and ``is_drafting`` arguments), not by version strings. Measured
@@ -29,9 +34,9 @@ CUDA graph with no folded-sampler object or memory gate of SGLang's kind),
 ``PrefixScheduler`` (vLLM's adaptive verification is the production variant, not
 Algorithm 1; 0.25.0 ships no adaptive verification at all), ``SpeculativeLoop`` (needs the engine and a model runner),
 ``TruncatedChainVerifier`` (vLLM's top-k/top-p live in ``vllm.v1.sample.ops``, which needs the
-platform layer), ``SimulatedAcceptance`` (vLLM's synthetic mode takes per-step acceptance
-rates, none of SPEC S6's methods), ``Confidence`` (the confidence head is a model-file module
-over vLLM's parallel linears, and vLLM fits no STS temperatures).
+platform layer), ``Confidence`` on 0.25.0 (no confidence head in that release). Features a
+capability lacks raise ``NotImplementedError`` naming them (a skip): the ``multinomial``
+method and method names (S6), STS temperatures, ``fit_sts`` and ``prefix_survival`` (S7).
 
 Conventions: greedy iff vLLM's temperature state is 0, reached by ``temperature < 1e-5``
 after vLLM's floor of ``0 < T < 1e-2`` to ``1e-2`` (:mod:`.engine_inputs`); ties to the
@@ -52,12 +57,14 @@ from typing import Any
 from conformance import contract as c
 
 from . import ledger
+from .confidence import Confidence, confidence_support
 from .loader import VLLMModules, load_vllm
 from .layouts import DraftLayouts
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler
 from .scheduler import ProductionScheduler, requirement
+from .simulated import SimulatedAcceptance
 from .verify import ChainVerifier, GreedyVerifier
 
 __all__ = ["make_adapter", "capabilities", "requirements"]
@@ -75,7 +82,11 @@ ZERO_Q_DRAFTS = "accept"
 
 
 def capabilities(modules: VLLMModules) -> dict[type, Any]:
-    """The capability mapping for the loaded vLLM (see the module note for what is left out)."""
+    """The capability mapping for the loaded vLLM (see the module note for what is left out).
+
+    Raises:
+        AdapterLoadError: the synthetic-mode helpers are missing from the installed files.
+    """
     offered = {
         c.StepSampler: StepSampler(modules),
         c.MarkovBlock: MarkovBlock(modules),
@@ -83,7 +94,10 @@ def capabilities(modules: VLLMModules) -> dict[type, Any]:
         c.ChainVerifier: ChainVerifier(modules),
         c.GreedyVerifier: GreedyVerifier(modules),
         c.SpeculativeRound: SpeculativeRound(modules),
+        c.SimulatedAcceptance: SimulatedAcceptance(modules),
     }
+    if confidence_support(modules) is None:
+        offered[c.Confidence] = Confidence(modules)
     if "adaptive" in modules:
         offered[c.ProductionScheduler] = ProductionScheduler(modules)
     return offered

@@ -32,9 +32,13 @@ _D2T = ("V4: a draft-to-target map is not validated: a short or out-of-range map
 
 _FILL_CURRENT = ("V5: the draft budget is stale, but reallocate_drafts fills it by _confidence_probs, the current "
                  "block's confidences, so they move admitted prefixes")
+_SYNTHETIC_RANGE = ("V6: a synthetic acceptance length outside [1, n + 1] is rejected, not clamped "
+                    "(SpeculativeConfig: 'synthetic_acceptance_length must be in [1, n + 1]')")
+
 _CPU = ("cpu",)
 _CUDA = ("cuda",)
 _BOTH = ("cpu", "cuda")
+_RELEASES = ("0.25.0", "0.28.0", "0.29.0", "0.33.0")
 
 _on = ledgers.on
 
@@ -58,6 +62,9 @@ _LEDGER: tuple[ledgers.Row, ...] = (
                      "[S8/production-non-anticipation/other-requests]")
     ),
     ("test_S3_huge_temperature_uniform[S3/degenerate/huge-temperature-uniform]", "S3", _HOT, _on(_CPU, "0.33.0")),
+    *((f"test_S6_match_expected_degenerate_values[S6/match-expected/{name}]", "S6", _SYNTHETIC_RANGE,
+       _on(_CPU, *_RELEASES)) for name in ("clamp-low-0.2", "clamp-low-negative", "clamp-high-9.5", "max-len-1")),
+    ("test_S6_lengths_stay_in_range[S6/range/match-expected]", "S6", _SYNTHETIC_RANGE, _on(_CPU, *_RELEASES)),
 )
 
 

@@ -25,6 +25,10 @@ live in plain modules of the V2 model runner, so this loader imports them direct
   dtype"): :func:`_install_interpreter_mask_fix` turns an integer mask into ``mask != 0``
   before a masked load or store. On a GPU neither is installed: the real libdevice and compiler run.
 
+* **Plain helpers of engine-bound modules** (:func:`source_functions`): a function whose module
+  cannot be imported without the engine (``SpeculativeConfig``'s synthetic-rate helpers,
+  ``maybe_prefix``) is compiled from the wheel's file alone, never restated.
+
 If vLLM was already imported the normal way, its modules are used as they are.
 
 To support a new vLLM release: add its DSpark modules to ``DSPARK_MODULES`` (and to
@@ -34,6 +38,7 @@ engine module, add a line to ``_ENGINE_STUBS`` with the reason.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
 import functools
@@ -66,6 +71,7 @@ __all__ = [
     "installed_version",
     "release_of",
     "load_vllm",
+    "source_functions",
 ]
 
 MIN_VERSION = (0, 25, 0)  # first release with DSpark (V2 model runner only)
@@ -84,6 +90,8 @@ DSPARK_MODULES: dict[str, str] = {
 OPTIONAL_MODULES: dict[str, str] = {
     "acceptance": f"{_WORKER}.spec_decode.acceptance_estimator",
     "adaptive": f"{_WORKER}.spec_decode.adaptive_verification",  # AdaptiveVerificationManager, 0.28.0+
+    # DSparkConfidenceHead, Qwen3DSparkForCausalLM.compute_confidence (0.28.0+ wire them in)
+    "dspark_model": "vllm.model_executor.models.qwen3_dspark",
 }
 
 #: Engine modules the DSpark files import, with why they are not needed here.
@@ -106,6 +114,17 @@ _ENGINE_STUBS: dict[str, str] = {
                                       "admitted-count copy to the host, off here)",
     "vllm.v1.worker.gpu.attn_utils": "attention-backend capability checks of the adaptive manager's factory",
     "vllm.v1.attention.backend": "attention-backend enum of the adaptive manager's factory",
+    # Imported by the DSpark model file (qwen3_dspark: the confidence head); the suite builds
+    # the head alone, never the backbone, the LM head or the weight loader.
+    "vllm.model_executor.layers.linear":
+        "parallel linear layers (quantization methods, TP weight loaders); ReplicatedLinear is "
+        "explicit: replicated and unquantized it is F.linear (UnquantizedLinearMethod.apply)",
+    "vllm.model_executor.layers.logits_processor": "LM-head logits processor (backbone only)",
+    "vllm.model_executor.layers.quantization": "quantization configs (annotations only)",
+    "vllm.model_executor.layers.quantization.utils.nvfp4_emulation_utils": "NVFP4 LM-head helpers (backbone only)",
+    "vllm.model_executor.layers.vocab_parallel_embedding": "parallel LM head (backbone only)",
+    "vllm.model_executor.models.qwen3_dflash": "DFlash Qwen3 backbone classes (bases of the model, never built)",
+    "vllm.model_executor.models.utils": "model helpers (weight loaders); maybe_prefix is vLLM's, compiled from the file",
 }
 
 
@@ -201,11 +220,43 @@ def _triton_values() -> dict[str, Any]:
 
 #: Names a stubbed module must really provide (read at import time); everything else is a
 #: placeholder. Callables are evaluated when the stub is made.
+def _replicated_linear() -> dict[str, Any]:
+    import torch
+
+    class ReplicatedLinear(torch.nn.Module):
+        """Stand-in for vLLM's ``ReplicatedLinear`` on one device, unquantized: ``weight
+        [out, in]`` and ``bias [out]`` in ``params_dtype``, ``forward(x) = F.linear(x, weight,
+        bias)`` (``UnquantizedLinearMethod.apply``), the bias returned apart only with
+        ``skip_bias_add``; ``(output, bias)`` unless ``return_bias=False``."""
+
+        def __init__(self, input_size: int, output_size: int, bias: bool = True, skip_bias_add: bool = False,
+                     params_dtype: Any = None, quant_config: Any = None, prefix: str = "", *,
+                     return_bias: bool = True, **_: Any) -> None:
+            super().__init__()
+            dtype = params_dtype or torch.get_default_dtype()
+            self.skip_bias_add, self.return_bias = skip_bias_add, return_bias
+            self.weight = torch.nn.Parameter(torch.empty(output_size, input_size, dtype=dtype), requires_grad=False)
+            self.bias = torch.nn.Parameter(torch.empty(output_size, dtype=dtype), requires_grad=False) if bias else None
+
+        def forward(self, x):
+            output = torch.nn.functional.linear(x, self.weight, None if self.skip_bias_add else self.bias)
+            return output if not self.return_bias else (output, self.bias if self.skip_bias_add else None)
+
+    return {"ReplicatedLinear": ReplicatedLinear}
+
+
+def _model_utils() -> dict[str, Any]:
+    root = _package_root("installed")
+    return source_functions(root, "installed", "vllm/model_executor/models/utils.py", ("maybe_prefix",))
+
+
 _STUB_VALUES: dict[str, Any] = {
     "vllm.triton_utils": _triton_values,
     "vllm.logger": lambda: {"init_logger": logging.getLogger},
     "vllm.config.compilation": lambda: {"CUDAGraphMode": _CUDAGraphMode},
     "vllm.platforms": lambda: {"current_platform": _Platform()},
+    "vllm.model_executor.layers.linear": _replicated_linear,
+    "vllm.model_executor.models.utils": _model_utils,
 }
 
 
@@ -327,3 +378,45 @@ def _import(version_text: str, module_name: str) -> types.ModuleType:
         ) from exc
     except StubCalled as exc:
         raise AdapterLoadError(f"vllm=={version_text}: importing {module_name} called a stub: {exc}") from exc
+
+
+def source_functions(root: str, version_text: str, relative_path: str, names: tuple[str, ...], *,
+                     class_name: str | None = None) -> dict[str, Any]:
+    """vLLM's own functions ``names``, compiled from the installed wheel's file alone.
+
+    For helpers that live in modules whose import needs the engine (``vllm/config/*``, whose
+    package pulls in pydantic models of the whole configuration; ``vllm/v1/spec_decode/
+    utils.py``, which reads the platform at import): the plain-Python functions are taken
+    from ``<root>/relative_path`` (``root``: ``VLLMModules.root``) and compiled there (globals: ``torch``), nothing else of
+    the module runs. ``class_name``: take them from that class's body (static methods; the
+    class is then a namespace of them, so ``Class._helper(...)`` calls between them resolve).
+
+    Raises:
+        AdapterLoadError: the file is missing, or lacks one of ``names`` (names the version,
+            the file and the missing functions).
+    """
+    path = os.path.join(root, *relative_path.split("/"))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except OSError as exc:
+        raise AdapterLoadError(f"vllm=={version_text}: cannot read {relative_path}: {exc}") from exc
+    body = tree.body
+    if class_name is not None:
+        classes = [node for node in body if isinstance(node, ast.ClassDef) and node.name == class_name]
+        body = classes[0].body if classes else []
+    nodes = [node for node in body if isinstance(node, ast.FunctionDef) and node.name in names]
+    missing = sorted(set(names) - {node.name for node in nodes})
+    if missing:
+        where = f"{relative_path}:{class_name}" if class_name else relative_path
+        raise AdapterLoadError(f"vllm=={version_text}: {where} defines no {missing}")
+    for node in nodes:
+        node.decorator_list = []  # @staticmethod: plain functions of the namespace below
+    import torch
+
+    namespace: dict[str, Any] = {"torch": torch, "__name__": f"vllm_conformance_source:{relative_path}"}
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), path, "exec"), namespace)  # vLLM's own code
+    functions = {node.name: namespace[node.name] for node in nodes}
+    if class_name is not None:
+        namespace[class_name] = types.SimpleNamespace(**functions)
+    return functions

@@ -50,7 +50,8 @@ def _apply_temperature(modules: VLLMModules, logits: torch.Tensor, temps: torch.
 
 
 def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits, temps, seeds, first_pos,
-                num_drafts, *, target_processed: bool = False, draft_cached: bool = False):
+                num_drafts, *, target_processed: bool = False, draft_cached: bool = False,
+                synthetic_rates: torch.Tensor | None = None):
     """``(accepted[B] i64, tokens[B, l + 1] i64 padded with -1)`` from ``rejection_sample``.
 
     ``temps`` is vLLM's temperature state (0 = greedy), ``first_pos[B]`` the position of each
@@ -58,7 +59,9 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
     ``draft_logits`` may be None when every row is greedy. ``target_processed``: the target
     logits already went through the target sampler's steps (temperature included);
     ``draft_cached``: the draft logits are the drafter's cache as vLLM hands it over (else they
-    are the contract's corrected logits, put into the cache's form here).
+    are the contract's corrected logits, put into the cache's form here). ``synthetic_rates``:
+    vLLM's ``synthetic_conditional_rates [l]`` float32 (synthetic rejection mode, SPEC S6;
+    :mod:`.simulated`), None for the standard accept.
     """
     bs, l = draft_tokens.shape
     device = draft_tokens.device
@@ -87,7 +90,7 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
         draft = None
     sampled, num_sampled = modules["rejection"].rejection_sample(
         target, draft, draft_sampled, cu.to(device), pos, idx, expanded, local_d.to(torch.int32).contiguous(),
-        temps, seeds, l,
+        temps, seeds, l, synthetic_rates,
     )
     num_sampled = num_sampled.to(torch.int64)
     slots = torch.arange(l + 1, device=device)

@@ -1,0 +1,177 @@
+"""Simulated acceptance (benchmark mode, SPEC S6) through vLLM's synthetic rejection mode.
+
+vLLM's counterpart of S6 is ``SpeculativeConfig(rejection_sample_method="synthetic")``
+(every release 0.25.0-0.33.0, the same code):
+
+* a mean length ``synthetic_acceptance_length = value`` (in ``[1, n + 1]``, ``n =
+  num_speculative_tokens``) is resolved by ``SpeculativeConfig.
+  _resolve_synthetic_acceptance_rates`` into per-position *unconditional* rates with the
+  "minimum-variance schedule" (``_acceptance_length_to_rates``: ``[1] * floor(value - 1) +
+  [frac] + [0] * ...``); the ``RejectionSampler`` turns them into conditional rates
+  (``vllm.v1.spec_decode.utils.unconditional_to_conditional_rates``);
+* ``rejection_sample(..., synthetic_conditional_rates)`` then accepts draft ``i`` iff its
+  hashed uniform ``u(seed, pos) < rate_i`` and stops at the first rejection, so each verify
+  step draws a fresh length per request: ``acc_len = accepted + 1``.
+
+That is SPEC S6's ``match-expected`` law: ``acc_len`` is ``floor(value)`` or ``floor(value)
++ 1``, the upper with probability ``value - floor(value)``. The adapter runs exactly that
+path with ``n = max_len - 1`` (``gamma`` for the executor): the two helpers compiled from
+the wheel's files (:func:`.loader.source_functions`; their modules import the engine
+configuration and the platform), then vLLM's ``rejection_sample`` in synthetic mode
+(:func:`.verify.verify_rows`) on greedy rows with zero target logits (the synthetic accept
+reads neither law; greedy rows skip the residual resample). ``step`` returns
+``num_sampled``, and ``correct_drafts`` is built from the tokens vLLM committed: its first
+``accepted`` outputs (the drafts it kept), ``-1`` after them.
+
+What does not map:
+
+* ``multinomial`` (``round(clamp(Normal(value, 1), 1, max_len))``) and SPEC's method names:
+  vLLM's synthetic mode has one law for a mean length and no method selector, so any method
+  other than ``match-expected`` raises ``NotImplementedError`` naming that (a skip); the
+  S6 rule "any other method: ValueError" has no vLLM counterpart;
+* vLLM's other form, ``synthetic_acceptance_rates`` (a per-position rate vector), has no
+  contract counterpart and is not exercised;
+* values outside ``[1, max_len]``: vLLM raises ``ValueError`` ("synthetic_acceptance_length
+  must be in [1, n + 1]") where SPEC S6 clamps (finding V6, ``docs/conformance/
+  vllm-findings.md``); the adapter passes the value on unchanged.
+
+Randomness: vLLM's uniforms are a hash of (seed, position); each draw (each verify step of
+an executor) uses fresh seeds and positions drawn from the suite's generator (the
+executor's from ``torch.Generator().manual_seed(seed)``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+
+from .engine_inputs import positions_from, seeds_from
+from .loader import VLLMModules, source_functions
+from .verify import verify_rows
+
+__all__ = ["MATCH_EXPECTED", "SimulatedAcceptance", "SyntheticExecutor", "synthetic_rates"]
+
+MATCH_EXPECTED = "match-expected"
+_CONFIG_FILE = "vllm/config/speculative.py"
+_RATES_FILE = "vllm/v1/spec_decode/utils.py"
+
+
+def _helpers(modules: VLLMModules) -> tuple[Callable[..., list[float]], Callable[[list[float]], list[float]]]:
+    return _helpers_at(modules.root, modules.version)
+
+
+@functools.cache
+def _helpers_at(root: str, version_text: str):
+    config = source_functions(root, version_text, _CONFIG_FILE, ("_acceptance_length_to_rates",
+                                                      "_resolve_synthetic_acceptance_rates"),
+                              class_name="SpeculativeConfig")
+    rates = source_functions(root, version_text, _RATES_FILE, ("unconditional_to_conditional_rates",))
+    return config["_resolve_synthetic_acceptance_rates"], rates["unconditional_to_conditional_rates"]
+
+
+def synthetic_rates(modules: VLLMModules, value: float, num_drafts: int, device: torch.device) -> torch.Tensor:
+    """The ``synthetic_conditional_rates [num_drafts]`` float32 on ``device`` that vLLM's
+    ``RejectionSampler`` holds for ``synthetic_acceptance_length = value`` with
+    ``num_speculative_tokens = num_drafts``.
+
+    Raises:
+        ValueError: vLLM's, for ``value`` outside ``[1, num_drafts + 1]``.
+        AdapterLoadError: the installed files lack the helpers (names the file).
+    """
+    resolve, to_conditional = _helpers(modules)
+    unconditional = resolve(num_drafts, None, float(value))
+    return torch.tensor(to_conditional(unconditional), dtype=torch.float32, device=device)
+
+
+def _check_method(method: str) -> None:
+    if method != MATCH_EXPECTED:
+        raise NotImplementedError(
+            f"method {method!r}: vLLM's synthetic rejection mode has one law for a mean length "
+            f"(the minimum-variance schedule, SPEC S6 {MATCH_EXPECTED!r}) and no method selector"
+        )
+
+
+def _synthetic_step(modules: VLLMModules, rates: torch.Tensor, drafts: torch.Tensor,
+                    generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(accepted[B] i64, tokens[B, n + 1] i64)`` of one synthetic verify step of
+    ``drafts [B, n]`` (greedy rows, zero target logits, fresh seeds and positions)."""
+    bs, n = drafts.shape
+    device = drafts.device
+    vocab = int(drafts.max()) + 1 if drafts.numel() else 1
+    target = torch.zeros(bs, n + 1, max(vocab, 1), dtype=torch.float32, device=device)
+    temps = torch.zeros(bs, dtype=torch.float32, device=device)
+    return verify_rows(modules, drafts.to(torch.int64), target, None, temps, seeds_from(generator, bs, device),
+                       positions_from(generator, bs, device), torch.full((bs,), n, dtype=torch.int64, device=device),
+                       synthetic_rates=rates)
+
+
+class SyntheticExecutor:
+    """One vLLM verify step in synthetic mode per ``step`` call (SPEC S6 executor).
+
+    ``step(draft_tokens[B, gamma] i64 or i32) -> acc_len[B] i64`` (``num_sampled``, on the
+    drafts' device); ``correct_drafts [B, gamma] i64`` after a step: the tokens vLLM kept,
+    ``-1`` after them. vLLM holds no such buffer (it writes the kept drafts into its
+    output rows), so buffer reuse is not observable here.
+
+    Raises (from ``step``):
+        ValueError: the drafts are not ``[B, gamma]``.
+    """
+
+    def __init__(self, modules: VLLMModules, rates: torch.Tensor, gamma: int, seed: int) -> None:
+        self._modules, self._rates, self._gamma = modules, rates, gamma
+        self._generator = torch.Generator().manual_seed(seed)
+        self._correct: torch.Tensor | None = None
+
+    @property
+    def correct_drafts(self) -> torch.Tensor:
+        if self._correct is None:
+            raise RuntimeError("correct_drafts: no verify step has run yet")
+        return self._correct
+
+    def step(self, draft_tokens: torch.Tensor) -> torch.Tensor:
+        if draft_tokens.dim() != 2 or draft_tokens.shape[1] != self._gamma:
+            raise ValueError(f"draft_tokens: expected [B, gamma={self._gamma}], got {tuple(draft_tokens.shape)}")
+        rates = self._rates.to(draft_tokens.device)
+        accepted, tokens = _synthetic_step(self._modules, rates, draft_tokens, self._generator)
+        slots = torch.arange(self._gamma, device=draft_tokens.device)
+        self._correct = torch.where(slots[None, :] < accepted[:, None], tokens[:, : self._gamma], -1)
+        return accepted + 1
+
+
+class SimulatedAcceptance:
+    """SPEC S6 ``match-expected`` through vLLM's synthetic rejection mode (module note)."""
+
+    def __init__(self, modules: VLLMModules) -> None:
+        self._modules = modules
+        _helpers(modules)  # fail at load time when a release lacks them
+
+    def sample_acc_len(self, value: float, method: str, max_len: int, generator: torch.Generator) -> int:
+        """One length in ``[1, max_len]``: a one-request synthetic verify step of ``max_len - 1``
+        drafts.
+
+        Raises:
+            NotImplementedError: ``method`` other than ``"match-expected"``.
+            ValueError: ``max_len < 1``; vLLM's, for ``value`` outside ``[1, max_len]``.
+        """
+        _check_method(method)
+        if int(max_len) < 1:
+            raise ValueError(f"max_len: expected >= 1, got {max_len}")
+        rates = synthetic_rates(self._modules, value, int(max_len) - 1, torch.device("cpu"))
+        drafts = torch.zeros(1, int(max_len) - 1, dtype=torch.int64)
+        accepted, _ = _synthetic_step(self._modules, rates, drafts, generator)
+        return int(accepted[0]) + 1
+
+    def executor(self, value: float, method: str, gamma: int, seed: int) -> Any:
+        """A :class:`SyntheticExecutor` for ``num_speculative_tokens = gamma``.
+
+        Raises:
+            NotImplementedError: ``method`` other than ``"match-expected"``.
+            ValueError: ``gamma < 1``; vLLM's, for ``value`` outside ``[1, gamma + 1]``.
+        """
+        _check_method(method)
+        if int(gamma) < 1:
+            raise ValueError(f"gamma: expected >= 1, got {gamma}")
+        return SyntheticExecutor(self._modules, synthetic_rates(self._modules, value, int(gamma), torch.device("cpu")),
+                                 int(gamma), int(seed))
