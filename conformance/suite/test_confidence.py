@@ -371,7 +371,7 @@ def test_S7_sts_matches_the_sequential_oracle(case, require, case_generator, dsp
     gamma = len(raws)
     raw = torch.tensor(raws, dtype=torch.float64).repeat(STS_ORACLE_N, 1)
     order = torch.randperm(STS_ORACLE_N, generator=torch.Generator().manual_seed(int(
-        torch.randint(2**31, (), generator=case_generator))))
+        torch.randint(2**31, (), generator=case_generator, device=case_generator.device))))
     accepted = torch.zeros(STS_ORACLE_N, gamma, dtype=torch.bool)
     for k, count in enumerate(counts):  # nested prefixes of one random order: prefix indicators
         accepted[order[:count], k] = True

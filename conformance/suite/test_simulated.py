@@ -310,7 +310,7 @@ BONUS_ARGMAX = case("S6/simulated-bonus/argmax-T0", "T = 0 and 0 < T < 1e-5: the
 
 
 @pytest.mark.parametrize("case", [BONUS_ARGMAX], ids=case_id)
-def test_S6_simulated_bonus_is_the_argmax_as_T_goes_to_0(case, require, case_seed, dspark_device):
+def test_S6_simulated_bonus_is_the_argmax_as_T_goes_to_0(case, require, case_seed, dspark_device, case_generator):
     """Exact: each position's logits are a random permutation of ``0..V-1`` (no ties, gaps of
     1, so even a noisy draw at ``T = 1e-5`` is the argmax), the bonus of row r is
     ``argmax target_logits[r, accepted[r]]``."""
@@ -323,7 +323,7 @@ def test_S6_simulated_bonus_is_the_argmax_as_T_goes_to_0(case, require, case_see
     temperatures = torch.tensor([0.0, 1e-6, 5e-6, 9.9e-6]).repeat(rows // 4)
     expected = logits[torch.arange(rows), accepted].argmax(dim=-1)
     got = iut.simulated_bonus(logits.to(dspark_device), accepted.to(dspark_device), temperatures.to(dspark_device),
-                              g).cpu()
+                              case_generator).cpu()
     wrong = (got != expected).nonzero().flatten().tolist()
     assert not wrong, (
         f"{case.id}: rows {wrong[:8]} (of {len(wrong)}): bonus {got[wrong[:8]].tolist()}, expected the argmax "
@@ -346,7 +346,7 @@ BONUS_CHUNK = 4096
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("case", [BONUS_LAW], ids=case_id)
-def test_S6_simulated_bonus_law(case, require, stat_check, case_seed, dspark_device):
+def test_S6_simulated_bonus_law(case, require, stat_check, case_seed, dspark_device, case_generator):
     """H0: the (a, token) cells follow ``w_a softmax(L_a / T)_v`` with ``w_a = 1 / (gamma + 1)``
     (rows cycle through a, so each a holds a quarter of the rows up to one). Pearson
     chi-square at ``PER_ASSERTION_ALPHA``, n from ``sample_size_for_tv`` for power 0.999 at
@@ -357,13 +357,12 @@ def test_S6_simulated_bonus_law(case, require, stat_check, case_seed, dspark_dev
     positions, vocab = BONUS_LOGITS.shape
     law = torch.softmax(BONUS_LOGITS.double() / 0.7, dim=-1) / positions
     n = stats.sample_size_for_tv(law.flatten().tolist())
-    g = _cpu_generator(case_seed)
     counts = torch.zeros(positions, vocab, dtype=torch.int64)
     for start in range(0, n, BONUS_CHUNK):
         rows = min(BONUS_CHUNK, n - start)
         accepted = (torch.arange(start, start + rows) % positions)
         logits = BONUS_LOGITS.expand(rows, positions, vocab).contiguous().to(dspark_device)
         temperatures = torch.full((rows,), 0.7, device=dspark_device)
-        tokens = iut.simulated_bonus(logits, accepted.to(dspark_device), temperatures, g).cpu()
+        tokens = iut.simulated_bonus(logits, accepted.to(dspark_device), temperatures, case_generator).cpu()
         counts += torch.bincount(accepted * vocab + tokens, minlength=positions * vocab).reshape(positions, vocab)
     stat_check(stats.goodness_of_fit(counts.flatten(), law.flatten().tolist(), name=case.id))

@@ -99,22 +99,24 @@ _LEDGER: tuple[ledgers.Row, ...] = (
     # F9 is CPU only: on the H200 both gates passed the tied top-k case (torch.topk on CUDA kept
     # the lowest ids there).
     ("test_S5_truncated_target_law[S5/truncation/top-k3-of-12-tied-T0.8]", "S5", _TOP_K_TIES, _on(_CPU, "0.5.23")),
-    # F12 and F13, confirmed by suite runs on CPU (exact cases) on 0.5.17, 0.5.22 and 0.5.23.
+    # F12 and F13, confirmed by suite runs on CPU (exact cases) on 0.5.17, 0.5.22 and 0.5.23, and
+    # on 0.5.23 by the H200 diagnostic run (ledger off, -v) that also confirmed F1 per row and F14.
     *(
-        (test, "S8", _FILL_CURRENT, _on(_CPU, *_S8_VERSIONS))
+        (test, "S8", _FILL_CURRENT, {**_on(_CPU, *_S8_VERSIONS), "0.5.23": _BOTH})
         for test in ("test_S8_production_ignores_the_current_block[S8/production-non-anticipation/current-block]",
                      "test_S8_production_ignores_the_current_block[S8/production-non-anticipation/beyond-cut]",
                      "test_S8_production_rows_ignore_other_rows_current_values"
                      "[S8/production-non-anticipation/other-requests]")
     ),
     ("test_S8_production_budget_is_the_objective_argmax[S8/production-bounds/batch-wide]", "S8", _BOUNDS,
-     _on(_CPU, *_S8_VERSIONS)),
+     {**_on(_CPU, *_S8_VERSIONS), "0.5.23": _BOTH}),
     # Degenerate inputs and per-row caps (issues 16, 17), confirmed by a suite run on CPU
     # (0.5.23, ledger off): a cap-0 row crashes BuildOutTokens (F1); bad temperatures pass (F14).
     # 0.5.21 (CPU, ledger off, -m "not statistical"): zero noise on -inf tails (F4), NaN rows (F15).
-    ("test_S5_per_row_caps_generator[S5/cap/per-row-chain-generator]", "S5", _CAP0, _on(_CPU, "0.5.21", "0.5.23")),
+    ("test_S5_per_row_caps_generator[S5/cap/per-row-chain-generator]", "S5", _CAP0,
+     {"0.5.21": _CPU, "0.5.23": _BOTH}),
     ("test_S5_bad_temperatures_verify[S5/degenerate/temperature-nan-negative-inf]", "S5", _BAD_T,
-     _on(_CPU, "0.5.21", "0.5.23")),
+     {"0.5.21": _CPU, "0.5.23": _BOTH}),
     *(
         (f"test_S3_bad_temperatures[S3/degenerate/temperature-{name}]", "S3", _BAD_T, _on(_CPU, "0.5.21"))
         for name in ("nan", "negative", "inf")

@@ -51,20 +51,25 @@ _LEDGER: tuple[ledgers.Row, ...] = (
     # V2 by the H200 run of 0.33.0 (ledger off): 167,505 of 382,814 greedy rows (T < 1e-5) sampled.
     ("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _FLOOR, _on(_CUDA, "0.33.0")),
     ("test_S1_d2t_is_validated[S1/vocab/d2t-validated]", "S1", _D2T,
-     _on(_CPU, "0.25.0", "0.28.0", "0.29.0", "0.33.0")),
+     {**_on(_CPU, "0.25.0", "0.28.0", "0.29.0"), "0.33.0": _BOTH}),
     # V5, confirmed by a suite run on CPU (exact cases, ledger off) on 0.33.0; 0.28.0-0.29.0
     # need CUDA for this capability (and showed it by direct calls only).
     *(
-        (test, "S8", _FILL_CURRENT, _on(_CPU, "0.33.0"))
+        (test, "S8", _FILL_CURRENT, _on(_BOTH, "0.33.0"))
         for test in ("test_S8_production_ignores_the_current_block[S8/production-non-anticipation/current-block]",
                      "test_S8_production_ignores_the_current_block[S8/production-non-anticipation/beyond-cut]",
                      "test_S8_production_rows_ignore_other_rows_current_values"
                      "[S8/production-non-anticipation/other-requests]")
     ),
-    ("test_S3_huge_temperature_uniform[S3/degenerate/huge-temperature-uniform]", "S3", _HOT, _on(_CPU, "0.33.0")),
+    ("test_S3_huge_temperature_uniform[S3/degenerate/huge-temperature-uniform]", "S3", _HOT, _on(_BOTH, "0.33.0")),
+    # V6: CPU suite runs of the four releases; the H200 diagnostic run of 0.33.0 (ledger off, -v).
     *((f"test_S6_match_expected_degenerate_values[S6/match-expected/{name}]", "S6", _SYNTHETIC_RANGE,
-       _on(_CPU, *_RELEASES)) for name in ("clamp-low-0.2", "clamp-low-negative", "clamp-high-9.5", "max-len-1")),
-    ("test_S6_lengths_stay_in_range[S6/range/match-expected]", "S6", _SYNTHETIC_RANGE, _on(_CPU, *_RELEASES)),
+       {**_on(_CPU, *_RELEASES), "0.33.0": _BOTH})
+      for name in ("clamp-low-0.2", "clamp-low-negative", "clamp-high-9.5", "max-len-1")),
+    ("test_S6_lengths_stay_in_range[S6/range/match-expected]", "S6", _SYNTHETIC_RANGE,
+     {**_on(_CPU, *_RELEASES), "0.33.0": _BOTH}),
+    ("test_S6_executor_clamps_at_gamma_plus_one[S6/executor/clamp-high-gamma]", "S6", _SYNTHETIC_RANGE,
+     _on(_BOTH, "0.33.0")),
 )
 
 

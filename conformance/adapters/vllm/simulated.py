@@ -43,6 +43,7 @@ executor's from ``torch.Generator().manual_seed(seed)``).
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Callable
 
 import torch
@@ -83,6 +84,13 @@ def synthetic_rates(modules: VLLMModules, value: float, num_drafts: int, device:
     resolve, to_conditional = _helpers(modules)
     unconditional = resolve(num_drafts, None, float(value))
     return torch.tensor(to_conditional(unconditional), dtype=torch.float32, device=device)
+
+
+def _kernel_device() -> torch.device:
+    """Where vLLM's Triton kernels run for a call that brings no tensor: the GPU when there is
+    one and the kernels are compiled, else the CPU (``TRITON_INTERPRET=1``)."""
+    compiled = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
+    return torch.device("cuda" if compiled else "cpu")
 
 
 def _check_method(method: str) -> None:
@@ -158,8 +166,9 @@ class SimulatedAcceptance:
         _check_method(method)
         if int(max_len) < 1:
             raise ValueError(f"max_len: expected >= 1, got {max_len}")
-        rates = synthetic_rates(self._modules, value, int(max_len) - 1, torch.device("cpu"))
-        drafts = torch.zeros(1, int(max_len) - 1, dtype=torch.int64)
+        device = _kernel_device()
+        rates = synthetic_rates(self._modules, value, int(max_len) - 1, device)
+        drafts = torch.zeros(1, int(max_len) - 1, dtype=torch.int64, device=device)
         accepted, _ = _synthetic_step(self._modules, rates, drafts, generator)
         return int(accepted[0]) + 1
 
