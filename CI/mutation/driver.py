@@ -322,6 +322,26 @@ def _pytest(cwd: Path, module: str, name: str, budget: float | None, timeout: fl
     return {0: "survived", 1: killed, 5: "survived"}.get(rc, f"error-{rc}")
 
 
+def _unchanged_since_triage(module: str, current: dict[str, str], docs: Path) -> list[str]:
+    """The mutants of ``module`` the recorded runs (``docs / "raw"``) saw, in functions whose
+    recorded survivors still have the same changes: a mutant of a function added, or changed,
+    since the triage has no verdict to hold the sample to."""
+    recorded_status: dict[str, str] = {}
+    recorded_diffs: dict[str, str] = {}
+    for path in sorted((docs / "raw").glob(f"*/{module}.*.json")):
+        run = json.loads(path.read_text())
+        recorded_status.update(run["status"])
+        recorded_diffs.update(run["diffs"])
+    changed = {_function_of(n) for n, diff in recorded_diffs.items()
+               if n in current and triage_key(n, current[n]) != triage_key(n, diff)}
+    return sorted(n for n in current if n in recorded_status and _function_of(n) not in changed)
+
+
+def _function_of(name: str) -> str:
+    """``dspark_ref.m.x_f__mutmut_3`` -> ``dspark_ref.m.x_f``."""
+    return name.rsplit("__mutmut_", 1)[0]
+
+
 def _cmd_sample(a) -> int:
     """CI: a seeded sample of mutants of the triaged modules; each must be killed (exact, or
     statistical at the recorded budget) or match a mutant the triage judged equivalent."""
@@ -332,7 +352,14 @@ def _cmd_sample(a) -> int:
     summary = json.loads((DOCS / "summary.json").read_text())
     equivalent = equivalent_keys()
     modules = [m for m, s in summary.items() if s["untriaged"] == 0]
-    names = [n for m in modules for n in mutant_names(m)]
+    names = []
+    for module in modules:
+        current = mutants(module)
+        keep = _unchanged_since_triage(module, current, DOCS)
+        names += keep
+        if len(keep) < len(current):
+            print(f"mutation sample: {module}: {len(current) - len(keep)} of {len(current)} mutants are in functions "
+                  "added or changed since the triage (not sampled: re-triage them, docs/mutation/README.md)")
     picked = sorted(random.Random(a.seed).sample(names, min(a.count, len(names))))
     print(f"mutation sample: seed {a.seed}, {len(picked)} of {len(names)} mutants of {modules}", flush=True)
     work = Path(a.work or (Path(os.environ.get("TMPDIR", "/tmp")) / "dspark-mutation-sample"))
