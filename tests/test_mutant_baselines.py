@@ -34,7 +34,7 @@ import torch
 import dspark_ref
 from conformance import contract as c
 from conformance.adapters import reference
-from dspark_ref import confidence, markov, tiny_models
+from dspark_ref import markov, tiny_models
 from fixtures.mutants import load_all
 
 MUTANTS = load_all()

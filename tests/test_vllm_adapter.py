@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import types
 
 import pytest
 import torch
