@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .report import html as html_report
 from .report import markdown, matrix as report
-from .runner import pytest_command, run_suite
+from .runner import pytest_command, rerun_lost_cases, run_suite
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3
 
@@ -125,16 +125,24 @@ def run(args: argparse.Namespace) -> int:
     report_dir = args.report or Path(tempfile.mkdtemp(prefix="dspark-report-"))
     report_dir.mkdir(parents=True, exist_ok=True)
     json_path = report_dir / "results.json"
-    cmd = pytest_command(
-        impl=args.impl, device=args.device, json_path=json_path, junit_path=report_dir / "junit.xml",
-        seed=args.seed, workers=args.workers, keyword=args.keyword, cases=args.cases,
-        extra=([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + list(args.pytest_args),
-    )
+    extra = ([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + list(args.pytest_args)
+
+    def command(cases: list[str] | None, json_file: Path, junit: Path) -> list[str]:
+        return pytest_command(
+            impl=args.impl, device=args.device, json_path=json_file, junit_path=junit, seed=args.seed,
+            workers=args.workers, keyword=args.keyword, cases=cases, extra=extra,
+        )
+
+    cmd = command(args.cases, json_path, report_dir / "junit.xml")
     returncode, payload = run_suite(cmd, json_path)
     if payload is None or not payload["tests"]:
         print(f"dspark-conformance: pytest exited {returncode} without results (command: {' '.join(cmd)})",
               file=sys.stderr)
         return EXIT_INFRA
+    rerun = rerun_lost_cases(payload, command, report_dir)
+    if rerun is not payload:
+        payload = rerun
+        json_path.write_text(json.dumps(payload, indent=1))
     print(report.format_matrix(payload))
     markdown.write_markdown(payload, report_dir / "report.md")
     html_report.write_html(payload, report_dir)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from . import budget
+from .cuda_context import CudaContextLost, is_context_error, synchronize
 from .seeds import case_key, derive_seed
 from .session import CASE_PROPERTY, DEFAULT_BASE_SEED, SESSION_KEY, RunSession, run_session
 
@@ -111,10 +112,10 @@ def item_key(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    suite = [item for item in items if is_suite_item(item)]
-    if not suite:
+    collected = [item for item in items if is_suite_item(item)]
+    if not collected:
         return
-    suite = _select_cases(config, items, suite)
+    suite = _select_cases(config, items, collected)
     session = run_session(config)
     import torch
 
@@ -125,8 +126,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip_gpu)
     adapter = session.adapter
     for entry in (e for e in adapter.expected_failures if session.device in e.devices):
-        matched = [
-            item for item in suite
+        matched = [  # among every collected case: a --dspark-case selection leaves entries out
+            item for item in collected
             if item.name == entry.test or getattr(item, "originalname", None) == entry.test
         ]
         for item in matched:
@@ -159,7 +160,23 @@ def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[p
     return [item for item in suite if keys[id(item)] in wanted]
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    lost = run_session(item.config).cuda_lost
+    if lost is not None and is_suite_item(item):
+        raise CudaContextLost(*lost)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    result = yield
+    if is_suite_item(item) and run_session(item.config).device == "cuda":
+        synchronize()  # an asynchronous kernel error belongs to this case (conformance.cuda_context)
+    return result
+
+
+# tryfirst: outside pytest's own xfail wrapper, so a lost CUDA context is never an expected failure
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     if not is_suite_item(item):
@@ -170,7 +187,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = outcome.get_result()
     if (CASE_PROPERTY, item_key(item)) not in report.user_properties:
         report.user_properties.append((CASE_PROPERTY, item_key(item)))
-    if call.excinfo is not None and call.excinfo.errisinstance(Inconclusive):
+    if call.excinfo is not None and is_context_error(call.excinfo.value):
+        session = run_session(item.config)
+        if session.cuda_lost is None:
+            session.cuda_lost = (item_key(item), str(call.excinfo.value).splitlines()[0])
+        if hasattr(report, "wasxfail"):
+            del report.wasxfail
+        report.outcome = "failed"
+        report.user_properties.append(("dspark_failure", json.dumps(_failure(call.excinfo))))
+    elif call.excinfo is not None and call.excinfo.errisinstance(Inconclusive):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1], f"INCONCLUSIVE: {call.excinfo.value}")
         report.user_properties.append(("dspark_outcome", "inconclusive"))

@@ -36,6 +36,8 @@ class RunSession:
         records: one dict per finished suite test (fields: ``conformance.plugin``).
         ledger: every statistical assertion the run checked (``stat_check``).
         started: ``time.time()`` at session start.
+        cuda_lost: ``(case key, error)`` of the case that lost the CUDA context of this
+            process (``conformance.cuda_context``), or None.
     """
 
     def __init__(self, config: pytest.Config) -> None:
@@ -49,6 +51,8 @@ class RunSession:
         self.ledger = StatLedger()
         self.started = time.time()
         self._adapter: Adapter | None = None
+        #: (case key, error) of the case that lost this process's CUDA context, once one has
+        self.cuda_lost: tuple[str, str] | None = None
 
     @property
     def adapter(self) -> "Adapter":

@@ -121,6 +121,23 @@ def test_unsupported_feature_is_a_skip_naming_it(tmp_path):
                                     "(no multinomial method here)"), skipped[0]
 
 
+def test_a_lost_cuda_context_is_no_expected_failure_and_its_process_cases_run_again(tmp_path):
+    """conformance.cuda_context: the case that loses the CUDA context fails even where the
+    ledger expects it to fail; the later cases of its process did not run, and the main job
+    runs them again in fresh processes until each has its own outcome."""
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:loses_the_cuda_context",
+                     "-k", "test_S6_match_expected_law or test_S6_lengths_stay_in_range")
+    assert code == cli.EXIT_FAIL, out
+    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    assert len(tests) > 2 and any("test_S6_lengths_stay_in_range" in t["case"] for t in tests), tests
+    # Every case ran in the end (each toy call loses the context, so each fails with that error).
+    assert all(t["outcome"] == "failed" and "illegal memory access" in t["reason"]
+               and "not run" not in t["reason"] for t in tests), [(t["outcome"], t["reason"][-200:]) for t in tests]
+    rounds = len(tests) - 1  # one more case gets its own outcome in each fresh process
+    assert f"running them again in a fresh process (round {rounds})" in out, out
+    assert (tmp_path / "junit-rerun-1.xml").exists()
+
+
 def test_unmatched_ledger_entry_is_an_infrastructure_error(tmp_path):
     code, out = _run(tmp_path, "--impl", "tests.toy_adapters:unmatched_ledger", "-k", "test_S6_")
     assert code == cli.EXIT_INFRA, out

@@ -116,3 +116,20 @@ class _FloatLongStepSampler(reference.StepSampler):
 def float_long_step_sampler() -> c.Adapter:
     """Its StepSampler breaks the contract: the boundary must name what came back."""
     return c.Adapter("toy:float-long-step-sampler", c.Conventions(), {c.StepSampler: _FloatLongStepSampler()})
+
+
+class _LosesTheCudaContext(reference.SimulatedAcceptance):
+    """Raises what a kernel's out-of-bounds access leaves behind (the error text torch gives
+    for it), as if the context were lost, on every call."""
+
+    def sample_acc_len(self, value, method, max_len, generator):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def loses_the_cuda_context() -> c.Adapter:
+    """Every S6 simulated-acceptance call loses the CUDA context; the ledger expects the
+    match-expected law case to fail (a finding), which the crash must not satisfy."""
+    return c.Adapter(
+        "toy:loses-the-cuda-context", c.Conventions(), {c.SimulatedAcceptance: _LosesTheCudaContext()},
+        expected_failures=(c.ExpectedFailure("test_S6_match_expected_law", "S6", "a finding", ("cpu",)),),
+    )

@@ -1,0 +1,75 @@
+"""A lost CUDA context: which case lost it, and what that means for the cases after it.
+
+An out-of-bounds access in a kernel (an engine reading a sentinel ``-1`` draft as an index,
+say) poisons the process's CUDA context: every later CUDA call in that process raises the
+same error, and kernel errors surface asynchronously, at whatever call comes next. Left
+alone, one such case fails every later case of its worker with an error that is not theirs,
+and an expected-failure entry (a strict xfail) would take the crash as its finding.
+
+The plugin therefore (SPEC S0 "reporting"):
+
+* synchronizes after every suite test on a CUDA run, so an asynchronous kernel error is
+  reported by the case whose kernels raised it (:func:`synchronize`);
+* never lets a context error count as an expected failure (:func:`is_context_error`);
+* ends every later case of the same process in setup with :class:`CudaContextLost`, which
+  names the case that lost the context: those cases did not run, and the main job runs
+  them again in a fresh process (:func:`lost_cases`; ``conformance.runner``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["CudaContextLost", "is_context_error", "lost_cases", "synchronize"]
+
+_NOT_RUN = "not run: the CUDA context of this process was lost by "
+
+# Errors after which the CUDA context of the process is unusable (CUDA runtime docs: "the
+# process is left in an inconsistent state and any further CUDA work will return the same
+# error"). Out-of-memory is not among them: it leaves the context usable.
+_STICKY = (
+    "illegal memory access",
+    "illegal instruction",
+    "misaligned address",
+    "unspecified launch failure",
+    "device-side assert triggered",
+    "cudaErrorIllegalAddress",
+    "cudaErrorLaunchFailure",
+)
+
+
+class CudaContextLost(RuntimeError):
+    """A case that did not run: an earlier case of this process lost the CUDA context.
+
+    ``culprit``: the case key of that earlier case; ``error``: its error's first line.
+    """
+
+    def __init__(self, culprit: str, error: str) -> None:
+        super().__init__(f"{_NOT_RUN}{culprit} ({error}); rerun this case on its own (--case) to see its result")
+        self.culprit = culprit
+        self.error = error
+
+
+def is_context_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or follows from) a CUDA error that leaves the context unusable."""
+    if isinstance(exc, CudaContextLost):
+        return True
+    text = str(exc)
+    return "CUDA error" in text and any(marker in text for marker in _STICKY)
+
+
+def synchronize() -> None:
+    """Wait for every kernel this process launched, so that an asynchronous CUDA error is
+    raised here, by the case that launched the kernel. A no-op where CUDA is not initialised.
+
+    Raises:
+        torch.AcceleratorError (or RuntimeError on older torch): a kernel of this case failed.
+    """
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def lost_cases(records: list[dict]) -> list[str]:
+    """The case keys of the records (``results.json`` ``tests``) of cases that did not run
+    because an earlier case of their process lost the CUDA context."""
+    return [r["case"] for r in records if r["outcome"] in ("failed", "error") and _NOT_RUN in (r["reason"] or "")]
