@@ -31,8 +31,10 @@ _STICKY = (
     "misaligned address",
     "unspecified launch failure",
     "device-side assert triggered",
+    "operation not supported on global/shared address space",
     "cudaErrorIllegalAddress",
     "cudaErrorLaunchFailure",
+    "cudaErrorInvalidAddressSpace",
 )
 
 
@@ -49,11 +51,28 @@ class CudaContextLost(RuntimeError):
 
 
 def is_context_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or follows from) a CUDA error that leaves the context unusable."""
+    """Whether ``exc`` is (or follows from) a CUDA error that leaves the context unusable:
+    one of the sticky errors by its text, or any other CUDA error after which a one-element
+    kernel on the current device fails too."""
     if isinstance(exc, CudaContextLost):
         return True
     text = str(exc)
-    return "CUDA error" in text and any(marker in text for marker in _STICKY)
+    if "CUDA error" not in text:
+        return False
+    return any(marker in text for marker in _STICKY) or not _context_usable()
+
+
+def _context_usable() -> bool:
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return True
+    try:
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+    except Exception:  # whatever the broken context raises: the answer is "unusable"
+        return False
+    return True
 
 
 def synchronize() -> None:

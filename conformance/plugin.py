@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 SUITE_PACKAGE = "conformance.suite"  # the suite's test modules live here
 _SUITE_DIR = Path(__file__).resolve().parent
 SUITE_BUG_TYPES = (NameError, ImportError, SyntaxError)  # with UnboundLocalError, ModuleNotFoundError
+_LOSES_CONTEXT = pytest.StashKey[bool]()  # the item's ledger entry expects a lost CUDA context
 MARKERS = (
     "gpu: needs CUDA (skipped cleanly without it)",
     "gpu_tier: statistical case sized at its tier's effect: TV 0.002 with --dspark-device cuda, "
@@ -132,6 +133,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         ]
         for item in matched:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"[{entry.section}] {entry.reason}"))
+            item.stash[_LOSES_CONTEXT] = entry.loses_cuda_context
         if not matched:
             message = f"expected-failure entry {entry.test!r} of {adapter.name} matches no collected test"
             if config.getoption("--dspark-strict-ledger"):
@@ -191,10 +193,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         session = run_session(item.config)
         if session.cuda_lost is None:
             session.cuda_lost = (item_key(item), str(call.excinfo.value).splitlines()[0])
-        if hasattr(report, "wasxfail"):
+        expected = item.stash.get(_LOSES_CONTEXT, False) and not call.excinfo.errisinstance(CudaContextLost)
+        if hasattr(report, "wasxfail") and not expected:
             del report.wasxfail
-        report.outcome = "failed"
-        report.user_properties.append(("dspark_failure", json.dumps(_failure(call.excinfo))))
+            report.outcome = "failed"
+        if report.failed:
+            report.user_properties.append(("dspark_failure", json.dumps(_failure(call.excinfo))))
     elif call.excinfo is not None and call.excinfo.errisinstance(Inconclusive):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1], f"INCONCLUSIVE: {call.excinfo.value}")

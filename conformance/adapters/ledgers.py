@@ -10,7 +10,7 @@ the ledger off (how the committed matrices are made, every divergence showing as
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from conformance.contract import ExpectedFailure
 
@@ -36,11 +36,15 @@ def on(devices: tuple[str, ...], *versions: str) -> dict[str, tuple[str, ...]]:
     return {version: devices for version in versions}
 
 
-def scoped(rows: Iterable[Row], version: str, findings: str) -> tuple[ExpectedFailure, ...]:
+def scoped(rows: Iterable[Row], version: str, findings: str,
+           loses_cuda_context: Collection[tuple[str, str]] = ()) -> tuple[ExpectedFailure, ...]:
     """The rows confirmed for ``version`` as expected failures on the devices where they
-    were measured, each reason followed by ``[findings]`` (the document that writes it up)."""
+    were measured, each reason followed by ``[findings]`` (the document that writes it up).
+    ``loses_cuda_context``: the ``(test, version)`` pairs whose failure on CUDA was measured
+    to be a lost CUDA context (an out-of-bounds access; ``conformance.cuda_context``)."""
     return tuple(
-        ExpectedFailure(test, section, f"{reason} [{findings}]", where[version])
+        ExpectedFailure(test, section, f"{reason} [{findings}]", where[version],
+                        loses_cuda_context=(test, version) in loses_cuda_context)
         for test, section, reason, where in rows
         if version in where
     )
