@@ -7,6 +7,9 @@ suite's tests are the test functions of its own modules (:func:`is_suite_item`);
 get the GPU-tier skip (by their ``gpu`` marker), the ledger's expected failures and records.
 A test ended by an adapter's ``NotImplementedError`` (``conformance.boundary.UnsupportedFeature``:
 a feature the IUT lacks) is reported as a skip naming the capability, the method and the reason.
+On CUDA a lost context (an out-of-bounds kernel access) is attributed to the case whose kernels
+raised it, is never an expected failure unless its ledger entry says so, and ends the later
+cases of that process as not run (``conformance.cuda_context``; the main job reruns them).
 
 Options:
 
