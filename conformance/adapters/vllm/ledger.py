@@ -38,38 +38,43 @@ _SYNTHETIC_RANGE = ("V6: a synthetic acceptance length outside [1, n + 1] is rej
 _CPU = ("cpu",)
 _CUDA = ("cuda",)
 _BOTH = ("cpu", "cuda")
-_RELEASES = ("0.25.0", "0.28.0", "0.29.0", "0.33.0")
-
+_RELEASES = ("0.25.0", "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+_SCHEDULER = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")  # ProductionScheduler runs on CPU (0.28.0, 0.29.0: CUDA only)
 _on = ledgers.on
 
 #: (test, section, reason, where): ``where`` maps each vLLM version on which the failure was
 #: confirmed by a run to the devices of those runs. Nothing applies elsewhere: an unmeasured
-#: version or device shows its failures.
+#: version or device shows its failures. CPU: a suite run (exact cases, ledger off) of every
+#: release, sessions 5 and 6. CUDA: the H200 runs of 0.33.0 (session 5, ledger off, with the
+#: messages) and the session-6 runs of 0.25.0 / 0.28.0 / 0.29.0 (outcomes only: the runs were
+#: stopped before the summary; exact cases that fail on CPU with the finding's message).
 _LEDGER: tuple[ledgers.Row, ...] = (
     ("test_S3_zero_probability[S3/vocab-crop/neg-inf-never-drawn]", "S3", _HOT,
-     {**_on(_CPU, "0.25.0", "0.28.0", "0.29.0"), "0.33.0": _BOTH}),
-    # V2 by the H200 run of 0.33.0 (ledger off): 167,505 of 382,814 greedy rows (T < 1e-5) sampled.
-    ("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _FLOOR, _on(_CUDA, "0.33.0")),
+     {**_on(_CPU, *_RELEASES), **_on(_BOTH, "0.25.0", "0.28.0", "0.29.0", "0.33.0")}),
+    # V2 by the H200 run of 0.33.0 (ledger off): 167,505 of 382,814 greedy rows (T < 1e-5) sampled;
+    # the reproducer showed the same rule on 0.25.0-0.33.0 (session 5) and the suite on 0.25.0-0.29.0.
+    ("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _FLOOR,
+     _on(_CUDA, "0.25.0", "0.28.0", "0.29.0", "0.33.0")),
     ("test_S1_d2t_is_validated[S1/vocab/d2t-validated]", "S1", _D2T,
-     {**_on(_CPU, "0.25.0", "0.28.0", "0.29.0"), "0.33.0": _BOTH}),
-    # V5, confirmed by a suite run on CPU (exact cases, ledger off) on 0.33.0; 0.28.0-0.29.0
-    # need CUDA for this capability (and showed it by direct calls only).
+     {**_on(_CPU, *_RELEASES), **_on(_BOTH, "0.25.0", "0.28.0", "0.29.0", "0.33.0")}),
     *(
-        (test, "S8", _FILL_CURRENT, _on(_BOTH, "0.33.0"))
+        (test, "S8", _FILL_CURRENT, {**_on(_CPU, *_SCHEDULER), **_on(_CUDA, "0.28.0", "0.29.0"), "0.33.0": _BOTH})
         for test in ("test_S8_production_ignores_the_current_block[S8/production-non-anticipation/current-block]",
                      "test_S8_production_ignores_the_current_block[S8/production-non-anticipation/beyond-cut]",
                      "test_S8_production_rows_ignore_other_rows_current_values"
                      "[S8/production-non-anticipation/other-requests]")
     ),
-    ("test_S3_huge_temperature_uniform[S3/degenerate/huge-temperature-uniform]", "S3", _HOT, _on(_BOTH, "0.33.0")),
-    # V6: CPU suite runs of the four releases; the H200 diagnostic run of 0.33.0 (ledger off, -v).
+    ("test_S3_huge_temperature_uniform[S3/degenerate/huge-temperature-uniform]", "S3", _HOT,
+     {**_on(_CUDA, "0.25.0", "0.28.0", "0.29.0"), "0.33.0": _BOTH}),
     *((f"test_S6_match_expected_degenerate_values[S6/match-expected/{name}]", "S6", _SYNTHETIC_RANGE,
-       {**_on(_CPU, *_RELEASES), "0.33.0": _BOTH})
-      for name in ("clamp-low-0.2", "clamp-low-negative", "clamp-high-9.5", "max-len-1")),
+       {**_on(_CPU, *_RELEASES), **_on(_BOTH, *cuda)})
+      for name, cuda in (("clamp-low-0.2", ("0.28.0", "0.33.0")), ("clamp-low-negative", ("0.28.0", "0.33.0")),
+                         ("clamp-high-9.5", ("0.25.0", "0.28.0", "0.29.0", "0.33.0")),
+                         ("max-len-1", ("0.25.0", "0.28.0", "0.29.0", "0.33.0")))),
     ("test_S6_lengths_stay_in_range[S6/range/match-expected]", "S6", _SYNTHETIC_RANGE,
-     {**_on(_CPU, *_RELEASES), "0.33.0": _BOTH}),
+     {**_on(_CPU, *_RELEASES), **_on(_BOTH, "0.25.0", "0.28.0", "0.29.0", "0.33.0")}),
     ("test_S6_executor_clamps_at_gamma_plus_one[S6/executor/clamp-high-gamma]", "S6", _SYNTHETIC_RANGE,
-     _on(_BOTH, "0.33.0")),
+     {**_on(_CPU, *_RELEASES), **_on(_BOTH, "0.25.0", "0.28.0", "0.29.0", "0.33.0")}),
 )
 
 
