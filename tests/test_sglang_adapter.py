@@ -502,15 +502,15 @@ class RecordingGroup:
 
 def _tp_inputs(rows: int = 3, gamma: int = 4):
     base, hidden, anchor, gen = _round_inputs("gated", rows, gamma)
-    return dict(
-        head_type="gated", state_dict=_reference_head("gated").state_dict(), base_logits=base, first_prev=anchor,
-        hidden=hidden, target_logits=torch.randn(rows, gamma + 1, V, generator=gen), temperatures=torch.zeros(rows),
-        top_k=torch.ones(rows, dtype=torch.int64),
-        confidences=torch.rand(rows, gamma, generator=gen, dtype=torch.float64),
-        sps=[1.0 / (1.0 + 0.05 * b) for b in range(1, rows * (gamma + 1) + 1)],
-        generator=torch.Generator().manual_seed(3), seeds=torch.zeros(rows, dtype=torch.int64),
-        positions=torch.full((rows,), 17, dtype=torch.int64),
-    )
+    return {
+        "head_type": "gated", "state_dict": _reference_head("gated").state_dict(), "base_logits": base,
+        "first_prev": anchor, "hidden": hidden, "target_logits": torch.randn(rows, gamma + 1, V, generator=gen),
+        "temperatures": torch.zeros(rows), "top_k": torch.ones(rows, dtype=torch.int64),
+        "confidences": torch.rand(rows, gamma, generator=gen, dtype=torch.float64),
+        "sps": [1.0 / (1.0 + 0.05 * b) for b in range(1, rows * (gamma + 1) + 1)],
+        "generator": torch.Generator().manual_seed(3), "seeds": torch.zeros(rows, dtype=torch.int64),
+        "positions": torch.full((rows,), 17, dtype=torch.int64),
+    }
 
 
 @pytest.mark.parametrize("version_text", ["0.5.17", "0.5.18"])
@@ -521,7 +521,8 @@ def test_tensor_parallel_round_is_a_named_skip_without_spec_tp_sync(version_text
     tp = tensor_parallel.TensorParallelRound(modules, v0517.draft_block)
     inputs = _tp_inputs()
     group = RecordingGroup(fail=True)
-    with pytest.raises(NotImplementedError, match=rf"sglang=={version_text} ships no SpecTpSync .*first shipped in 0\.5\.19"):
+    missing = rf"sglang=={version_text} ships no SpecTpSync .*first shipped in 0\.5\.19"
+    with pytest.raises(NotImplementedError, match=missing):
         tp.tp_round(group, inputs.pop("head_type"), inputs.pop("state_dict"), **inputs)
 
 

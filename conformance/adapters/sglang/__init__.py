@@ -48,9 +48,19 @@ from typing import Any
 from conformance import contract as c
 from conformance.loading import AdapterLoadError
 
-from . import confidence, layouts, ledger, scheduler, simulated, speculative_round, tensor_parallel, v0517, v0522
-from . import verify
-from . import loader
+from . import (
+    confidence,
+    layouts,
+    ledger,
+    loader,
+    scheduler,
+    simulated,
+    speculative_round,
+    tensor_parallel,
+    v0517,
+    v0522,
+    verify,
+)
 from .loader import SGLangModules, load_sglang
 
 __all__ = ["make_adapter", "make_blockwise_adapter", "capabilities", "requirements"]

@@ -36,13 +36,19 @@ import types
 
 import torch
 
-from .engine_inputs import draft_input, sampling_info, seed_from, seeded_global_rng, target_worker_stand_in
+from .engine_inputs import (
+    draft_input,
+    sampling_info,
+    seed_from,
+    seeded_global_rng,
+    target_worker_stand_in,
+)
 from .heads import load_head
 from .loader import SGLangModules
 from .scheduler import verify_token_budget
 from .verify import _triton_runs_on, committed
 
-__all__ = ["TensorParallelRound", "NO_TP_SYNC"]
+__all__ = ["NO_TP_SYNC", "TensorParallelRound"]
 
 #: Why 0.5.17-0.5.18 cannot run a synchronised round (the skip's reason).
 NO_TP_SYNC = ("ships no SpecTpSync (speculative/spec_tp_sync.py first shipped in 0.5.19): its DSpark draft, "
