@@ -28,6 +28,7 @@ from conformance.adapters.sglang import (
     loader,
     make_adapter,
     make_blockwise_adapter,
+    tensor_parallel,
     v0517,
     v0522,
 )
@@ -44,12 +45,12 @@ from dspark_ref import confidence, markov, verify
 FOLDED_CAPABILITIES = {
     c.StepSampler, c.NoiseStepSampler, c.MarkovBlock, c.DraftLayouts, c.FoldedDraft, c.FoldGate,
     c.ChainVerifier, c.TruncatedChainVerifier, c.GreedyVerifier, c.SimulatedAcceptance, c.Confidence,
-    c.SpeculativeRound, c.ProductionScheduler,
+    c.SpeculativeRound, c.ProductionScheduler, c.TensorParallelRound,
 }
 PHILOX_CAPABILITIES = {
     c.StepSampler, c.MarkovBlock, c.DraftLayouts, c.FoldedDraft, c.ChainVerifier, c.TruncatedChainVerifier,
     c.GreedyVerifier, c.SimulatedAcceptance, c.SimulatedBonus, c.Confidence, c.SpeculativeRound,
-    c.ProductionScheduler,
+    c.ProductionScheduler, c.TensorParallelRound,
 }
 V, RANK, HIDDEN = 40, 6, 5
 
@@ -482,3 +483,74 @@ def test_speculative_round_hands_over_the_law_of_its_draft(adapter, sglang):
     assert torch.equal(q[0], torch.nn.functional.one_hot(drafts[0], V).float())
     assert torch.equal(drafts[0], corrected[0].argmax(-1))
     assert bool((tokens[torch.arange(3), accepted] >= 0).all())
+
+
+# --------------------------------------------------------------------------- S5 tensor parallelism
+class RecordingGroup:
+    """A two-rank :class:`~conformance.contract.RankGroup` seen from rank 0: ``broadcast``
+    records each call (rank 0's values stay as they are) and fails where ``fail`` says."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.rank, self.world_size, self.rank_in_group = 0, 2, 0
+        self.fail = fail
+        self.calls: list[tuple[torch.Tensor, int]] = []
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        assert not self.fail, "a collective before the NotImplementedError"
+        self.calls.append((tensor.clone(), src))
+
+
+def _tp_inputs(rows: int = 3, gamma: int = 4):
+    base, hidden, anchor, gen = _round_inputs("gated", rows, gamma)
+    return {
+        "head_type": "gated", "state_dict": _reference_head("gated").state_dict(), "base_logits": base,
+        "first_prev": anchor, "hidden": hidden, "target_logits": torch.randn(rows, gamma + 1, V, generator=gen),
+        "temperatures": torch.zeros(rows), "top_k": torch.ones(rows, dtype=torch.int64),
+        "confidences": torch.rand(rows, gamma, generator=gen, dtype=torch.float64),
+        "sps": [1.0 / (1.0 + 0.05 * b) for b in range(1, rows * (gamma + 1) + 1)],
+        "generator": torch.Generator().manual_seed(3), "seeds": torch.zeros(rows, dtype=torch.int64),
+        "positions": torch.full((rows,), 17, dtype=torch.int64),
+    }
+
+
+@pytest.mark.parametrize("version_text", ["0.5.17", "0.5.18"])
+def test_tensor_parallel_round_is_a_named_skip_without_spec_tp_sync(version_text):
+    """0.5.17-0.5.18 ship no SpecTpSync: NotImplementedError naming that (the suite's skip),
+    raised before any collective so that no rank waits for the other."""
+    modules = loader.SGLangModules(version_text, "folded", {})
+    tp = tensor_parallel.TensorParallelRound(modules, v0517.draft_block)
+    inputs = _tp_inputs()
+    group = RecordingGroup(fail=True)
+    missing = rf"sglang=={version_text} ships no SpecTpSync .*first shipped in 0\.5\.19"
+    with pytest.raises(NotImplementedError, match=missing):
+        tp.tp_round(group, inputs.pop("head_type"), inputs.pop("state_dict"), **inputs)
+
+
+def test_tensor_parallel_round_is_offered_with_sglangs_spec_tp_sync(adapter, sglang):
+    tp = adapter.get(c.TensorParallelRound)
+    assert isinstance(tp, tensor_parallel.TensorParallelRound)
+    if "tp_sync" not in sglang:
+        with pytest.raises(NotImplementedError, match="ships no SpecTpSync"):
+            tp.tp_sync(RecordingGroup())
+        return
+    sync = tp.tp_sync(RecordingGroup())
+    assert isinstance(sync, sglang["tp_sync"].SpecTpSync)
+    assert sync.enabled(sglang["tp_sync"].SpecTpSyncSite.DSPARK_PLAN)  # SGLANG_SPEC_TP_SYNC=all by default
+
+
+def test_tensor_parallel_round_broadcasts_draft_plan_and_accept_from_rank_0(adapter, sglang):
+    """A greedy round on rank 0 of two: SGLang broadcasts each draft step's tokens, the plan's
+    verify lengths (anchor counted) and the accept's three tensors, all from rank 0."""
+    if "tp_sync" not in sglang:
+        pytest.skip(f"sglang=={sglang.version} ships no SpecTpSync")
+    inputs, group = _tp_inputs(), RecordingGroup()
+    drafts, lengths, accepted, tokens = adapter.get(c.TensorParallelRound).tp_round(
+        group, inputs.pop("head_type"), inputs.pop("state_dict"), **inputs
+    )
+    rows, gamma = drafts.shape
+    assert len(group.calls) == gamma + 1 + 3 and {src for _, src in group.calls} == {0}
+    assert torch.equal(torch.stack([t for t, _ in group.calls[:gamma]], dim=1).to(torch.int64), drafts)
+    assert torch.equal(group.calls[gamma][0].to(torch.int64), lengths + 1)
+    assert torch.equal(group.calls[gamma + 1][0].to(torch.int64), accepted)
+    assert bool(((0 <= lengths) & (lengths <= gamma) & (accepted <= lengths)).all())
+    assert bool((tokens[torch.arange(rows), accepted] >= 0).all())

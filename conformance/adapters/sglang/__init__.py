@@ -16,8 +16,10 @@ ledger (:mod:`.ledger`) so that known divergences show as failures.
   with the truncated target law), one speculative
   round with SGLang's own drafter, handoff and verifier (:mod:`.speculative_round`),
   simulated acceptance (:mod:`.simulated`), the confidence head with STS
-  (:mod:`.confidence`) and the production scheduler (SPEC S8's production variant: the
-  planner's budget and the top-k fill, :mod:`.scheduler`).
+  (:mod:`.confidence`), the production scheduler (SPEC S8's production variant: the
+  planner's budget and the top-k fill, :mod:`.scheduler`) and one tensor-parallel round
+  per rank with a multi-rank ``SpecTpSync`` over the suite's group
+  (:mod:`.tensor_parallel`; 0.5.17-0.5.18 ship none: ``NotImplementedError``, a skip).
 
 Not offered (skipped by the suite, naming the capability): ``PrefixScheduler`` (SGLang's
 verify-budget planner is the production variant, not Algorithm 1: an argmax of the
@@ -46,8 +48,19 @@ from typing import Any
 from conformance import contract as c
 from conformance.loading import AdapterLoadError
 
-from . import confidence, layouts, ledger, scheduler, simulated, speculative_round, v0517, v0522, verify
-from . import loader
+from . import (
+    confidence,
+    layouts,
+    ledger,
+    loader,
+    scheduler,
+    simulated,
+    speculative_round,
+    tensor_parallel,
+    v0517,
+    v0522,
+    verify,
+)
 from .loader import SGLangModules, load_sglang
 
 __all__ = ["make_adapter", "make_blockwise_adapter", "capabilities", "requirements"]
@@ -115,6 +128,7 @@ def capabilities(modules: SGLangModules, *, blockwise: bool = False) -> dict[typ
         offered[c.SimulatedBonus] = simulated.SimulatedBonus(modules)
     offered[c.Confidence] = confidence.Confidence(modules)
     offered[c.ProductionScheduler] = scheduler.ProductionScheduler(modules)
+    offered[c.TensorParallelRound] = tensor_parallel.TensorParallelRound(modules, draft_block)
     return offered
 
 

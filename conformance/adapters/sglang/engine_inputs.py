@@ -35,6 +35,7 @@ __all__ = [
     "draft_input",
     "single_rank_tp_sync",
     "tp_sync_argument",
+    "target_worker_stand_in",
     "seed_from",
     "seeded_global_rng",
     "DraftModelStandIn",
@@ -111,6 +112,13 @@ def tp_sync_argument(modules) -> dict[str, object]:
     executor take no ``tp_sync`` argument (draft sampling there is rank-local).
     """
     return {"tp_sync": single_rank_tp_sync(modules["tp_sync"])} if "tp_sync" in modules else {}
+
+
+def target_worker_stand_in() -> types.SimpleNamespace:
+    """The target-worker fields ``TargetVerifyExecutor`` reads: the target's model type (it
+    picks the fused argmax by it; None: not the model that has one)."""
+    config = types.SimpleNamespace(hf_text_config=types.SimpleNamespace(model_type=None))
+    return types.SimpleNamespace(model_runner=types.SimpleNamespace(model_config=config))
 
 
 def seed_from(generator: torch.Generator) -> int:

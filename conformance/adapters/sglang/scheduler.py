@@ -31,7 +31,28 @@ import torch
 
 from .loader import SGLangModules
 
-__all__ = ["ProductionScheduler"]
+__all__ = ["ProductionScheduler", "verify_token_budget"]
+
+
+def verify_token_budget(modules: SGLangModules, stale: torch.Tensor, sps, cfg) -> int:
+    """SGLang's verify-token budget for one step: ``HostConfidenceBudgetPlanner.compute_budget``
+    over the relayed confidences ``stale [B, gamma]`` (float, in [0, 1]) and an ``SpsCostTable``
+    profiled by ``profile_sps_table`` with one probe per batch size (``sps[b - 1]`` steps per
+    second at forward batch size ``b``); ``cfg`` a ``DSparkScheduleConfig``. Returns the budget
+    in verify tokens beyond each row's minimum (an int >= 0). The planner keeps no carry ring
+    (``relay_lag_steps`` = its ``lag_steps``), every row fresh (generation 1)."""
+    planner_module = modules["planner"]
+    table = modules["sps"].profile_sps_table(probes=list(enumerate(sps, start=1)))
+    planner = planner_module.HostConfidenceBudgetPlanner(sps_table=table, cfg=cfg, model_runner=None)
+    planner = planner_module.HostConfidenceBudgetPlanner(
+        sps_table=table, cfg=cfg, model_runner=None, relay_lag_steps=planner.lag_steps
+    )
+    rows = stale.shape[0]
+    generation = torch.ones(rows, dtype=torch.int64)
+    return planner.compute_budget(
+        confidence=stale.cpu().float(), generation=generation, current_generation=generation,
+        req_pool_indices_cpu=torch.arange(rows, dtype=torch.int64),
+    )
 
 
 def _batch_wide(name: str, bounds: torch.Tensor) -> int:
@@ -45,27 +66,14 @@ class ProductionScheduler:
     """SPEC S8 production variant through SGLang's planner (budget) and top-k (fill)."""
 
     def __init__(self, modules: SGLangModules) -> None:
+        self._modules = modules
         self._planner = modules["planner"]
-        self._sps = modules["sps"]
         self._topk = modules["schedule"].ScheduleVerifyLensTopk
-
-    def _budget(self, stale: torch.Tensor, cost, cfg) -> int:
-        table = self._sps.profile_sps_table(probes=[(b, 1.0 / c) for b, c in enumerate(cost, start=1)])
-        planner = self._planner.HostConfidenceBudgetPlanner(sps_table=table, cfg=cfg, model_runner=None)
-        planner = self._planner.HostConfidenceBudgetPlanner(
-            sps_table=table, cfg=cfg, model_runner=None, relay_lag_steps=planner.lag_steps
-        )
-        rows = stale.shape[0]
-        generation = torch.ones(rows, dtype=torch.int64)
-        return planner.compute_budget(
-            confidence=stale.cpu().float(), generation=generation, current_generation=generation,
-            req_pool_indices_cpu=torch.arange(rows, dtype=torch.int64),
-        )
 
     def schedule_production(self, stale_confidences, confidences, cost, min_lengths, max_lengths):
         low, high = _batch_wide("min_lengths", min_lengths), _batch_wide("max_lengths", max_lengths)
         gamma = stale_confidences.shape[1]
         cfg = self._planner.DSparkScheduleConfig(gamma=gamma, min_verify_len=low + 1, max_verify_len=high + 1)
-        budget = self._budget(stale_confidences, cost, cfg)
+        budget = verify_token_budget(self._modules, stale_confidences, [1.0 / c for c in cost], cfg)
         verify_lens = self._topk.execute(confidence=confidences.float(), budget=budget, cfg=cfg)
         return (verify_lens.to(torch.int64) - 1).to(stale_confidences.device)

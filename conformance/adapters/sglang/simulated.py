@@ -32,7 +32,7 @@ from typing import Iterator
 
 import torch
 
-from .engine_inputs import seed_from, seeded_global_rng, tp_sync_argument
+from .engine_inputs import seed_from, seeded_global_rng, target_worker_stand_in, tp_sync_argument
 from .loader import SGLangModules
 
 __all__ = ["SimulatedAcceptance", "SimulatedExecutor", "SimulatedBonus"]
@@ -61,12 +61,6 @@ def _method(verify_module: types.ModuleType, method: str) -> Iterator[None]:
         verify_module.SIMULATE_ACC_METHOD = saved
 
 
-def _target_worker() -> types.SimpleNamespace:
-    # TargetVerifyExecutor only reads the target's model type (to pick fused argmax).
-    config = types.SimpleNamespace(hf_text_config=types.SimpleNamespace(model_type=None))
-    return types.SimpleNamespace(model_runner=types.SimpleNamespace(model_config=config))
-
-
 class SimulatedExecutor:
     """One SGLang ``TargetVerifyExecutor`` in simulated-acceptance mode.
 
@@ -86,7 +80,7 @@ class SimulatedExecutor:
         self.correct_drafts: torch.Tensor | None = None
         extra = {"simulated_correct_len": torch.zeros(1, dtype=torch.int64)} if self._philox else {}
         self._executor = self._verify.TargetVerifyExecutor(
-            target_worker=_target_worker(), gamma=gamma, verify_num_draft_tokens=gamma + 1,
+            target_worker=target_worker_stand_in(), gamma=gamma, verify_num_draft_tokens=gamma + 1,
             model_runner=None, kv_injector=None, **tp_sync_argument(modules),
             simulate_acc_len=value, **extra,
         )

@@ -77,11 +77,15 @@ def draft_params(
     return staged.temperatures, staged.greedy_mask
 
 
-def draft_block(modules: SGLangModules, head: SGLangHead, base_logits, first_prev, hidden, info, seed=None):
+def draft_block(modules: SGLangModules, head: SGLangHead, base_logits, first_prev, hidden, info, seed=None, *,
+                tp_sync=None):
     """SGLang's eager proposal ``sample_draft_block`` -> its ``DraftBlockResult`` (tokens,
     corrected logits, staged temperatures, greedy mask). Its noise is ``exponential_()``
     (or, with ``SGLANG_DSPARK_FAST_SAMPLING=0``, ``torch.multinomial``) on the global RNG:
-    call it inside ``seeded_global_rng``. ``seed`` is not read (0.5.22+'s signature)."""
+    call it inside ``seeded_global_rng``. ``seed`` is not read (0.5.22+'s signature).
+    ``tp_sync``: a ``SpecTpSync`` (0.5.19+; each step's tokens broadcast from rank 0), None
+    for a one-rank one (none before 0.5.19)."""
+    sync = tp_sync_argument(modules) if tp_sync is None else {"tp_sync": tp_sync}
     return modules["draft"].sample_draft_block(
         base_logits=base_logits,
         anchor_tokens=first_prev,
@@ -89,7 +93,7 @@ def draft_block(modules: SGLangModules, head: SGLangHead, base_logits, first_pre
         sampling_info=info,
         markov_head=head.module,
         device=base_logits.device,
-        **tp_sync_argument(modules),
+        **sync,
     )
 
 

@@ -61,7 +61,8 @@ def _noise(modules: SGLangModules, generator: torch.Generator, device: torch.dev
     return modules["draft"].DraftNoise(key=seed_from(generator), offset=offset)
 
 
-def _sample_draft_block(modules: SGLangModules, head: SGLangHead, base_logits, first_prev, hidden, info, noise):
+def _sample_draft_block(modules: SGLangModules, head: SGLangHead, base_logits, first_prev, hidden, info, noise,
+                        tp_sync=None):
     return modules["draft"].sample_draft_block(
         base_logits=base_logits,
         anchor_tokens=first_prev,
@@ -70,21 +71,24 @@ def _sample_draft_block(modules: SGLangModules, head: SGLangHead, base_logits, f
         markov_head=head.module,
         noise=noise,
         device=base_logits.device,
-        tp_sync=single_rank_tp_sync(modules["tp_sync"]),
+        tp_sync=single_rank_tp_sync(modules["tp_sync"]) if tp_sync is None else tp_sync,
         greedy_draft=False,
     )
 
 
-def draft_block(modules: SGLangModules, head: SGLangHead, base_logits, first_prev, hidden, info, seed: int):
+def draft_block(modules: SGLangModules, head: SGLangHead, base_logits, first_prev, hidden, info, seed: int, *,
+                tp_sync=None):
     """SGLang's eager proposal ``sample_draft_block`` (``draft_markov_block`` with kept step
     logits, ``greedy_draft=False``, the worker's default ``SGLANG_DSPARK_USE_GREEDY_DRAFT=0``)
     -> its ``DraftBlockResult``. The noise is the proposer's: ``DraftNoise(key=
-    draft_noise_key(seed), offset=0)``, a fresh server of ``random_seed = seed``."""
+    draft_noise_key(seed), offset=0)``, a fresh server of ``random_seed = seed``.
+    ``tp_sync``: a ``SpecTpSync`` (each step's tokens broadcast from rank 0), None for a
+    one-rank one."""
     draft = modules["draft"]
     noise = draft.DraftNoise(
         key=draft.draft_noise_key(seed), offset=torch.zeros(1, dtype=torch.int64, device=base_logits.device)
     )
-    return _sample_draft_block(modules, head, base_logits, first_prev, hidden, info, noise)
+    return _sample_draft_block(modules, head, base_logits, first_prev, hidden, info, noise, tp_sync)
 
 
 class StepSampler:

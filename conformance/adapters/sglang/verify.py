@@ -39,7 +39,7 @@ import torch
 from .engine_inputs import draft_input, sampling_info, seed_from, seeded_global_rng
 from .loader import SGLangModules
 
-__all__ = ["accept", "draft_block_result", "ChainVerifier", "TruncatedChainVerifier", "GreedyVerifier"]
+__all__ = ["accept", "committed", "draft_block_result", "ChainVerifier", "TruncatedChainVerifier", "GreedyVerifier"]
 
 DraftParams = Callable[[SGLangModules, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -58,15 +58,22 @@ def _cutoff_lens(cap: int | torch.Tensor | None, bs: int, device: torch.device) 
     return torch.full((bs,), cap, dtype=torch.int32, device=device)
 
 
+def committed(out_tokens: torch.Tensor, correct_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang's commit layout ``out_tokens [B, gamma + 1]`` (``BuildOutTokens``: accepted drafts,
+    then the bonus) and ``correct_len [B]`` -> the contract's ``(accepted [B] i64, tokens
+    [B, gamma + 1] i64)``, ``-1`` after the bonus."""
+    accepted = correct_len.to(torch.int64)
+    positions = torch.arange(out_tokens.shape[1], device=out_tokens.device)
+    return accepted, torch.where(positions[None, :] <= accepted[:, None], out_tokens.to(torch.int64), -1)
+
+
 def _contract_outputs(modules, draft_tokens, correct_len, bonus) -> tuple[torch.Tensor, torch.Tensor]:
     gamma = draft_tokens.shape[1]
     out = modules["verify"].BuildOutTokens.execute(
         draft_tokens=draft_tokens, correct_len=correct_len, bonus=bonus,
         verify_num_draft_tokens=gamma + 1, gamma=gamma,
     )
-    accepted = correct_len.to(torch.int64)
-    positions = torch.arange(gamma + 1, device=out.device)
-    return accepted, torch.where(positions[None, :] <= accepted[:, None], out, -1)
+    return committed(out, correct_len)
 
 
 def _ragged(draft_tokens: torch.Tensor, cap: int | torch.Tensor | None) -> tuple[torch.Tensor, int | torch.Tensor | None]:
