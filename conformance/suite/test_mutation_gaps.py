@@ -13,6 +13,10 @@ Covers (all exact, no statistical assertion):
   fits the capacity writes into the same storage; a larger batch gets a new one), and the
   seed determining the lengths (same seed, same lengths);
 * ``S6/seeded/*``: ``sample_acc_len`` draws are a function of the generator's state;
+* ``S7/prefix-survival/one-dimensional``: ``prefix_survival`` of one ``[gamma]`` row (no
+  leading dimension) is its cumulative product;
+* ``S7/sts/single-block``: STS on one held-out block (N = 1) fits ``[gamma]`` temperatures;
+* ``S7/sts/binned-ece``: STS minimises a BINNED ECE, not the one-bin ``|mean label - mean c|``;
 * ``S8/edge/empty-batch``: R = 0 schedules to an empty length vector;
 * ``S8/sps-table/path-length``: a table covering ``R + #{a > 0}`` batch sizes is enough.
 
@@ -22,11 +26,13 @@ its key to docs/calibration/case-keys.txt and the mutant it kills to docs/mutati
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from conformance.cases import case, case_id
-from conformance.contract import PrefixScheduler, SimulatedAcceptance
+from conformance.contract import Confidence, PrefixScheduler, SimulatedAcceptance
 
 # ----------------------------------------------------------------------------- S6
 CLAMP_HIGH = case("S6/executor/clamp-high-gamma", "a value above gamma + 1 is the constant gamma + 1 in the "
@@ -138,6 +144,83 @@ def test_S6_sample_follows_the_generator(case, require, case_seed):
         assert runs[0] == runs[1], (
             f"{case.id}: {method}: generators seeded {case_seed} gave different draws: {runs[0]} vs {runs[1]}"
         )
+
+
+# ----------------------------------------------------------------------------- S7
+ONE_ROW_SURVIVAL = case("S7/prefix-survival/one-dimensional", "prefix_survival of one [gamma] row, no leading "
+                        "dimension (the contract's c[..., gamma]): its cumulative product, exactly (dyadic)",
+                        ["S7.calibration"])
+
+
+@pytest.mark.parametrize("case", [ONE_ROW_SURVIVAL], ids=case_id)
+def test_S7_prefix_survival_of_one_row(case, require, dspark_device):
+    iut = require(Confidence)
+    conf = torch.tensor([1.0, 0.75, 0.5, 0.875, 0.0, 0.25], dtype=torch.float64, device=dspark_device)
+    expected = [1.0, 0.75, 0.375, 0.328125, 0.0, 0.0]  # products of k/8: exact in any order
+
+    out = iut.prefix_survival(conf)
+
+    assert tuple(out.shape) == (6,) and out.double().cpu().tolist() == expected, (
+        f"{case.id}: expected the cumulative product {expected} of shape (6,), got "
+        f"{tuple(out.shape)} {out.double().cpu().tolist()}"
+    )
+
+
+SINGLE_BLOCK_STS = case("S7/sts/single-block", "STS on one held-out block (N = 1) fits [gamma] finite positive "
+                        "temperatures (no error)", ["S7.sts"])
+
+
+@pytest.mark.parametrize("case", [SINGLE_BLOCK_STS], ids=case_id)
+def test_S7_sts_on_a_single_block(case, require, dspark_device):
+    iut = require(Confidence)
+    raw = torch.tensor([[1.5, -0.5, 2.0]], dtype=torch.float64, device=dspark_device)
+    accepted = torch.tensor([[True, True, False]], device=dspark_device)
+
+    temperatures = iut.fit_sts(raw, accepted)
+
+    t = temperatures.double().cpu()
+    assert tuple(t.shape) == (3,) and bool(torch.all(torch.isfinite(t) & (t > 0))), (
+        f"{case.id}: expected [gamma] = [3] finite positive temperatures, got {tuple(t.shape)} {t.tolist()}"
+    )
+
+
+BINNED_ECE = case("S7/sts/binned-ece", "STS minimises a binned ECE: on two groups of blocks no temperature "
+                  "calibrates both, the binned fit calibrates the larger (t = 1.004), a one-bin "
+                  "|mean label - mean c| fit nets their errors (t = 0.37)", ["S7.sts"])
+#: (blocks, raw logit, accepted) of the two groups; rates 0.88 and 0.27.
+BINNED_ECE_GROUPS = ((700, 2.0, 616), (300, -3.0, 81))
+#: Resolution assumed of the IUT's STS grid (as test_confidence.STS_GRID_RATIO): ratio <= 1.1 over [0.1, 10].
+BINNED_ECE_GRID_RATIO = 1.1
+
+
+@pytest.mark.parametrize("case", [BINNED_ECE], ids=case_id)
+def test_S7_sts_minimises_a_binned_ece(case, require, dspark_device):
+    """gamma = 1, so the fit is plain temperature scaling against the prefix labels. Group A
+    (700 blocks, raw 2, 616 accepted: rate 0.88) is calibrated at ``t_A = 2 / logit(0.88) =
+    1.0038``, group B (300 blocks, raw -3, 81 accepted: rate 0.27) at ``t_B = 3 / logit(0.73)
+    = 3.02``: no temperature calibrates both. Near ``t_A`` the two groups' confidences (0.88
+    and 0.05) lie in different bins of ANY binning into bins no wider than 1/2, so the ECE is
+    ``0.7 |0.88 - c_A| + 0.3 |0.27 - c_B|`` (0.067 at ``t_A``), smallest there: the larger
+    group's error weighs more. They can share such a bin only where ``c_A - c_B <= 1/2``
+    (t >= 2.25), and there the ECE is ``|0.697 - (0.7 c_A + 0.3 c_B)| >= 0.138``, worse.
+    Checked in float64 for equal-width binnings of 2..40 bins on geometric grids of ratio
+    1.1 over [0.1, 10] (seven offsets): the argmin is within a factor 1.062 of ``t_A``. One
+    bin (``|mean label - mean c|``, calibration in the large) instead nets A's
+    overconfidence against B's underconfidence: zero at t = 0.37, a factor 2.7 below
+    ``t_A``. Allowed: a grid point either side of ``t_A``, a factor ``BINNED_ECE_GRID_RATIO``.
+    """
+    iut = require(Confidence)
+    raw = torch.cat([torch.full((n, 1), r, dtype=torch.float64) for n, r, _ in BINNED_ECE_GROUPS])
+    accepted = torch.cat([torch.arange(n)[:, None] < k for n, _, k in BINNED_ECE_GROUPS])
+    (n_a, raw_a, k_a), _ = BINNED_ECE_GROUPS
+    t_a = raw_a / math.log(k_a / (n_a - k_a))
+
+    t = float(iut.fit_sts(raw.to(dspark_device), accepted.to(dspark_device)).double().cpu()[0])
+
+    assert 0 < t < math.inf and abs(math.log(t / t_a)) <= math.log(BINNED_ECE_GRID_RATIO), (
+        f"{case.id}: expected t_1 within a factor {BINNED_ECE_GRID_RATIO} of {t_a:.4f} (the binned-ECE fit, "
+        f"which calibrates the 700-block group), got {t} (a one-bin ECE fit gives about 0.37)"
+    )
 
 
 # ----------------------------------------------------------------------------- S8
