@@ -78,7 +78,9 @@ def cost_curves(sps) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
 
 class _TPGroup:
     """What ``AdaptiveVerificationManager`` calls on vLLM's TP ``GroupCoordinator``:
-    ``broadcast_object(obj, src)``, here over the suite's ``RankGroup`` on ``device``."""
+    ``broadcast_object(obj, src)`` (rank ``src``'s object on every rank; the object itself when
+    the group has one rank, as vLLM's). vLLM sends it over its CPU (gloo) group; here it goes
+    over the suite's ``RankGroup`` on ``device``, the round's device."""
 
     def __init__(self, group, device: torch.device) -> None:
         self._group = group
