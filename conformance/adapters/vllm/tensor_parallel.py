@@ -47,7 +47,8 @@ from __future__ import annotations
 
 import contextlib
 import pickle
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -135,7 +136,7 @@ class TensorParallelRound:
 
     def tp_round(self, group, head_type, state_dict, base_logits, first_prev, hidden, target_logits, temperatures,
                  top_k, confidences, sps, *, generator, seeds, positions):
-        rows, gamma, vocab = base_logits.shape
+        rows, _, vocab = base_logits.shape
         device = base_logits.device
         temps = request_temperatures(temperatures, self._eps, self._max_temp)
         if bool(((temps > 0) & (top_k.to(device) < vocab)).any()):
