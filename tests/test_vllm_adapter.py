@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import pickle
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ from conformance.loading import AdapterLoadError, load_adapter
 
 V, RANK = 40, 6
 CAPABILITIES = {c.StepSampler, c.MarkovBlock, c.DraftLayouts, c.ChainVerifier, c.GreedyVerifier, c.SpeculativeRound,
-                c.SimulatedAcceptance}
+                c.SimulatedAcceptance, c.TensorParallelRound}
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +202,9 @@ def test_adapter_builds_with_its_capabilities(vllm):
     release = loader.release_of(vllm.version)
     from_0_28 = {c.ProductionScheduler, c.Confidence} if release >= (0, 28, 0) else set()
     assert set(adapter.capabilities) == CAPABILITIES | from_0_28
-    assert set(adapter.requirements) == ({c.ProductionScheduler} if (0, 28, 0) <= release < (0, 33, 0) else set())
+    # TensorParallelRound plans with adaptive verification from 0.28.0, so it needs CUDA where that does.
+    pinning = {c.ProductionScheduler, c.TensorParallelRound}
+    assert set(adapter.requirements) == (pinning if (0, 28, 0) <= release < (0, 33, 0) else set())
     assert adapter.conventions.greedy_rule == "temperature" and adapter.conventions.draft_truncates is False
     assert load_adapter(f"vllm=={vllm.version}").name == adapter.name
 
@@ -372,6 +375,115 @@ def test_confidence_is_vllms_head_where_it_ships(vllm):
         iut.prefix_survival(out)
     with pytest.raises(NotImplementedError, match="fits no temperatures"):
         iut.fit_sts(torch.zeros(4, 3), torch.zeros(4, 3, dtype=torch.bool))
+
+
+# --------------------------------------------------------------------------- S5 tensor parallelism
+class RecordingGroup:
+    """A two-rank :class:`~conformance.contract.RankGroup` seen from ``rank``: ``broadcast``
+    records each call; with ``replay`` (rank 0's recorded tensors) it overwrites the tensor
+    with the next one, as the collective would on a rank other than 0; ``fail``: any call fails."""
+
+    def __init__(self, rank: int = 0, replay: list[torch.Tensor] | None = None, fail: bool = False) -> None:
+        self.rank, self.world_size, self.rank_in_group = rank, 2, rank
+        self.replay, self.fail = replay, fail
+        self.calls: list[tuple[torch.Tensor, int]] = []
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        assert not self.fail, "a collective before the NotImplementedError"
+        if self.replay is not None:
+            tensor.copy_(self.replay.pop(0))
+        self.calls.append((tensor.clone(), src))
+
+
+def _tp_inputs(slope: float, rows: int = 4, gamma: int = 4, seed: int = 0) -> dict:
+    from dspark_ref import markov
+
+    gen = torch.Generator().manual_seed(seed)
+    head = markov.build_markov_head({"markov_rank": RANK, "markov_head_type": "vanilla", "vocab_size": V,
+                                     "hidden_size": 5}, scale=0.5, generator=gen)
+    base = torch.randn(rows, gamma, V, generator=gen)
+    temps = torch.tensor([1.0, 0.0, 0.7, 1.3])[:rows]
+    return {
+        "head_type": "vanilla", "state_dict": head.state_dict(), "base_logits": base,
+        "first_prev": torch.randint(V, (rows,), generator=gen), "hidden": None,
+        "target_logits": base[:, :1] + torch.randn(rows, gamma + 1, V, generator=gen), "temperatures": temps,
+        "top_k": torch.where(temps == 0, 1, V).to(torch.int64),
+        "confidences": 0.35 + 0.65 * torch.rand(rows, gamma, generator=gen, dtype=torch.float64),
+        "sps": [1.0 / (1.0 + slope * b) for b in range(1, rows * (gamma + 1) + 1)],
+        "generator": torch.Generator().manual_seed(seed + 1), "seeds": torch.tensor([9, 8, 7, 6])[:rows],
+        "positions": torch.tensor([3, 30, 300, 3000])[:rows],
+    }
+
+
+def _tp_round(tp, group, inputs):
+    inputs = dict(inputs)
+    return tp.tp_round(group, inputs.pop("head_type"), inputs.pop("state_dict"), **inputs)
+
+
+def test_tensor_parallel_cost_curves_price_the_step_in_milliseconds():
+    from conformance.adapters.vllm.tensor_parallel import cost_curves
+
+    assert cost_curves([4.0, 2.0]) == ([(1, 0.0)], [(1, 250.0), (2, 500.0)])
+    for bad in ([], [1.0, 0.0], [float("nan")]):
+        with pytest.raises(ValueError, match="sps: expected finite positive steps per second"):
+            cost_curves(bad)
+
+
+def test_tensor_parallel_round_refuses_what_vllm_lacks_before_any_collective(vllm):
+    tp = load_adapter("vllm").get(c.TensorParallelRound)
+    gated = dict(_tp_inputs(0.02), head_type="gated")
+    with pytest.raises(NotImplementedError, match="ships the vanilla head only"):
+        _tp_round(tp, RecordingGroup(fail=True), gated)
+    truncated = dict(_tp_inputs(0.02), top_k=torch.full((4,), 5))
+    with pytest.raises(NotImplementedError, match="top-k on sampling rows"):
+        _tp_round(tp, RecordingGroup(fail=True), truncated)
+
+
+def test_tensor_parallel_round_agrees_through_vllms_cost_curve_broadcast(vllm):
+    """Rank 0 broadcasts its cost curves (set_cost_curves) and nothing else; rank 1, with a
+    10x steeper table and another generator, plans from rank 0's curves and computes rank 0's
+    round; planning from its own table instead gives other verify lengths. 0.25.0: no
+    adaptive verification, no collective, every row verifies gamma drafts."""
+    from conformance.adapters.vllm.tensor_parallel import cost_curves
+
+    adapter = load_adapter("vllm")
+    if adapter.unmet(c.TensorParallelRound, "cpu") is not None and not torch.cuda.is_available():
+        pytest.skip(f"vllm=={vllm.version}: {adapter.unmet(c.TensorParallelRound, 'cpu')}")
+    tp = adapter.get(c.TensorParallelRound)
+    rank0, rank1 = _tp_inputs(0.02), dict(_tp_inputs(0.2), generator=torch.Generator().manual_seed(99))
+    group0 = RecordingGroup()
+    first = _tp_round(tp, group0, rank0)
+    rows, gamma = first[0].shape
+    if "adaptive" not in vllm:
+        assert group0.calls == [] and torch.equal(first[1], torch.full((rows,), gamma))
+        return
+    (size, src0), (data, src1) = group0.calls
+    assert src0 == src1 == 0 and int(size) == data.numel()
+    assert pickle.loads(data.numpy().tobytes()) == cost_curves(rank0["sps"])
+    group1 = RecordingGroup(rank=1, replay=[t for t, _ in group0.calls])
+    second = _tp_round(tp, group1, rank1)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    own = _tp_round(tp, RecordingGroup(), rank1)[1]
+    assert not torch.equal(own, first[1]) and bool((own <= first[1]).all())
+
+
+def test_tensor_parallel_round_is_the_seeded_round_at_full_length(vllm):
+    """With every row at gamma drafts (a flat table admits them all) the TP round is the
+    SpeculativeRound with the same request seeds and positions: same drafts, same verify."""
+    adapter = load_adapter("vllm")
+    if adapter.unmet(c.TensorParallelRound, "cpu") is not None and not torch.cuda.is_available():
+        pytest.skip(f"vllm=={vllm.version}: {adapter.unmet(c.TensorParallelRound, 'cpu')}")
+    inputs = _tp_inputs(0.0)
+    drafts, lengths, accepted, tokens = _tp_round(adapter.get(c.TensorParallelRound), RecordingGroup(), inputs)
+    rows, gamma = drafts.shape
+    assert torch.equal(lengths, torch.full((rows,), gamma))
+    iut = adapter.get(c.SpeculativeRound)
+    vocab, rank = inputs["state_dict"]["W1.weight"].shape
+    head = iut.load_head("vanilla", inputs["state_dict"], vocab, rank, None, torch.device("cpu"), torch.float32)
+    expected = iut.round(head, inputs["base_logits"], inputs["first_prev"], None, inputs["target_logits"],
+                         inputs["temperatures"], torch.full((rows,), vocab), torch.ones(rows), torch.zeros(rows),
+                         seeds=inputs["seeds"], positions=inputs["positions"])
+    assert torch.equal(drafts, expected[0]) and torch.equal(accepted, expected[1]) and torch.equal(tokens, expected[2])
 
 
 # --------------------------------------------------------------------------- speculators

@@ -15,8 +15,10 @@ not include: each rank's own generator and the steps-per-second table it profile
 same of each (an implementation that seeds a rank by its rank fails it); the
 ``rank-local-state`` case gives them different generator seeds and different tables (an
 implementation that draws from its rank's generator, or plans from its own table, without
-synchronising, fails it). An implementation passes by per-request seeds (vLLM) or by
-broadcasting rank 0's draws and plan (SGLang's ``SpecTpSync``).
+synchronising, fails it); ``rank-local-state-vanilla`` and ``nccl-two-gpus-vanilla`` repeat
+the rank-local cases with the vanilla head, which every engine ships (vLLM has no gated head).
+An implementation passes by per-request seeds (vLLM) or by broadcasting rank 0's draws and
+plan (SGLang's ``SpecTpSync``).
 
 To add a case: add ``case(...): parameters`` to the dict of its family below.
 """
@@ -96,6 +98,8 @@ CPU_CASES = {
          "state: identical drafts, verify lengths, accepted counts, tokens", ["S5.tensor-parallel"]): ("vanilla", False),
     case("S5/tensor-parallel/gloo-rank-local-state", "two ranks whose generators and profiled SPS tables differ: "
          "still identical (per-request seeds or rank 0's decisions broadcast)", ["S5.tensor-parallel"]): ("gated", True),
+    case("S5/tensor-parallel/gloo-rank-local-state-vanilla", "the rank-local case with the vanilla Markov head, the "
+         "one head every engine ships (vLLM has no gated head): still identical", ["S5.tensor-parallel"]): ("vanilla", True),
 }
 
 
@@ -111,12 +115,17 @@ def test_S5_tensor_parallel_ranks_agree(case, require, dspark_impl, dspark_devic
     check_ranks_agree(case, results)
 
 
-NCCL_CASE = case("S5/tensor-parallel/nccl-two-gpus", "two ranks on two GPUs (NCCL), rank-local state differs: "
-                 "identical results", ["S5.tensor-parallel"])
+# case -> head type (rank-local state differs in each)
+NCCL_CASES = {
+    case("S5/tensor-parallel/nccl-two-gpus", "two ranks on two GPUs (NCCL), rank-local state differs: "
+         "identical results", ["S5.tensor-parallel"]): "gated",
+    case("S5/tensor-parallel/nccl-two-gpus-vanilla", "the NCCL case with the vanilla Markov head (vLLM has no gated "
+         "head): identical results", ["S5.tensor-parallel"]): "vanilla",
+}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", [NCCL_CASE], ids=case_id)
+@pytest.mark.parametrize("case", NCCL_CASES, ids=case_id)
 def test_S5_tensor_parallel_ranks_agree_on_two_gpus(case, dspark_adapter, dspark_impl, case_seed, tmp_path):
     if torch.cuda.device_count() < WORLD:
         pytest.skip(f"{case.id}: needs {WORLD} CUDA devices for one NCCL rank each, found "
@@ -127,6 +136,6 @@ def test_S5_tensor_parallel_ranks_agree_on_two_gpus(case, dspark_adapter, dspark
     if why is not None:
         pytest.skip(f"capability TensorParallelRound of {dspark_adapter.name} {why}")
 
-    results = run_case(case, dspark_impl, "nccl", "gated", True, case_seed, tmp_path)
+    results = run_case(case, dspark_impl, "nccl", NCCL_CASES[case], True, case_seed, tmp_path)
 
     check_ranks_agree(case, results)

@@ -12,6 +12,10 @@ onto vLLM's code:
   (:mod:`.verify`);
 * ``SpeculativeRound`` (S9): the drafter's Markov loop feeding ``rejection_sample`` with the
   request's shared seed, positions and the drafter's logits cache (:mod:`.round`);
+* ``TensorParallelRound`` (S5 tensor parallelism): the same round per rank from the request's
+  seeds and positions (the rank's generator unread), verify lengths from adaptive verification
+  with rank 0's cost curves, broadcast by its own ``set_cost_curves`` (0.28.0+; CUDA before
+  0.33.0), else ``gamma`` (:mod:`.tensor_parallel`);
 * ``ProductionScheduler`` (S8 production variant, 0.28.0+): ``AdaptiveVerificationManager``'s
   ``get_num_tokens`` (budget from stale confidences) and ``reallocate_drafts`` (the fill)
   (:mod:`.scheduler`);
@@ -65,6 +69,7 @@ from .round import SpeculativeRound
 from .sampling import StepSampler
 from .scheduler import ProductionScheduler, requirement
 from .simulated import SimulatedAcceptance
+from .tensor_parallel import TensorParallelRound
 from .verify import ChainVerifier, GreedyVerifier
 
 __all__ = ["make_adapter", "capabilities", "requirements"]
@@ -94,6 +99,7 @@ def capabilities(modules: VLLMModules) -> dict[type, Any]:
         c.ChainVerifier: ChainVerifier(modules),
         c.GreedyVerifier: GreedyVerifier(modules),
         c.SpeculativeRound: SpeculativeRound(modules),
+        c.TensorParallelRound: TensorParallelRound(modules),
         c.SimulatedAcceptance: SimulatedAcceptance(modules),
     }
     if confidence_support(modules) is None:
@@ -105,9 +111,10 @@ def capabilities(modules: VLLMModules) -> dict[type, Any]:
 
 def requirements(modules: VLLMModules) -> dict[type, c.Requirement]:
     """Where the capabilities of the loaded vLLM cannot run everywhere: 0.28.0-0.29.0's
-    adaptive verification pins host memory, so ``ProductionScheduler`` needs CUDA there."""
+    adaptive verification pins host memory, so ``ProductionScheduler`` and
+    ``TensorParallelRound`` (which plans with it) need CUDA there."""
     needs = requirement(modules) if "adaptive" in modules else None
-    return {} if needs is None else {c.ProductionScheduler: needs}
+    return {} if needs is None else {c.ProductionScheduler: needs, c.TensorParallelRound: needs}
 
 
 def make_adapter() -> c.Adapter:

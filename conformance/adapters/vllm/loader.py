@@ -105,8 +105,8 @@ _ENGINE_STUBS: dict[str, str] = {
         "base logits to the DSpark Markov loop",
     "vllm.v1.worker.gpu.spec_decode.dspark.utils": "draft checkpoint loading; weights come as tensors",
     "vllm.distributed.parallel_state":
-        "process groups: adaptive verification's get_tp_group broadcasts profiled cost curves, a "
-        "path never run here (the suite hands the cost tables over); one rank",
+        "process groups: adaptive verification's get_tp_group broadcasts profiled cost curves; "
+        "TensorParallelRound answers it over the suite's rank group (tensor_parallel._TPGroup)",
     "vllm.platforms": "platform detection; explicit values: no pinned host memory, CUDA as torch sees it",
     "vllm.v1.utils": "engine-process utilities (ZMQ, uvloop); CpuGpuBuffer, built only by the "
                      "adaptive-verification manager's __init__, which the adapter does not run",

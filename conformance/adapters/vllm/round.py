@@ -71,9 +71,22 @@ class SpeculativeRound:
             positions = positions_from(generator, bs, device) if positions is None else positions
         elif positions is None:
             raise ValueError("seeds without positions: each row's first draft position is needed")
+        drafts, accepted, tokens, cache = self.seeded_round(
+            VLLMHead(head.w1, head.w2), base_logits, first_prev, target_logits, temps, min_p, seeds, positions,
+            torch.full((bs,), gamma, dtype=torch.int64, device=device),
+        )
+        return drafts, accepted, tokens, self._draft_probs(cache, temps)
+
+    def seeded_round(self, head: VLLMHead, base_logits, first_prev, target_logits, temps, min_p, seeds, positions,
+                     num_drafts):
+        """``(drafts[B, gamma] i64, accepted[B] i64, tokens[B, gamma + 1] i64, draft_logits cache)``:
+        the drafter's loop then ``rejection_sample`` over row ``r``'s first ``num_drafts[r]``
+        drafts (module note). ``temps[B]``: vLLM's temperature state; ``min_p[B]``; ``seeds`` /
+        ``positions [B]`` int: each request's seed and first draft position."""
+        bs, gamma, vocab = base_logits.shape
+        device = base_logits.device
         seeds = seeds.to(torch.int64).to(device)
         positions = positions.to(torch.int64).to(device)
-        head = VLLMHead(head.w1, head.w2)
         drafts, cache = run_markov_loop(self._modules, head, base_logits.to(head.w1.dtype).contiguous(), first_prev,
                                         temps, seeds, positions - 1)
         # The target sampler's apply_sampling_params: temperature, then min_p (when a row has one).
@@ -83,9 +96,8 @@ class SpeculativeRound:
         if bool((min_p > 0).any()):
             flat = self._min_p(flat, rows, min_p)
         accepted, tokens = verify_rows(self._modules, drafts, flat.reshape(bs, gamma + 1, vocab), cache, temps, seeds,
-                                       positions, torch.full((bs,), gamma, dtype=torch.int64, device=device),
-                                       target_processed=True, draft_cached=True)
-        return drafts, accepted, tokens, self._draft_probs(cache, temps)
+                                       positions, num_drafts, target_processed=True, draft_cached=True)
+        return drafts, accepted, tokens, cache
 
     def _draft_probs(self, cache: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
         logits = cache.to(torch.float32)

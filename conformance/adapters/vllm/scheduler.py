@@ -36,7 +36,7 @@ from conformance.contract import Requirement
 
 from .loader import VLLMModules
 
-__all__ = ["ProductionScheduler", "requirement"]
+__all__ = ["ProductionScheduler", "adaptive_manager", "admitted_drafts", "requirement"]
 
 _PINNING_COPY = Requirement(
     devices=("cuda",), reason="this release's reallocate_drafts pins host memory (buffer_utils.async_copy_to_gpu)"
@@ -51,15 +51,53 @@ def requirement(modules: VLLMModules) -> Requirement | None:
 _BONUS_TOKENS = 1  # one target-sampled token per request (no DSpark anchor extra)
 
 
-def _request_states(rows: int, device: torch.device) -> types.SimpleNamespace:
-    """What the manager reads of ``RequestState``: slots, and every request past prefill."""
+def _request_states(rows: int, gamma: int, device: torch.device) -> types.SimpleNamespace:
+    """What the manager reads of ``RequestState``: slots, every request past prefill, and the
+    table sizes ``set_cost_curves`` builds for (``rows`` requests, ``rows (gamma + 1)`` tokens)."""
     return types.SimpleNamespace(
         req_id_to_index={f"r{i}": i for i in range(rows)},
         num_computed_tokens_np=np.full(rows, 1 << 20, dtype=np.int32),
         prefill_len=types.SimpleNamespace(np=np.ones(rows, dtype=np.int32)),
         max_num_reqs=rows,
+        max_num_batched_tokens=rows * (gamma + _BONUS_TOKENS),
         device=device,
     )
+
+
+def adaptive_manager(adaptive: types.ModuleType, stale: torch.Tensor, current: torch.Tensor) -> object:
+    """An ``AdaptiveVerificationManager`` (module note) over ``stale [R, gamma]`` and ``current
+    [R, gamma]`` confidences (float, in [0, 1]), no cost tables yet, no CUDA graphs."""
+    rows, gamma = stale.shape
+    device = current.device
+    manager = object.__new__(adaptive.AdaptiveVerificationManager)
+    manager.req_states = _request_states(rows, gamma, device)
+    manager.num_speculative_steps = gamma
+    manager.num_bonus_tokens = _BONUS_TOKENS
+    manager._max_total_logits = rows * (gamma + _BONUS_TOKENS)
+    manager.cost_tables = None
+    manager._cudagraph_limit = 0
+    manager._stale_confidences = [types.SimpleNamespace(np=stale.cpu().float().numpy().copy())]
+    manager._stale_idx = 0
+    manager._batch_budget = None
+    manager._confidence_probs = current.float().clone()
+    manager._batch_draft_capacity = torch.empty(rows, dtype=torch.int32, device=device)
+    manager._num_non_draft_tokens = torch.empty(rows, dtype=torch.int32, device=device)
+    manager._cu_num_logits = torch.empty(rows + 1, dtype=torch.int32, device=device)
+    manager.query_start_loc = torch.empty(rows + 1, dtype=torch.int32, device=device)
+    manager._copy_admitted_drafts_to_host = False
+    return manager
+
+
+def admitted_drafts(manager: object, max_lengths: torch.Tensor) -> torch.Tensor:
+    """``lengths[R]`` int64: the manager's step, ``get_num_tokens`` (the budget) then
+    ``reallocate_drafts`` (the fill), for requests scheduled with ``max_lengths[R]`` drafts
+    each; on the manager's device."""
+    rows = max_lengths.shape[0]
+    drafts = {f"r{i}": [0] * int(n) for i, n in enumerate(max_lengths.tolist())}
+    manager.get_num_tokens({r: _BONUS_TOKENS + len(d) for r, d in drafts.items()}, drafts)
+    idx_mapping = torch.arange(rows, dtype=torch.int32, device=manager.req_states.device)
+    cu_num_logits = manager.reallocate_drafts(list(drafts), idx_mapping)[0]
+    return (cu_num_logits.diff() - _BONUS_TOKENS).to(torch.int64)
 
 
 class ProductionScheduler:
@@ -68,33 +106,10 @@ class ProductionScheduler:
     def __init__(self, modules: VLLMModules) -> None:
         self._adaptive = modules["adaptive"]
 
-    def _manager(self, stale: torch.Tensor, current: torch.Tensor, cost) -> object:
-        rows, gamma = stale.shape
-        device = current.device
-        manager = object.__new__(self._adaptive.AdaptiveVerificationManager)
-        manager.req_states = _request_states(rows, device)
-        manager.num_speculative_steps = gamma
-        manager.num_bonus_tokens = _BONUS_TOKENS
-        manager._max_total_logits = rows * (gamma + _BONUS_TOKENS)
-        manager.cost_tables = (np.zeros(rows + 1), np.array([cost[0], *cost], dtype=np.float64))
-        manager._stale_confidences = [types.SimpleNamespace(np=stale.cpu().float().numpy().copy())]
-        manager._stale_idx = 0
-        manager._batch_budget = None
-        manager._confidence_probs = current.float().clone()
-        manager._batch_draft_capacity = torch.empty(rows, dtype=torch.int32, device=device)
-        manager._num_non_draft_tokens = torch.empty(rows, dtype=torch.int32, device=device)
-        manager._cu_num_logits = torch.empty(rows + 1, dtype=torch.int32, device=device)
-        manager.query_start_loc = torch.empty(rows + 1, dtype=torch.int32, device=device)
-        manager._copy_admitted_drafts_to_host = False
-        return manager
-
     def schedule_production(self, stale_confidences, confidences, cost, min_lengths, max_lengths):
         if bool((min_lengths != 0).any()):
             raise NotImplementedError("vLLM's adaptive verification has no minimum verify length")
         rows = stale_confidences.shape[0]
-        manager = self._manager(stale_confidences, confidences, cost)
-        drafts = {f"r{i}": [0] * int(n) for i, n in enumerate(max_lengths.tolist())}
-        manager.get_num_tokens({r: _BONUS_TOKENS + len(d) for r, d in drafts.items()}, drafts)
-        idx_mapping = torch.arange(rows, dtype=torch.int32, device=confidences.device)
-        cu_num_logits = manager.reallocate_drafts(list(drafts), idx_mapping)[0]
-        return (cu_num_logits.diff() - _BONUS_TOKENS).to(device=stale_confidences.device, dtype=torch.int64)
+        manager = adaptive_manager(self._adaptive, stale_confidences, confidences)
+        manager.cost_tables = (np.zeros(rows + 1), np.array([cost[0], *cost], dtype=np.float64))
+        return admitted_drafts(manager, max_lengths).to(stale_confidences.device)
