@@ -138,6 +138,20 @@ def test_a_lost_cuda_context_is_no_expected_failure_and_its_process_cases_run_ag
     assert (tmp_path / "junit-rerun-1.xml").exists()
 
 
+def test_a_lost_cuda_context_declared_by_the_ledger_is_the_expected_failure(tmp_path):
+    """ExpectedFailure.loses_cuda_context: the declared cases are expected failures; a case
+    the ledger does not list still fails, and every case gets its own outcome."""
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:loses_the_cuda_context_as_declared",
+                     "-k", "test_S6_match_expected_law or test_S6_lengths_stay_in_range")
+    assert code == cli.EXIT_FAIL, out
+    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    outcomes = {t["case"].split("::")[1].split("[")[0]: set() for t in tests}
+    for t in tests:
+        outcomes[t["case"].split("::")[1].split("[")[0]].add(t["outcome"])
+    assert outcomes == {"test_S6_match_expected_law": {"xfailed"}, "test_S6_lengths_stay_in_range": {"failed"}}, tests
+    assert not any("not run" in (t["reason"] or "") for t in tests), tests
+
+
 def test_unmatched_ledger_entry_is_an_infrastructure_error(tmp_path):
     code, out = _run(tmp_path, "--impl", "tests.toy_adapters:unmatched_ledger", "-k", "test_S6_")
     assert code == cli.EXIT_INFRA, out

@@ -133,3 +133,13 @@ def loses_the_cuda_context() -> c.Adapter:
         "toy:loses-the-cuda-context", c.Conventions(), {c.SimulatedAcceptance: _LosesTheCudaContext()},
         expected_failures=(c.ExpectedFailure("test_S6_match_expected_law", "S6", "a finding", ("cpu",)),),
     )
+
+
+def loses_the_cuda_context_as_declared() -> c.Adapter:
+    """As :func:`loses_the_cuda_context`, with the ledger entry declaring the lost context
+    (``loses_cuda_context``): that case is then the expected failure it says."""
+    return c.Adapter(
+        "toy:loses-the-cuda-context-declared", c.Conventions(), {c.SimulatedAcceptance: _LosesTheCudaContext()},
+        expected_failures=(c.ExpectedFailure("test_S6_match_expected_law", "S6", "a finding", ("cpu",),
+                                             loses_cuda_context=True),),
+    )
