@@ -8,6 +8,8 @@ the mutation driver (CI/mutation/driver.py) runs this file with every section.
 
 Covers (all exact, no statistical assertion):
 
+* ``S1/vocab/one-token``: a one-token vocabulary (``V = V_d = 1``) is valid input: every
+  draw is token 0 and the corrected logits are the S2 oracle's;
 * ``S6/executor/*``: the executor's clamp at ``max_len = gamma + 1`` (a value above it is the
   constant ``gamma + 1``), the shortest block ``gamma = 1``, the reused buffer (a step that
   fits the capacity writes into the same storage; a larger batch gets a new one), and the
@@ -32,7 +34,50 @@ import pytest
 import torch
 
 from conformance.cases import case, case_id
-from conformance.contract import Confidence, PrefixScheduler, SimulatedAcceptance
+from conformance.contract import (
+    Confidence,
+    DraftLayouts,
+    PrefixScheduler,
+    SimulatedAcceptance,
+)
+from conformance.suite.support.blocks import (
+    assert_within_oracle,
+    check_block_shapes,
+    draft_vocab_head_state,
+    input_generator,
+    oracle_block_logits,
+    prev_tokens,
+    row_params,
+    sub_seed,
+)
+
+# ----------------------------------------------------------------------------- S1
+ONE_TOKEN = case("S1/vocab/one-token", "a one-token vocabulary, V = V_d = 1 (anchor-first, vanilla head): every "
+                 "draw is token 0, greedy or sampled, and the corrected logits are the S2 oracle's (no error)",
+                 ["S1.draft-vocab"])
+
+
+@pytest.mark.parametrize("case", [ONE_TOKEN], ids=case_id)
+def test_S1_one_token_vocabulary(case, require, dspark_adapter, case_seed, case_generator, dspark_device):
+    iut = require(DraftLayouts)
+    conventions = dspark_adapter.conventions
+    if "anchor-first" not in conventions.layouts or "target" not in conventions.draft_vocabularies:
+        pytest.skip(f"{case.id}: {dspark_adapter.name} declares no anchor-first layout over the target vocabulary")
+    batch, gamma = 4, 3
+    state = draft_vocab_head_state("vanilla", vocab=1, draft_vocab=1, rank=2, hidden_size=None,
+                                   seed=sub_seed(case_seed, "head"), device=dspark_device)
+    base = torch.randn(batch, gamma, 1, generator=input_generator(case_seed)).to(dspark_device)
+    first_prev = torch.zeros(batch, dtype=torch.int64, device=dspark_device)
+    temps, top_k = row_params([True, False, True, False], 1.0, dspark_device)
+
+    tokens, corrected = iut.draft_block("vanilla", state, base, first_prev, None, temps, top_k, case_generator,
+                                        layout="anchor-first", vocab_size=1, d2t=None)
+
+    check_block_shapes(case, tokens, corrected, batch, gamma, 1)
+    assert tokens.cpu().tolist() == [[0] * gamma] * batch, f"{case.id}: expected every token 0, got {tokens.tolist()}"
+    expected, bound = oracle_block_logits("vanilla", state, base, prev_tokens(first_prev, tokens), None)
+    assert_within_oracle(case, corrected.detach().to("cpu", torch.float64), expected, bound, "corrected logits")
+
 
 # ----------------------------------------------------------------------------- S6
 CLAMP_HIGH = case("S6/executor/clamp-high-gamma", "a value above gamma + 1 is the constant gamma + 1 in the "
