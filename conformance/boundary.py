@@ -492,6 +492,15 @@ class _ValidatingSimulatedAcceptance(_Validating):
         return _ValidatingExecutor(out, gamma)
 
 
+class _ValidatingSimulatedAcceptanceBatch(_Validating):
+    capability = c.SimulatedAcceptanceBatch
+
+    def sample_acc_lens(self, value, method, max_len, n, *args, **kwargs):
+        out = self._impl.sample_acc_lens(value, method, max_len, n, *args, **kwargs)
+        expected = _ints(n, device=torch.device("cpu"), values=Counts(1, max_len))
+        return expected.check(self._where("sample_acc_lens"), out)
+
+
 class _ValidatingSimulatedBonus(_Validating):
     capability = c.SimulatedBonus
 
@@ -634,7 +643,8 @@ _VALIDATORS: dict[type, type[_Validating]] = {
         _ValidatingFoldRouting,
         _ValidatingChainVerifier, _ValidatingTruncatedChainVerifier, _ValidatingGreedyVerifier,
         _ValidatingTensorParallelRound,
-        _ValidatingSimulatedAcceptance, _ValidatingSimulatedBonus, _ValidatingConfidence, _ValidatingPrefixScheduler,
+        _ValidatingSimulatedAcceptance, _ValidatingSimulatedAcceptanceBatch, _ValidatingSimulatedBonus,
+        _ValidatingConfidence, _ValidatingPrefixScheduler,
         _ValidatingProductionScheduler,
         _ValidatingSpeculativeLoop, _ValidatingSpeculativeRound,
     )

@@ -59,6 +59,7 @@ __all__ = [
     "RankGroup",
     "TensorParallelRound",
     "SimulatedAcceptance",
+    "SimulatedAcceptanceBatch",
     "SimulatedBonus",
     "Confidence",
     "PrefixScheduler",
@@ -655,6 +656,26 @@ class SimulatedAcceptance(Protocol):
 
 
 @runtime_checkable
+class SimulatedAcceptanceBatch(Protocol):
+    """SPEC S6: ``n`` simulated acceptance lengths in one call (a benchmark verify step of
+    ``n`` requests, each request its own draw).
+
+    ``sample_acc_lens(value, method, max_len, n, generator) -> lengths[n] i64 in [1,
+    max_len]`` on the CPU: ``n`` independent draws, each of the law of
+    :meth:`SimulatedAcceptance.sample_acc_len` (``n >= 1``); every random draw derives from
+    ``generator``. Offered by implementations whose simulated mode draws per request (an
+    implementation that shares one draw across the rows of a step, as S6 allows, does not
+    offer it). The S6 law cases then draw through it, one call per assertion, instead of
+    ``n`` single calls; the single path stays checked exactly (support, clamps, range,
+    the generator). A capability of its own so that adapters written before it stay valid.
+    """
+
+    def sample_acc_lens(
+        self, value: float, method: str, max_len: int, n: int, generator: torch.Generator
+    ) -> torch.Tensor: ...
+
+
+@runtime_checkable
 class SimulatedBonus(Protocol):
     """SPEC S6 simulated bonus: the token after a simulated run of ``a`` accepted drafts.
 
@@ -869,6 +890,7 @@ CAPABILITIES: tuple[type, ...] = (
     GreedyVerifier,
     TensorParallelRound,
     SimulatedAcceptance,
+    SimulatedAcceptanceBatch,
     SimulatedBonus,
     Confidence,
     PrefixScheduler,

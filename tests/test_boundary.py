@@ -337,6 +337,22 @@ def test_S6_sample_acc_len_rejects(value, message):
     fails(c.SimulatedAcceptance, "sample_acc_len", value, message, 3.0, "match-expected", 6, torch.Generator())
 
 
+@pytest.mark.parametrize("value, message", [
+    (torch.tensor([1, 6, 7]), "SimulatedAcceptanceBatch.sample_acc_lens returned int64 [3] with values in "
+                              "[1, 7], expected int64 [3] on cpu with values in [1, 6]"),
+    (torch.tensor([1, 2]), "returned int64 [2]"),
+    (torch.tensor([1.0, 2.0, 3.0]), "returned float32 [3]"),
+    ([1, 2, 3], "returned list"),
+], ids=["above-max-len", "short", "float", "list"])
+def test_S6_sample_acc_lens_rejects(value, message):
+    fails(c.SimulatedAcceptanceBatch, "sample_acc_lens", value, message, 3.0, "match-expected", 6, 3, torch.Generator())
+
+
+def test_S6_sample_acc_lens_passes_lengths_in_range():
+    lengths = torch.tensor([1, 6, 3])
+    passes(c.SimulatedAcceptanceBatch, "sample_acc_lens", lengths, 3.0, "match-expected", 6, 3, torch.Generator())
+
+
 class FakeExecutor:
     def __init__(self, lengths, correct_drafts):
         self.lengths, self.correct_drafts = lengths, correct_drafts

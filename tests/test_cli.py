@@ -186,3 +186,20 @@ def test_budget_trades_power_for_runtime_and_the_report_says_so(tmp_path):
 def test_budget_must_be_positive(tmp_path):
     code, out = _run(tmp_path, "-k", "test_S6_", "--budget", "0")
     assert code == cli.EXIT_INFRA and "--dspark-budget" in out
+
+
+def test_S6_law_cases_draw_through_a_batch_when_offered(tmp_path):
+    """A correct vectorised SimulatedAcceptanceBatch passes the S6 law cases; a batch that
+    shares one draw across the call (the single path intact) fails them, so the law cases
+    did draw through the batch."""
+    law = "test_S6_match_expected_law or test_S6_multinomial_law"
+    code, out = _run(tmp_path / "correct", "--impl", "tests.toy_adapters:batched_simulated", "-k", law)
+    assert code == cli.EXIT_PASS, out
+    passed = [t for t in json.loads((tmp_path / "correct" / "results.json").read_text())["tests"]
+              if t["outcome"] == "passed"]
+    assert len(passed) == 6, passed
+    code, out = _run(tmp_path / "shared", "--impl", "mutant:simulated-batch-shared-draw", "-k", law)
+    assert code == cli.EXIT_FAIL, out
+    failed = [t for t in json.loads((tmp_path / "shared" / "results.json").read_text())["tests"]
+              if t["outcome"] == "failed"]
+    assert len(failed) == 6, failed

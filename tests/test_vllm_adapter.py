@@ -339,6 +339,22 @@ def test_simulated_lengths_and_executor_through_the_synthetic_accept(vllm):
     assert torch.equal(again, lengths)  # the executor's draws follow its seed
 
 
+def test_simulated_batch_is_one_synthetic_step_of_n_requests(vllm, monkeypatch):
+    from conformance.adapters.vllm import simulated
+
+    iut = simulated.SimulatedAcceptance(vllm)
+    monkeypatch.setattr(simulated, "BATCH_ROWS", 16)  # 40 requests: chunks of 16, 16, 8
+    lengths = iut.sample_acc_lens(3.5, "match-expected", 6, 40, torch.Generator().manual_seed(3))
+    assert lengths.dtype == torch.int64 and lengths.shape == (40,) and set(lengths.tolist()) == {3, 4}
+    again = iut.sample_acc_lens(3.5, "match-expected", 6, 40, torch.Generator().manual_seed(3))
+    assert torch.equal(again, lengths)  # the draws follow the generator
+    assert set(iut.sample_acc_lens(3.0, "match-expected", 6, 8, torch.Generator()).tolist()) == {3}
+    with pytest.raises(ValueError, match="n: expected >= 1, got 0"):
+        iut.sample_acc_lens(3.0, "match-expected", 6, 0, torch.Generator())
+    with pytest.raises(NotImplementedError, match="no method selector"):
+        iut.sample_acc_lens(3.0, "multinomial", 6, 8, torch.Generator())
+
+
 @pytest.mark.parametrize("method", ["multinomial", "uniform"])
 def test_simulated_methods_vllm_lacks_are_refused(vllm, method):
     from conformance.adapters.vllm.simulated import SimulatedAcceptance

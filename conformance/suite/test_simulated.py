@@ -16,11 +16,16 @@ Covers, through :class:`~conformance.contract.SimulatedAcceptance` only:
   and a chi-square test of ``softmax(L_a / T)`` otherwise.
 
 Draws use a CPU generator seeded with the case seed (the contract's lengths are host ints).
+The law cases draw their ``n`` lengths in one call when the IUT offers
+:class:`~conformance.contract.SimulatedAcceptanceBatch` (per-request draws, as vLLM's
+synthetic mode makes them), else by ``n`` calls of ``sample_acc_len``; every other case
+calls ``sample_acc_len`` itself.
 To add a case: add an entry ``case(...): params`` to the dict of its family.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -32,7 +37,7 @@ import torch
 from conformance import stats
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
-from conformance.contract import SimulatedAcceptance, SimulatedBonus
+from conformance.contract import SimulatedAcceptance, SimulatedAcceptanceBatch, SimulatedBonus
 
 METHODS = ("match-expected", "multinomial")
 EXECUTOR_ROWS = 8
@@ -44,6 +49,21 @@ def _cpu_generator(case_seed: int) -> torch.Generator:
 
 def _draws(iut, value: float, method: str, max_len: int, n: int, generator) -> list:
     return [iut.sample_acc_len(value, method, max_len, generator) for _ in range(n)]
+
+
+@pytest.fixture
+def law_draws(require, dspark_adapter, dspark_device):
+    """``draw(value, method, max_len, n, generator) -> list[int]`` for the law cases: one
+    ``SimulatedAcceptanceBatch.sample_acc_lens`` call when the IUT offers it on this device,
+    else ``n`` ``sample_acc_len`` calls (the test skips when ``SimulatedAcceptance`` is not
+    offered)."""
+    iut = require(SimulatedAcceptance)
+    if dspark_adapter.get(SimulatedAcceptanceBatch) is None or dspark_adapter.unmet(
+            SimulatedAcceptanceBatch, dspark_device.type) is not None:
+        return functools.partial(_draws, iut)
+    batch = require(SimulatedAcceptanceBatch)
+    return lambda value, method, max_len, n, generator: batch.sample_acc_lens(
+        value, method, max_len, n, generator).tolist()
 
 
 def _check_support(case_id_: str, values, allowed: set[int], what: str) -> None:
@@ -85,16 +105,15 @@ MATCH_EXPECTED_CASES = {
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("case", MATCH_EXPECTED_CASES, ids=case_id)
-def test_S6_match_expected_law(case, require, stat_check, case_seed):
+def test_S6_match_expected_law(case, law_draws, stat_check, case_seed):
     """H0: #upper ~ Bin(n, value - floor(value)); exact binomial test, alpha =
     PER_ASSERTION_ALPHA, min effect 0.01 (a mean off by 0.01), n from
     sample_size_for_proportion for power 0.999. Support {lower, upper} is exact."""
-    iut = require(SimulatedAcceptance)
     value, max_len = MATCH_EXPECTED_CASES[case]
     lower, upper, p_upper = _match_expected_support(value, max_len)
     n = stats.sample_size_for_proportion(p_upper, DEFAULT_MIN_TV)
 
-    draws = _draws(iut, value, "match-expected", max_len, n, _cpu_generator(case_seed))
+    draws = law_draws(value, "match-expected", max_len, n, _cpu_generator(case_seed))
 
     _check_support(case.id, draws, {lower, upper}, f"match-expected({value}, max_len={max_len})")
     stat_check(stats.binomial(draws.count(upper), n, p_upper, name=f"{case.id}/p-upper",
@@ -135,15 +154,14 @@ MULTINOMIAL_CASES = {
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("case", MULTINOMIAL_CASES, ids=case_id)
-def test_S6_multinomial_law(case, require, stat_check, case_seed):
+def test_S6_multinomial_law(case, law_draws, stat_check, case_seed):
     """H0: draws ~ round(clamp(N(value, 1), 1, max_len)) with the law from norm.cdf;
     chi-square, alpha = PER_ASSERTION_ALPHA, min TV 0.01, power 0.999 (sample_size_for_tv)."""
-    iut = require(SimulatedAcceptance)
     value, max_len = MULTINOMIAL_CASES[case]
     law = _multinomial_law(value, max_len)
     n = stats.sample_size_for_tv(law)
 
-    draws = _draws(iut, value, "multinomial", max_len, n, _cpu_generator(case_seed))
+    draws = law_draws(value, "multinomial", max_len, n, _cpu_generator(case_seed))
 
     _check_support(case.id, draws, set(range(1, max_len + 1)), f"multinomial({value}, max_len={max_len})")
     counts = np.bincount(np.asarray(draws, dtype=np.int64) - 1, minlength=max_len)

@@ -21,7 +21,8 @@ onto vLLM's code:
   (:mod:`.scheduler`);
 * ``SimulatedAcceptance`` (S6, ``match-expected`` only): the synthetic rejection mode, a mean
   ``synthetic_acceptance_length`` resolved by vLLM's config helpers and drawn by
-  ``rejection_sample``'s synthetic accept (:mod:`.simulated`);
+  ``rejection_sample``'s synthetic accept (:mod:`.simulated`); the same object is the
+  ``SimulatedAcceptanceBatch`` (one synthetic step of ``n`` requests per law case);
 * ``Confidence`` (S7, confidences without STS; 0.28.0+): ``DSparkConfidenceHead`` and
   ``compute_confidence`` from the DSpark model file (:mod:`.confidence`).
 
@@ -100,8 +101,8 @@ def capabilities(modules: VLLMModules) -> dict[type, Any]:
         c.GreedyVerifier: GreedyVerifier(modules),
         c.SpeculativeRound: SpeculativeRound(modules),
         c.TensorParallelRound: TensorParallelRound(modules),
-        c.SimulatedAcceptance: SimulatedAcceptance(modules),
     }
+    offered[c.SimulatedAcceptance] = offered[c.SimulatedAcceptanceBatch] = SimulatedAcceptance(modules)
     if confidence_support(modules) is None:
         offered[c.Confidence] = Confidence(modules)
     if "adaptive" in modules:

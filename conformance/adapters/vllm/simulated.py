@@ -52,9 +52,12 @@ from .engine_inputs import positions_from, seeds_from
 from .loader import VLLMModules, source_functions
 from .verify import verify_rows
 
-__all__ = ["MATCH_EXPECTED", "SimulatedAcceptance", "SyntheticExecutor", "synthetic_rates"]
+__all__ = ["BATCH_ROWS", "MATCH_EXPECTED", "SimulatedAcceptance", "SyntheticExecutor", "synthetic_rates"]
 
 MATCH_EXPECTED = "match-expected"
+# Requests per synthetic verify step of a batched draw: a large serving batch, and a bound
+# on the step's temporaries.
+BATCH_ROWS = 65536
 _CONFIG_FILE = "vllm/config/speculative.py"
 _RATES_FILE = "vllm/v1/spec_decode/utils.py"
 
@@ -149,7 +152,12 @@ class SyntheticExecutor:
 
 
 class SimulatedAcceptance:
-    """SPEC S6 ``match-expected`` through vLLM's synthetic rejection mode (module note)."""
+    """SPEC S6 ``match-expected`` through vLLM's synthetic rejection mode (module note).
+
+    Also the contract's ``SimulatedAcceptanceBatch``: vLLM draws each request's length from
+    its own hashed uniforms, so ``sample_acc_lens`` is one synthetic verify step of ``n``
+    requests (in chunks of ``BATCH_ROWS``), as a batch of that many requests runs it.
+    """
 
     def __init__(self, modules: VLLMModules) -> None:
         self._modules = modules
@@ -163,14 +171,34 @@ class SimulatedAcceptance:
             NotImplementedError: ``method`` other than ``"match-expected"``.
             ValueError: ``max_len < 1``; vLLM's, for ``value`` outside ``[1, max_len]``.
         """
+        return int(self._lengths(value, method, max_len, 1, generator)[0])
+
+    def sample_acc_lens(self, value: float, method: str, max_len: int, n: int,
+                        generator: torch.Generator) -> torch.Tensor:
+        """``n`` lengths ``[n]`` int64 on the CPU, in ``[1, max_len]``: synthetic verify steps
+        of ``max_len - 1`` drafts over ``n`` requests (fresh seeds and positions each).
+
+        Raises:
+            NotImplementedError: ``method`` other than ``"match-expected"``.
+            ValueError: ``max_len < 1`` or ``n < 1``; vLLM's, for ``value`` outside
+                ``[1, max_len]``.
+        """
+        if int(n) < 1:
+            raise ValueError(f"n: expected >= 1, got {n}")
+        return self._lengths(value, method, max_len, int(n), generator)
+
+    def _lengths(self, value, method, max_len, n: int, generator: torch.Generator) -> torch.Tensor:
         _check_method(method)
         if int(max_len) < 1:
             raise ValueError(f"max_len: expected >= 1, got {max_len}")
         device = _kernel_device()
         rates = synthetic_rates(self._modules, value, int(max_len) - 1, device)
-        drafts = torch.zeros(1, int(max_len) - 1, dtype=torch.int64, device=device)
-        accepted, _ = _synthetic_step(self._modules, rates, drafts, generator)
-        return int(accepted[0]) + 1
+        chunks = []
+        for start in range(0, n, BATCH_ROWS):
+            drafts = torch.zeros(min(BATCH_ROWS, n - start), int(max_len) - 1, dtype=torch.int64, device=device)
+            accepted, _ = _synthetic_step(self._modules, rates, drafts, generator)
+            chunks.append(accepted.cpu() + 1)
+        return torch.cat(chunks)
 
     def executor(self, value: float, method: str, gamma: int, seed: int) -> Any:
         """A :class:`SyntheticExecutor` for ``num_speculative_tokens = gamma``.
