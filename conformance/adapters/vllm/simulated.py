@@ -144,8 +144,9 @@ class SyntheticExecutor:
     def step(self, draft_tokens: torch.Tensor) -> torch.Tensor:
         if draft_tokens.dim() != 2 or draft_tokens.shape[1] != self._gamma:
             raise ValueError(f"draft_tokens: expected [B, gamma={self._gamma}], got {tuple(draft_tokens.shape)}")
-        rates = self._rates.to(draft_tokens.device)
-        accepted, tokens = _synthetic_step(self._modules, rates, draft_tokens, self._generator)
+        if self._rates.device != draft_tokens.device:  # once per device, not per step
+            self._rates = self._rates.to(draft_tokens.device)
+        accepted, tokens = _synthetic_step(self._modules, self._rates, draft_tokens, self._generator)
         slots = torch.arange(self._gamma, device=draft_tokens.device)
         self._correct = torch.where(slots[None, :] < accepted[:, None], tokens[:, : self._gamma], -1)
         return accepted + 1
