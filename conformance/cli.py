@@ -113,7 +113,7 @@ def exit_code(returncode: int, payload: dict | None) -> int:
     """Map a pytest exit code and its records onto the gate's exit codes."""
     if payload is None or not payload["tests"]:
         return EXIT_INFRA
-    verdict = report.overall(report.summarize(payload["tests"]))
+    verdict = report.overall(report.summarize(payload["tests"]), payload)
     if verdict == "FAIL" or returncode == 1:
         return EXIT_FAIL
     if returncode != 0:
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dspark-conformance: pytest exited {returncode} without results (command: {' '.join(cmd)})",
               file=sys.stderr)
         return EXIT_INFRA
-    rerun = rerun_lost_cases(payload, command, report_dir)
+    rerun = payload if report.interrupted(payload) else rerun_lost_cases(payload, command, report_dir)
     if rerun is not payload:
         payload = rerun
         json_path.write_text(json.dumps(payload, indent=1))

@@ -6,12 +6,15 @@ calibration) run many quietly (:func:`run_quietly`). No module here imports the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .cuda_context import lost_cases
@@ -45,13 +48,46 @@ def pytest_command(
 
 
 def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[int, dict | None]:
-    """Run one pytest command; return its exit code and the plugin's JSON (None if absent)."""
+    """Run one pytest command; return its exit code and the plugin's JSON (None if absent).
+
+    From the main thread, SIGINT (Ctrl-C) and SIGTERM (a CI job's or ``timeout``'s deadline)
+    interrupt pytest instead of this process: pytest ends its session with exit status 2,
+    its JSON holds every case that finished, and the caller still writes its reports (the
+    run reads INTERRUPTED, :func:`conformance.report.matrix.overall`).
+    """
     json_path.unlink(missing_ok=True)
     output = subprocess.DEVNULL if quiet else None
-    proc = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output, stderr=output)
+    forward = threading.current_thread() is threading.main_thread()
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output, stderr=output,
+                            start_new_session=forward)
+    with _interrupts_forwarded(proc) if forward else contextlib.nullcontext():
+        returncode = proc.wait()
     if not json_path.exists():
-        return proc.returncode, None
-    return proc.returncode, json.loads(json_path.read_text())
+        return returncode, None
+    return returncode, json.loads(json_path.read_text())
+
+
+@contextlib.contextmanager
+def _interrupts_forwarded(proc: subprocess.Popen) -> Iterator[None]:
+    """While ``proc`` runs (in a session of its own, so a terminal's Ctrl-C reaches only this
+    process), the first SIGINT or SIGTERM here becomes one SIGINT to ``proc``; later ones are
+    ignored while it finishes its session."""
+    sent = False
+
+    def forward(signum: int, frame: object) -> None:
+        nonlocal sent
+        if not sent and proc.poll() is None:
+            print(f"dspark-conformance: {signal.Signals(signum).name}: interrupting pytest; the reports will "
+                  "hold the cases that finished", file=sys.stderr)
+            proc.send_signal(signal.SIGINT)
+            sent = True
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def rerun_lost_cases(payload: dict, command_for: Callable[[list[str], Path, Path], list[str]],

@@ -103,7 +103,7 @@ class RunSession:
             "failure": next((json.loads(v) for k, v in report.user_properties if k == "dspark_failure"), None),
         })
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         path = self.config.getoption("--dspark-report-json")
         if not path or hasattr(self.config, "workerinput"):  # xdist workers forward their reports
             return
@@ -117,6 +117,7 @@ class RunSession:
             "base_seed": self.base_seed,
             "budget": self.budget,
             "wall_s": round(time.time() - self.started, 2),
+            "exit_status": int(exitstatus),
             "tests": self.records,
         }
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,10 @@
 """The main job end to end: exit codes, matrix, reports, adapter loading, ledger, INCONCLUSIVE."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -203,3 +205,21 @@ def test_S6_law_cases_draw_through_a_batch_when_offered(tmp_path):
     failed = [t for t in json.loads((tmp_path / "shared" / "results.json").read_text())["tests"]
               if t["outcome"] == "failed"]
     assert len(failed) == 6, failed
+
+
+def test_a_deadline_signal_ends_the_run_with_reports_marked_interrupted(tmp_path):
+    """SIGTERM to ``dspark-conformance run`` (a CI deadline, ``timeout``) interrupts pytest,
+    which ends its session: the reports hold the cases that finished, the verdict reads
+    INTERRUPTED (never PASS) and the exit code is EXIT_INFRA."""
+    cmd = [sys.executable, "-m", "conformance.cli", "run", "--workers", "0", "--report", str(tmp_path),
+           "-k", "test_S8_ or test_S6_"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(20)  # well into the cases (S6 and S8 take minutes on the reference)
+    assert proc.poll() is None, proc.communicate()[0]
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == cli.EXIT_INFRA, out
+    assert "overall: INTERRUPTED" in out and "interrupting pytest" in out, out
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["exit_status"] == 2 and payload["tests"], payload.get("exit_status")
+    assert "overall **INTERRUPTED**" in (tmp_path / "report.md").read_text()

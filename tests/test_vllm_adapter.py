@@ -26,7 +26,7 @@ from conformance.loading import AdapterLoadError, load_adapter
 
 V, RANK = 40, 6
 CAPABILITIES = {c.StepSampler, c.MarkovBlock, c.DraftLayouts, c.ChainVerifier, c.GreedyVerifier, c.SpeculativeRound,
-                c.SimulatedAcceptance, c.TensorParallelRound}
+                c.SimulatedAcceptance, c.SimulatedAcceptanceBatch, c.TensorParallelRound}
 
 
 @pytest.fixture(scope="module")

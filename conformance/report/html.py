@@ -136,7 +136,7 @@ def render_html(payload: dict[str, Any], *, mutants: list[dict] | None = None,
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>DSpark conformance: {_e(payload['impl'])}</title><style>{_CSS}</style></head>"
-        f"<body>{_header(payload, report.overall(rows))}<nav>{nav}</nav>{body}</body></html>\n"
+        f"<body>{_header(payload, report.overall(rows, payload))}<nav>{nav}</nav>{body}</body></html>\n"
     )
 
 

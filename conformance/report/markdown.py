@@ -47,7 +47,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         f"{payload.get('description', '')}",
         "",
         f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
-        f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows)}**.",
+        f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows, payload)}**.",
         "",
         "| " + " | ".join(cells[0]) + " |",
         "|" + " --- |" * len(cells[0]),

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from conformance.sections import SECTION_TITLES, SECTIONS
 
+PYTEST_INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
 OUTCOMES = ("passed", "failed", "inconclusive", "skipped", "xfailed", "xpassed", "error")
 
 
@@ -77,9 +78,20 @@ def summarize(tests: Iterable[dict[str, Any]]) -> list[SectionRow]:
     return [rows[s] for s in order]
 
 
-def overall(rows: list[SectionRow]) -> str:
-    """PASS, FAIL, INCONCLUSIVE or SKIP for a whole run (the worst section wins)."""
+def interrupted(payload: dict[str, Any]) -> bool:
+    """Whether pytest reported the run as interrupted (exit status 2: a signal or a deadline
+    stopped it before every case ran)."""
+    return payload.get("exit_status") == PYTEST_INTERRUPTED
+
+
+def overall(rows: list[SectionRow], payload: dict[str, Any] | None = None) -> str:
+    """PASS, FAIL, INCONCLUSIVE or SKIP for a whole run (the worst section wins); a run that
+    pytest reports as interrupted (``payload["exit_status"]`` 2: a signal or a deadline
+    stopped it) and that no failure already decides is INTERRUPTED, never PASS: its cases
+    did not all run."""
     verdicts = {row.verdict for row in rows}
+    if "FAIL" not in verdicts and payload is not None and interrupted(payload):
+        return "INTERRUPTED"
     for verdict in ("FAIL", "INCONCLUSIVE", "PASS"):
         if verdict in verdicts:
             return verdict
@@ -117,7 +129,7 @@ def format_matrix(payload: dict[str, Any]) -> str:
     if powers:
         lines.append(f"statistical power at the declared minimum effects (budget x{payload.get('budget', 1.0):g}): "
                      f"min {min(powers):.4f} over {len(powers)} assertions")
-    lines.append(f"overall: {overall(rows)}")
+    lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
             lines.append(f"  {record['outcome'].upper()}: {record['case']}: {short_reason(record, 200)}")

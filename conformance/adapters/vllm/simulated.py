@@ -107,14 +107,20 @@ def _check_method(method: str) -> None:
 def _synthetic_step(modules: VLLMModules, rates: torch.Tensor, drafts: torch.Tensor,
                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """``(accepted[B] i64, tokens[B, n + 1] i64)`` of one synthetic verify step of
-    ``drafts [B, n]`` (greedy rows, zero target logits, fresh seeds and positions)."""
+    ``drafts [B, n]`` (greedy rows, zero target logits, fresh seeds and positions).
+
+    The target has one column: on greedy rows the synthetic accept compares a hashed
+    uniform with the rate and reads the target only for its argmax (the token after the
+    last kept draft), never at a draft's id. Seeds, positions and counts stay on the host:
+    ``verify_rows`` moves them in one copy (a step of many small copies is slow on a busy GPU).
+    """
     bs, n = drafts.shape
     device = drafts.device
-    vocab = int(drafts.max()) + 1 if drafts.numel() else 1
-    target = torch.zeros(bs, n + 1, max(vocab, 1), dtype=torch.float32, device=device)
+    host = torch.device("cpu")
+    target = torch.zeros(bs, n + 1, 1, dtype=torch.float32, device=device)
     temps = torch.zeros(bs, dtype=torch.float32, device=device)
-    return verify_rows(modules, drafts.to(torch.int64), target, None, temps, seeds_from(generator, bs, device),
-                       positions_from(generator, bs, device), torch.full((bs,), n, dtype=torch.int64, device=device),
+    return verify_rows(modules, drafts.to(torch.int64), target, None, temps, seeds_from(generator, bs, host),
+                       positions_from(generator, bs, host), torch.full((bs,), n, dtype=torch.int64),
                        synthetic_rates=rates)
 
 

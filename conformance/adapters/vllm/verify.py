@@ -49,6 +49,17 @@ def _apply_temperature(modules: VLLMModules, logits: torch.Tensor, temps: torch.
     return out
 
 
+def _on_device(device: torch.device, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """``tensors`` on ``device``: the integer CPU ones moved in ONE int64 copy (each
+    host-to-device copy waits for the stream, and a verify step has five small ones), the
+    others as they are. Shapes are kept; dtypes become int64."""
+    host = [t for t in tensors if t.device != device]
+    if not host:
+        return list(tensors)
+    flat = iter(torch.cat([t.reshape(-1).to(torch.int64) for t in host]).to(device).split([t.numel() for t in host]))
+    return [next(flat).view(t.shape) if t.device != device else t for t in tensors]
+
+
 def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits, temps, seeds, first_pos,
                 num_drafts, *, target_processed: bool = False, draft_cached: bool = False,
                 synthetic_rates: torch.Tensor | None = None):
@@ -68,12 +79,12 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
     counts = num_drafts.to(torch.int64).cpu()
     rows = torch.repeat_interleave(torch.arange(bs), counts + 1)
     local = torch.cat([torch.arange(int(n) + 1) for n in counts]) if bs else torch.zeros(0, dtype=torch.int64)
-    rows_d, local_d = rows.to(device), local.to(device)
-    cu = torch.zeros(bs + 1, dtype=torch.int32)
-    cu[1:] = torch.cumsum(counts + 1, 0).to(torch.int32)
+    cu = torch.zeros(bs + 1, dtype=torch.int64)
+    cu[1:] = torch.cumsum(counts + 1, 0)
+    rows_d, local_d, cu, seeds, first_pos = _on_device(device, rows, local, cu, seeds, first_pos)
     padded = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=device), draft_tokens.to(torch.int64)], dim=1)
     draft_sampled = padded[rows_d, local_d].contiguous()
-    pos = (first_pos.to(torch.int64).to(device)[rows_d] - 1 + local_d).contiguous()
+    pos = (first_pos.to(torch.int64)[rows_d] - 1 + local_d).contiguous()
     idx = identity_mapping(bs, device)
     expanded = rows_d.to(torch.int32).contiguous()
     target = target_logits[rows_d, local_d].to(torch.float32).contiguous()
@@ -89,7 +100,7 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
     else:
         draft = None
     sampled, num_sampled = modules["rejection"].rejection_sample(
-        target, draft, draft_sampled, cu.to(device), pos, idx, expanded, local_d.to(torch.int32).contiguous(),
+        target, draft, draft_sampled, cu.to(torch.int32), pos, idx, expanded, local_d.to(torch.int32).contiguous(),
         temps, seeds, l, synthetic_rates,
     )
     num_sampled = num_sampled.to(torch.int64)
