@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .report import html as html_report
 from .report import markdown, matrix as report
-from .runner import pytest_command, rerun_lost_cases, run_suite
+from .runner import merge_phases, pytest_command, rerun_lost_cases, run_suite
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3
 
@@ -127,14 +127,27 @@ def run(args: argparse.Namespace) -> int:
     json_path = report_dir / "results.json"
     extra = ([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + list(args.pytest_args)
 
-    def command(cases: list[str] | None, json_file: Path, junit: Path) -> list[str]:
+    def command(cases: list[str] | None, json_file: Path, junit: Path, *, phase: str = "all",
+                workers: str = args.workers) -> list[str]:
         return pytest_command(
             impl=args.impl, device=args.device, json_path=json_file, junit_path=junit, seed=args.seed,
-            workers=args.workers, keyword=args.keyword, cases=cases, extra=extra,
+            workers=workers, keyword=args.keyword, cases=cases, extra=extra, phase=phase,
         )
 
-    cmd = command(args.cases, json_path, report_dir / "junit.xml")
-    returncode, payload = run_suite(cmd, json_path)
+    if args.workers == "0":
+        cmd = command(args.cases, json_path, report_dir / "junit.xml")
+        returncode, payload = run_suite(cmd, json_path)
+    else:  # the latency-bound cases after the others, alone in one process
+        cmd = command(args.cases, json_path, report_dir / "junit.xml", phase="parallel")
+        returncode, payload = run_suite(cmd, json_path)
+        if payload is None or not report.interrupted(payload):
+            serial_json = report_dir / "results-serial.json"
+            serial = run_suite(command(args.cases, serial_json, report_dir / "junit-serial.xml", phase="serial",
+                                       workers="0"), serial_json)
+            serial_json.unlink(missing_ok=True)
+            returncode, payload = merge_phases((returncode, payload), serial)
+            if payload is not None:
+                json_path.write_text(json.dumps(payload, indent=1))
     if payload is None or not payload["tests"]:
         print(f"dspark-conformance: pytest exited {returncode} without results (command: {' '.join(cmd)})",
               file=sys.stderr)
@@ -146,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
     print(report.format_matrix(payload))
     markdown.write_markdown(payload, report_dir / "report.md")
     html_report.write_html(payload, report_dir)
-    print(f"report: {report_dir}/report.md, report.html, results.json, junit.xml")
+    print(f"report: {report_dir}/report.md, report.html, results.json, junit.xml"
+          + (", junit-serial.xml" if (report_dir / "junit-serial.xml").exists() else ""))
     return exit_code(returncode, payload)
 
 

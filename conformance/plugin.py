@@ -68,7 +68,10 @@ MARKERS = (
     "0.01 on CPU (conformance/budget.py; run the GPU tier alone with -m gpu_tier)",
     "statistical: a distributional assertion drawing on the family-wise alpha budget",
     "slow: long-running; excluded from the quick tier",
+    "latency_bound: thousands of serial host-device round trips (one verify step each); "
+    "dspark-conformance run runs these after the others, alone in one process (--dspark-phase)",
 )
+PHASES = ("all", "parallel", "serial")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,6 +82,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dspark-case", action="append", default=[], metavar="KEY",
                     help="run only the case with this key (repeatable; the replay form)")
     group.addoption("--dspark-report-json", default=None, help="write per-test records as JSON here")
+    group.addoption("--dspark-phase", default="all", choices=PHASES,
+                    help="'parallel': leave out the latency_bound cases; 'serial': only those (the runner's two "
+                    "phases: on a GPU shared by parallel workers every round trip waits on their kernels)")
     group.addoption("--dspark-strict-ledger", action="store_true", help="unmatched expected-failure entries are errors")
     group.addoption(
         "--dspark-budget", type=float, default=1.0,
@@ -119,7 +125,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collected = [item for item in items if is_suite_item(item)]
     if not collected:
         return
-    suite = _select_cases(config, items, collected)
+    suite = _select_phase(config, items, _select_cases(config, items, collected))
     session = run_session(config)
     import torch
 
@@ -163,6 +169,20 @@ def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[p
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in dropped]
     return [item for item in suite if keys[id(item)] in wanted]
+
+
+def _select_phase(config: pytest.Config, items: list[pytest.Item], suite: list[pytest.Item]) -> list[pytest.Item]:
+    """Apply ``--dspark-phase``: ``parallel`` deselects the suite's ``latency_bound`` items,
+    ``serial`` every other suite item (foreign items stay); ``all`` keeps them."""
+    phase = config.getoption("--dspark-phase")
+    if phase == "all":
+        return suite
+    keep = [item for item in suite if (item.get_closest_marker("latency_bound") is not None) == (phase == "serial")]
+    dropped = [item for item in suite if item not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
+    return keep
 
 
 @pytest.hookimpl(tryfirst=True)

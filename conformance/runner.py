@@ -26,10 +26,11 @@ SUITE_DIR = Path(__file__).resolve().parent / "suite"
 def pytest_command(
     *, impl: str, device: str, json_path: Path, junit_path: Path | None = None, seed: int | None = None,
     workers: str = "auto", keyword: str | None = None, extra: list[str] | None = None,
-    cases: list[str] | None = None,
+    cases: list[str] | None = None, phase: str = "all",
 ) -> list[str]:
     """The pytest command line behind every subcommand: one adapter, the whole suite or only
-    the given case keys (``conformance.seeds``; as results.json names them)."""
+    the given case keys (``conformance.seeds``; as results.json names them); ``phase`` is
+    the plugin's ``--dspark-phase``."""
     cmd = [
         sys.executable, "-m", "pytest", str(SUITE_DIR), "-q", "-rN", "-p", "no:cacheprovider",
         f"--dspark-impl={impl}", f"--dspark-device={device}", f"--dspark-report-json={json_path}",
@@ -44,6 +45,8 @@ def pytest_command(
     if keyword:
         cmd += ["-k", keyword]
     cmd += [f"--dspark-case={key}" for key in cases or ()]
+    if phase != "all":
+        cmd.append(f"--dspark-phase={phase}")
     return cmd + list(extra or [])
 
 
@@ -88,6 +91,25 @@ def _interrupts_forwarded(proc: subprocess.Popen) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+_INTERRUPTED, _NO_TESTS = 2, 5  # pytest.ExitCode: INTERRUPTED; NO_TESTS_COLLECTED (a phase that selects nothing)
+
+
+def merge_phases(first: tuple[int, dict | None], second: tuple[int, dict | None]) -> tuple[int, dict | None]:
+    """One ``(exit code, results.json)`` from two phases of one run (``--dspark-phase``
+    parallel, then serial): the records of both, in that order; the exit code 1 if either
+    failed, else the first non-zero one (a phase that collected nothing counts as 0); the
+    wall time summed; interrupted if either was."""
+    codes = [code for code, _ in (first, second) if code not in (0, _NO_TESTS)]
+    code = 1 if 1 in codes else (codes[0] if codes else 0)
+    payloads = [payload for _, payload in (first, second) if payload is not None]
+    if not payloads:
+        return code, None
+    merged = {**payloads[0], "tests": [t for p in payloads for t in p["tests"]],
+              "wall_s": round(sum(p["wall_s"] for p in payloads), 2)}
+    merged["exit_status"] = _INTERRUPTED if any(p.get("exit_status") == _INTERRUPTED for p in payloads) else code
+    return code, merged
 
 
 def rerun_lost_cases(payload: dict, command_for: Callable[[list[str], Path, Path], list[str]],

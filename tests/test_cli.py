@@ -18,8 +18,8 @@ from conformance.loading import AdapterLoadError, load_adapter
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(tmp_path, *args):
-    cmd = [sys.executable, "-m", "conformance.cli", "run", "--workers", "0", "--report", str(tmp_path), *args]
+def _run(tmp_path, *args, workers="0"):
+    cmd = [sys.executable, "-m", "conformance.cli", "run", "--workers", workers, "--report", str(tmp_path), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -223,3 +223,16 @@ def test_a_deadline_signal_ends_the_run_with_reports_marked_interrupted(tmp_path
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["exit_status"] == 2 and payload["tests"], payload.get("exit_status")
     assert "overall **INTERRUPTED**" in (tmp_path / "report.md").read_text()
+
+
+def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
+    """With workers, the run is two pytest sessions: every case but the latency_bound ones in
+    parallel, then those in one process (junit-serial.xml); results.json holds both, the
+    parallel records first."""
+    code, out = _run(tmp_path, "-k", "test_S6_executor", workers="2")
+    assert code == cli.EXIT_PASS, out
+    cases = [t["case"] for t in json.loads((tmp_path / "results.json").read_text())["tests"]]
+    serial = [i for i, case in enumerate(cases) if "redraws_every_step" in case or "executor_multinomial_law" in case]
+    assert len(serial) == 3 and serial == list(range(len(cases) - 3, len(cases))), cases
+    assert len(cases) > 3 and (tmp_path / "junit-serial.xml").exists() and (tmp_path / "junit.xml").exists()
+    assert "junit-serial.xml" in out

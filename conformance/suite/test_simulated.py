@@ -210,6 +210,9 @@ def test_S6_invalid_method_raises(case, require, case_seed, dspark_device):
 # SGLang does, so rows need not be independent). Their faults are gross: a length cached
 # per executor or per row gives P(upper) in {0, 1} and no step pair that differs; a wrong
 # max_len leaves the support. So they detect a min effect of 0.05 at power 0.999.
+# Their steps are serial (11,524 for the match-expected cases), each a round trip to the
+# device: latency_bound, so the runner runs them alone after the parallel phase (on an
+# H200 shared by 16 workers a step took over 24 ms: 11,524 of them ran past 280 s).
 EXECUTOR_MIN_EFFECT = 0.05
 
 
@@ -237,6 +240,7 @@ EXECUTOR_MATCH_CASES = {
 
 
 @pytest.mark.statistical
+@pytest.mark.latency_bound
 @pytest.mark.parametrize("case", EXECUTOR_MATCH_CASES, ids=case_id)
 def test_S6_executor_redraws_every_step(case, require, stat_check, case_seed, dspark_device):
     """Two H0s on row 0 across steps, exact binomial tests at alpha = PER_ASSERTION_ALPHA,
@@ -271,6 +275,7 @@ EXECUTOR_MULTINOMIAL = case("S6/executor/multinomial-3.3-gamma5", "multinomial e
 
 
 @pytest.mark.statistical
+@pytest.mark.latency_bound
 @pytest.mark.parametrize("case", [EXECUTOR_MULTINOMIAL], ids=case_id)
 def test_S6_executor_multinomial_law(case, require, stat_check, case_seed, dspark_device):
     """H0: row 0's lengths across steps ~ round(clamp(N(3.3, 1), 1, gamma + 1)); chi-square,
