@@ -68,7 +68,7 @@ MARKERS = (
     "0.01 on CPU (conformance/budget.py; run the GPU tier alone with -m gpu_tier)",
     "statistical: a distributional assertion drawing on the family-wise alpha budget",
     "slow: long-running; excluded from the quick tier",
-    "latency_bound: thousands of serial host-device round trips (one verify step each); "
+    "latency_bound: thousands of serial calls, each read back from the device (a verify step, a schedule); "
     "dspark-conformance run runs these after the others, alone in one process (--dspark-phase)",
 )
 PHASES = ("all", "parallel", "serial")
