@@ -27,9 +27,10 @@ from pathlib import Path
 
 from .report import html as html_report
 from .report import markdown, matrix as report
-from .runner import merge_phases, pytest_command, rerun_lost_cases, run_suite
+from .runner import interruptible, merge_phases, pytest_command, rerun_lost_cases, run_suite
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3
+PYTEST_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
 
 
 def _workers(value: str) -> str:
@@ -50,14 +51,29 @@ def _positive(value: str) -> int:
     return int(value)
 
 
+def _seed(value: str) -> int:
+    if not value.isdigit() or int(value) >= 2**64:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2^64), got {value!r}")
+    return int(value)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on exit code 3 (EXIT_INFRA), not argparse's 2, which is
+    this CLI's INCONCLUSIVE."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_INFRA, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dspark-conformance", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="dspark-conformance", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the conformance suite and print the matrix")
     run.add_argument("--impl", default="reference", help="implementation under test (default: reference)")
     run.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     run.add_argument("--report", type=Path, default=None, help="directory for results.json, report.md, junit.xml")
-    run.add_argument("--seed", type=int, default=None, help="base seed (default: the suite's)")
+    run.add_argument("--seed", type=_seed, default=None, help="base seed in [0, 2^64) (default: the suite's)")
     run.add_argument("--workers", type=_workers, default="auto", help="xdist workers: 'auto' or N (0 = no xdist)")
     run.add_argument("--budget", type=float, default=None,
                      help="factor on statistical sample sizes (<1 faster, less power; alpha unchanged)")
@@ -123,7 +139,11 @@ def exit_code(returncode: int, payload: dict | None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     report_dir = args.report or Path(tempfile.mkdtemp(prefix="dspark-report-"))
-    report_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"dspark-conformance: --report {report_dir}: cannot make the directory ({exc})", file=sys.stderr)
+        return EXIT_INFRA
     json_path = report_dir / "results.json"
     extra = ([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + list(args.pytest_args)
 
@@ -134,33 +154,33 @@ def run(args: argparse.Namespace) -> int:
             workers=workers, keyword=args.keyword, cases=cases, extra=extra, phase=phase,
         )
 
-    if args.workers == "0":
-        cmd = command(args.cases, json_path, report_dir / "junit.xml")
-        returncode, payload = run_suite(cmd, json_path)
-    else:  # the latency-bound cases after the others, alone in one process
-        cmd = command(args.cases, json_path, report_dir / "junit.xml", phase="parallel")
-        returncode, payload = run_suite(cmd, json_path)
-        if payload is None or not report.interrupted(payload):
+    with interruptible() as interrupts:
+        if args.workers == "0":
+            cmd = command(args.cases, json_path, report_dir / "junit.xml")
+            returncode, payload = run_suite(cmd, json_path)
+        else:  # the latency-bound cases after the others, alone in one process
+            cmd = command(args.cases, json_path, report_dir / "junit.xml", phase="parallel")
             serial_json = report_dir / "results-serial.json"
-            serial = run_suite(command(args.cases, serial_json, report_dir / "junit-serial.xml", phase="serial",
-                                       workers="0"), serial_json)
+            phases = [run_suite(cmd, json_path)]
+            if phases[0][0] != PYTEST_USAGE_ERROR:  # a usage error is the same in both phases
+                phases.append(run_suite(command(args.cases, serial_json, report_dir / "junit-serial.xml",
+                                                phase="serial", workers="0"), serial_json))
             serial_json.unlink(missing_ok=True)
-            returncode, payload = merge_phases((returncode, payload), serial)
-            if payload is not None:
-                json_path.write_text(json.dumps(payload, indent=1))
-    if payload is None or not payload["tests"]:
-        print(f"dspark-conformance: pytest exited {returncode} without results (command: {' '.join(cmd)})",
-              file=sys.stderr)
-        return EXIT_INFRA
-    rerun = payload if report.interrupted(payload) else rerun_lost_cases(payload, command, report_dir)
-    if rerun is not payload:
-        payload = rerun
-        json_path.write_text(json.dumps(payload, indent=1))
+            returncode, payload = merge_phases(*phases)
+        if payload is not None and interrupts.cut:
+            payload["exit_status"] = report.PYTEST_INTERRUPTED
+        if payload is None or not payload["tests"]:
+            print(f"dspark-conformance: pytest exited {returncode} without results (command: {' '.join(cmd)})",
+                  file=sys.stderr)
+            return EXIT_INFRA
+        if not report.interrupted(payload):
+            payload = rerun_lost_cases(payload, command, report_dir)
+    json_path.write_text(json.dumps(payload, indent=1))
     print(report.format_matrix(payload))
     markdown.write_markdown(payload, report_dir / "report.md")
     html_report.write_html(payload, report_dir)
-    print(f"report: {report_dir}/report.md, report.html, results.json, junit.xml"
-          + (", junit-serial.xml" if (report_dir / "junit-serial.xml").exists() else ""))
+    written = [name for name in ("junit.xml", "junit-serial.xml") if (report_dir / name).exists()]
+    print(f"report: {report_dir}/report.md, report.html, results.json" + "".join(f", {n}" for n in written))
     return exit_code(returncode, payload)
 
 

@@ -165,6 +165,11 @@ class Requirement:
         return None
 
 
+def _protocol_members(protocol: type) -> list[str]:
+    """The methods and attributes a runtime-checkable Protocol asks for."""
+    return [name for name in vars(protocol) if not name.startswith("_")]
+
+
 @dataclasses.dataclass(frozen=True)
 class ExpectedFailure:
     """One ledger entry: a test id the adapter is known to fail, with its reason.
@@ -209,9 +214,10 @@ class Adapter:
             if cap not in CAPABILITIES:
                 raise ValueError(f"capabilities: {cap!r} is not a capability of the contract")
             if not isinstance(impl, cap):
+                missing = sorted(name for name in _protocol_members(cap) if not hasattr(impl, name))
                 raise TypeError(
                     f"capabilities[{cap.__name__}]: {type(impl).__name__} does not implement "
-                    f"{cap.__name__} (missing methods)"
+                    f"{cap.__name__} (missing: {', '.join(missing)})"
                 )
         for cap, requirement in self.requirements.items():
             if cap not in self.capabilities:

@@ -45,7 +45,12 @@ def _resolve_object(target: str) -> object:
         obj = getattr(module, attr)
     except AttributeError as exc:
         raise AdapterLoadError(f"--dspark-impl {target!r}: {module_name} has no attribute {attr!r}") from exc
-    return obj() if callable(obj) and not isinstance(obj, Adapter) else obj
+    if not callable(obj) or isinstance(obj, Adapter):
+        return obj
+    try:
+        return obj()
+    except Exception as exc:  # noqa: BLE001 - any failure of a third-party factory is a load error
+        raise AdapterLoadError(f"--dspark-impl {target!r}: {attr}() raised {type(exc).__name__}: {exc}") from exc
 
 
 def _checked(spec: str, obj: object) -> Adapter:

@@ -129,6 +129,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = run_session(config)
     import torch
 
+    if session.device == "cuda" and not torch.cuda.is_available():  # before any case runs
+        raise pytest.UsageError("--dspark-device cuda: CUDA is not available on this machine")
+    if not 0 <= session.base_seed < 2**64:
+        raise pytest.UsageError(f"--dspark-seed: expected an integer in [0, 2^64), got {session.base_seed}")
+
     if not torch.cuda.is_available():
         skip_gpu = pytest.mark.skip(reason="gpu tier: CUDA is not available")
         for item in suite:

@@ -53,42 +53,89 @@ def pytest_command(
 def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[int, dict | None]:
     """Run one pytest command; return its exit code and the plugin's JSON (None if absent).
 
-    From the main thread, SIGINT (Ctrl-C) and SIGTERM (a CI job's or ``timeout``'s deadline)
-    interrupt pytest instead of this process: pytest ends its session with exit status 2,
-    its JSON holds every case that finished, and the caller still writes its reports (the
-    run reads INTERRUPTED, :func:`conformance.report.matrix.overall`).
+    Inside :func:`interruptible`, pytest runs in a session of its own and the run's first
+    SIGINT / SIGTERM interrupts it (:class:`Interrupts`); once one has come, no further
+    pytest starts (exit code 2, no JSON).
     """
     json_path.unlink(missing_ok=True)
     output = subprocess.DEVNULL if quiet else None
-    forward = threading.current_thread() is threading.main_thread()
+    active = _ACTIVE
+    if active is not None and active.requested:
+        active.cut = True
+        return _INTERRUPTED, None
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output, stderr=output,
-                            start_new_session=forward)
-    with _interrupts_forwarded(proc) if forward else contextlib.nullcontext():
+                            start_new_session=active is not None,
+                            preexec_fn=_default_sigint if active is not None else None)
+    if active is not None:
+        active.watch(proc)
+    try:
         returncode = proc.wait()
+    finally:
+        if active is not None:
+            active.watch(None)
     if not json_path.exists():
         return returncode, None
     return returncode, json.loads(json_path.read_text())
 
 
+def _default_sigint() -> None:
+    """In the pytest child, before exec: SIGINT back to its default, so that Python installs
+    its KeyboardInterrupt handler even when this process was started with SIGINT ignored
+    (a shell's background job)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class Interrupts:
+    """The signals of one ``dspark-conformance run``: the first SIGINT or SIGTERM sets
+    ``requested`` and sends one SIGINT to the pytest being waited for (pytest then ends its
+    session: its JSON holds every case that finished, exit status 2), or, between two
+    pytest runs, keeps the next from starting; later signals are ignored while pytest ends.
+    ``cut``: a pytest was interrupted or not started, so the run is incomplete."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.cut = False
+        self._child: subprocess.Popen | None = None
+
+    def watch(self, child: subprocess.Popen | None) -> None:
+        """The pytest now waited for (None: none); interrupted at once if a signal came."""
+        self._child = child
+        if child is not None and self.requested:
+            self._interrupt()
+
+    def handle(self, signum: int, frame: object) -> None:
+        if self.requested:
+            return
+        self.requested = True
+        print(f"dspark-conformance: {signal.Signals(signum).name}: interrupting the run; the reports will hold "
+              "the cases that finished", file=sys.stderr)
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        child, self._child = self._child, None  # one SIGINT per pytest
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGINT)
+            self.cut = True
+
+
+_ACTIVE: Interrupts | None = None
+
+
 @contextlib.contextmanager
-def _interrupts_forwarded(proc: subprocess.Popen) -> Iterator[None]:
-    """While ``proc`` runs (in a session of its own, so a terminal's Ctrl-C reaches only this
-    process), the first SIGINT or SIGTERM here becomes one SIGINT to ``proc``; later ones are
-    ignored while it finishes its session."""
-    sent = False
-
-    def forward(signum: int, frame: object) -> None:
-        nonlocal sent
-        if not sent and proc.poll() is None:
-            print(f"dspark-conformance: {signal.Signals(signum).name}: interrupting pytest; the reports will "
-                  "hold the cases that finished", file=sys.stderr)
-            proc.send_signal(signal.SIGINT)
-            sent = True
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+def interruptible() -> Iterator[Interrupts]:
+    """For the duration, SIGINT and SIGTERM go to an :class:`Interrupts` (main thread only;
+    elsewhere the yielded one never fires) that every :func:`run_suite` call consults."""
+    global _ACTIVE
+    interrupts = Interrupts()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupts
+        return
+    previous = {sig: signal.signal(sig, interrupts.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _ACTIVE = interrupts
     try:
-        yield
+        yield interrupts
     finally:
+        _ACTIVE = None
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
@@ -96,14 +143,14 @@ def _interrupts_forwarded(proc: subprocess.Popen) -> Iterator[None]:
 _INTERRUPTED, _NO_TESTS = 2, 5  # pytest.ExitCode: INTERRUPTED; NO_TESTS_COLLECTED (a phase that selects nothing)
 
 
-def merge_phases(first: tuple[int, dict | None], second: tuple[int, dict | None]) -> tuple[int, dict | None]:
-    """One ``(exit code, results.json)`` from two phases of one run (``--dspark-phase``
-    parallel, then serial): the records of both, in that order; the exit code 1 if either
+def merge_phases(*phases: tuple[int, dict | None]) -> tuple[int, dict | None]:
+    """One ``(exit code, results.json)`` from the phases of one run (``--dspark-phase``
+    parallel, then serial): the records of all, in that order; the exit code 1 if any
     failed, else the first non-zero one (a phase that collected nothing counts as 0); the
-    wall time summed; interrupted if either was."""
-    codes = [code for code, _ in (first, second) if code not in (0, _NO_TESTS)]
+    wall time summed; interrupted if any was."""
+    codes = [code for code, _ in phases if code not in (0, _NO_TESTS)]
     code = 1 if 1 in codes else (codes[0] if codes else 0)
-    payloads = [payload for _, payload in (first, second) if payload is not None]
+    payloads = [payload for _, payload in phases if payload is not None]
     if not payloads:
         return code, None
     merged = {**payloads[0], "tests": [t for p in payloads for t in p["tests"]],
