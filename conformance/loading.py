@@ -65,7 +65,7 @@ def mutants_module():
     """The checkout's mutant registry module (``fixtures.mutants``).
 
     Raises:
-        AdapterLoadError: not importable (an installed wheel has no mutants: run from a
+        AdapterLoadError: not importable (an installed wheel has no mutants: install a
             checkout of dspark-conformance, where ``fixtures/`` sits beside ``conformance/``).
     """
     try:
@@ -75,7 +75,9 @@ def mutants_module():
             raise
         raise AdapterLoadError(
             f"mutants: {MUTANTS_MODULE} is not importable; the mutants ship with a checkout of "
-            "dspark-conformance, not with the wheel (run from the checkout's root)") from exc
+            "dspark-conformance, not with the wheel: install the checkout itself (pip install -e CHECKOUT), or "
+            "put a directory holding a copy of the checkout's fixtures/ (not the checkout's root: its "
+            "conformance/ would shadow the wheel's) on PYTHONPATH") from exc
 
 
 def load_adapter(spec: str) -> Adapter:
