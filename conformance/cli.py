@@ -30,7 +30,7 @@ from .report import markdown, matrix as report
 from .runner import interruptible, merge_phases, pytest_command, rerun_lost_cases, run_suite
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3
-PYTEST_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
+PYTEST_USAGE_ERROR, PYTEST_NO_TESTS = 4, 5  # pytest.ExitCode.USAGE_ERROR, NO_TESTS_COLLECTED
 
 
 def _workers(value: str) -> str:
@@ -169,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
             returncode, payload = merge_phases(*phases)
         if payload is not None and interrupts.cut:
             payload["exit_status"] = report.PYTEST_INTERRUPTED
+        if payload is not None and not payload["tests"] and returncode in (0, PYTEST_NO_TESTS):
+            print("dspark-conformance: no case of the suite matches the selection (-k, --case, pytest -m)",
+                  file=sys.stderr)
+            return EXIT_INFRA
         if payload is None or not payload["tests"]:
             print(f"dspark-conformance: pytest exited {returncode} without results (command: {' '.join(cmd)})",
                   file=sys.stderr)

@@ -254,3 +254,34 @@ def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
     assert len(serial) == 3 and serial == list(range(len(cases) - 3, len(cases))), cases
     assert len(cases) > 3 and (tmp_path / "junit-serial.xml").exists() and (tmp_path / "junit.xml").exists()
     assert "junit-serial.xml" in out
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_selection_that_matches_nothing_says_so(tmp_path, workers):
+    code, out = _run(tmp_path, "-k", "no_such_case_anywhere", workers=workers)
+    assert code == cli.EXIT_INFRA, out
+    assert "no case of the suite matches the selection" in out, out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seed", "-5"], "argument --seed: expected an integer in [0, 2^64), got '-5'"),
+    (["--workers", "abc"], "argument --workers"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+], ids=["seed", "workers", "device"])
+def test_usage_errors_exit_3_naming_the_argument(tmp_path, args, message):
+    """Exit 3 (infrastructure), never argparse's 2, which is this CLI's INCONCLUSIVE."""
+    code, out = _run(tmp_path, *args)
+    assert code == cli.EXIT_INFRA and message in out, (code, out)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_cuda_without_cuda_is_one_usage_error_before_any_case(tmp_path):
+    code, out = _run(tmp_path, "--device", "cuda", "-k", "test_S6_", workers="2")
+    assert code == cli.EXIT_INFRA, out
+    assert out.count("--dspark-device cuda: CUDA is not available on this machine") == 1, out
+
+
+def test_an_adapter_factory_that_raises_is_a_load_error_naming_it(tmp_path):
+    code, out = _run(tmp_path, "--impl", "json:loads", "-k", "test_S6_")
+    assert code == cli.EXIT_INFRA, out
+    assert "--dspark-impl 'json:loads': loads() raised TypeError" in out and "INTERNALERROR" not in out, out
