@@ -94,6 +94,7 @@ _EXPORTS: dict[str, str] = {
     "greedy_verify": "verify",
     "SIMULATED_METHODS": "simulated",
     "sample_simulated_acc_len": "simulated",
+    "sample_simulated_acc_lens": "simulated",
     "SimulatedVerifyExecutor": "simulated",
     "BonusRule": "simulated",
     "simulated_bonus": "simulated",

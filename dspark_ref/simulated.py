@@ -27,7 +27,8 @@ from dspark_ref._checks import (
 )
 from dspark_ref.sampling import TEMPERATURE_FLOOR, sample_step
 
-__all__ = ["SIMULATED_METHODS", "sample_simulated_acc_len", "SimulatedVerifyExecutor", "BonusRule", "simulated_bonus"]
+__all__ = ["SIMULATED_METHODS", "sample_simulated_acc_len", "sample_simulated_acc_lens", "SimulatedVerifyExecutor",
+           "BonusRule", "simulated_bonus"]
 
 SIMULATED_METHODS = ("match-expected", "multinomial")
 
@@ -89,6 +90,42 @@ def sample_simulated_acc_len(
     """
     _check_simulated(value, method, max_len, generator)
     return _draw_acc_len(float(value), method, max_len, generator)
+
+
+def sample_simulated_acc_lens(
+    value: float, method: str, max_len: int, n: int, *, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Draw ``n`` independent simulated acceptance lengths at once (SPEC S6; the contract's
+    ``SimulatedAcceptanceBatch``): each of the law of :func:`sample_simulated_acc_len`.
+
+    ``match-expected``: ``upper`` where a float64 uniform is ``< value - lower``, else
+    ``lower``; ``multinomial``: ``round(clamp(value + Normal(0, 1), 1, max_len))`` (half to
+    even), one float64 draw per length.
+
+    Args:
+        value, method, max_len, generator: as for :func:`sample_simulated_acc_len`.
+        n: how many lengths, an int ``>= 1``.
+
+    Returns:
+        ``[n]`` int64 on the CPU, in ``[1, max_len]``.
+
+    Raises:
+        TypeError / ValueError: as :func:`sample_simulated_acc_len`; ``n`` not an int ``>= 1``.
+
+    Example:
+        >>> sample_simulated_acc_lens(3.0, "match-expected", 6, 4).tolist()
+        [3, 3, 3, 3]
+    """
+    _check_simulated(value, method, max_len, generator)
+    check_int("n", n, minimum=1)
+    clamped = min(max(float(value), 1.0), float(max_len))
+    if method == "match-expected":
+        lower = math.floor(clamped)
+        upper = lower + 1 if lower < max_len else lower
+        coins = torch.rand(n, dtype=torch.float64, generator=generator)
+        return torch.where(coins < clamped - lower, upper, lower).to(torch.int64)
+    normal = float(value) + torch.randn(n, dtype=torch.float64, generator=generator)
+    return normal.clamp(1.0, float(max_len)).round().to(torch.int64)
 
 
 class SimulatedVerifyExecutor:

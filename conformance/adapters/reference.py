@@ -342,6 +342,16 @@ class SimulatedAcceptance:
         )
 
 
+class SimulatedAcceptanceBatch:
+    """SPEC S6 batched draws through :func:`dspark_ref.simulated.sample_simulated_acc_lens`.
+    Not offered by :func:`capabilities`: the reference's S6 law cases go through
+    ``sample_acc_len``, the path its single-draw mutants break; a toy or a mutant that
+    offers a batch starts from this class."""
+
+    def sample_acc_lens(self, value, method, max_len, n, generator):
+        return simulated.sample_simulated_acc_lens(value, method, max_len, n, generator=generator)
+
+
 class Confidence:
     """SPEC S7 through :mod:`dspark_ref.confidence` (state dict of ``ConfidenceHead``)."""
 
