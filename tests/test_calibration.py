@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import stats
+from conformance import cli, stats
 from conformance.power import calibration, calibration_report
 from conformance.power import calibration_numbers as numbers
 from conformance.budget import StatLedger
@@ -317,7 +317,7 @@ def test_cli_exits_3_when_nothing_was_measured(tmp_path):
 ])
 def test_cli_bad_arguments_are_named(tmp_path, args, message):
     proc = _cli("--report", str(tmp_path), *args)
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert proc.returncode == cli.EXIT_INFRA and message in proc.stderr, proc.stderr
 
 
 def test_cli_rejects_a_replay_file_that_is_not_a_results_json(tmp_path):
@@ -325,11 +325,11 @@ def test_cli_rejects_a_replay_file_that_is_not_a_results_json(tmp_path):
         bad = tmp_path / "bad.json"
         bad.write_text(text)
         proc = _cli("--seeds", "0", "--power-seeds", "0", "--replay-results", str(bad), "--report", str(tmp_path / "r"))
-        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert proc.returncode == cli.EXIT_INFRA and message in proc.stderr, proc.stderr
     report_file = tmp_path / "file"
     report_file.write_text("")
     proc = _cli("--seeds", "0", "--report", str(report_file))
-    assert proc.returncode == 2 and "--report: expected a directory" in proc.stderr
+    assert proc.returncode == cli.EXIT_INFRA and "--report: expected a directory" in proc.stderr
 
 
 def test_report_says_when_power_was_not_replayed(tmp_path):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from conformance import stats
+from conformance import cli, stats
 from conformance.power import calibration
 from conformance.power import null_replay as nulls
 
@@ -218,7 +218,7 @@ def test_null_replay_command_flags_a_wrong_null_in_its_report(tmp_path):
 ])
 def test_null_replay_bad_arguments_are_named(tmp_path, args, message):
     proc = _cli("null-replay", "--report", str(tmp_path), *args)
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert proc.returncode == cli.EXIT_INFRA and message in proc.stderr, proc.stderr
 
 
 def _run(kind, seed, outcome="passed", device="cpu"):
