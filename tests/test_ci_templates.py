@@ -49,7 +49,7 @@ def test_every_command_of_the_workflow_parses_with_the_cli():
     for argv in commands:
         if argv[0] == "merge-runs":
             argv = [a if "*" not in a else "shards/0/runs.jsonl" for a in argv]
-        parser.parse_args(argv)  # SystemExit (exit 2) on an unknown option or a bad value
+        parser.parse_args(argv)  # SystemExit (exit 3) on an unknown option or a bad value
 
 
 def test_shards_cover_the_seeds_once_and_reach_a_direct_bound_at_the_budget():
