@@ -25,12 +25,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from pytest import ExitCode
+
 from .report import html as html_report
 from .report import markdown, matrix as report
-from .runner import interruptible, merge_phases, pytest_command, rerun_lost_cases, run_suite
+from .interrupts import interruptible
+from .runner import merge_phases, pytest_command, rerun_lost_cases, run_suite
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3
-PYTEST_USAGE_ERROR, PYTEST_NO_TESTS = 4, 5  # pytest.ExitCode.USAGE_ERROR, NO_TESTS_COLLECTED
 
 
 def _workers(value: str) -> str:
@@ -162,14 +164,14 @@ def run(args: argparse.Namespace) -> int:
             cmd = command(args.cases, json_path, report_dir / "junit.xml", phase="parallel")
             serial_json = report_dir / "results-serial.json"
             phases = [run_suite(cmd, json_path)]
-            if phases[0][0] != PYTEST_USAGE_ERROR:  # a usage error is the same in both phases
+            if phases[0][0] != ExitCode.USAGE_ERROR:  # a usage error is the same in both phases
                 phases.append(run_suite(command(args.cases, serial_json, report_dir / "junit-serial.xml",
                                                 phase="serial", workers="0"), serial_json))
             serial_json.unlink(missing_ok=True)
             returncode, payload = merge_phases(*phases)
         if payload is not None and interrupts.cut:
-            payload["exit_status"] = report.PYTEST_INTERRUPTED
-        if payload is not None and not payload["tests"] and returncode in (0, PYTEST_NO_TESTS):
+            payload["exit_status"] = int(ExitCode.INTERRUPTED)
+        if payload is not None and not payload["tests"] and returncode in (ExitCode.OK, ExitCode.NO_TESTS_COLLECTED):
             print("dspark-conformance: no case of the suite matches the selection (-k, --case, pytest -m)",
                   file=sys.stderr)
             return EXIT_INFRA

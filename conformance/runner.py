@@ -6,17 +6,17 @@ calibration) run many quietly (:func:`run_quietly`). No module here imports the 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
+from pytest import ExitCode
+
+from . import interrupts
 from .cuda_context import lost_cases
 
 #: The folder of the suite's test modules (a checkout's or an installed wheel's).
@@ -53,19 +53,19 @@ def pytest_command(
 def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[int, dict | None]:
     """Run one pytest command; return its exit code and the plugin's JSON (None if absent).
 
-    Inside :func:`interruptible`, pytest runs in a session of its own and the run's first
-    SIGINT / SIGTERM interrupts it (:class:`Interrupts`); once one has come, no further
-    pytest starts (exit code 2, no JSON).
+    Inside :func:`conformance.interrupts.interruptible`, pytest runs in a session of its own
+    and the run's first SIGINT / SIGTERM interrupts it; once one has come, no further pytest
+    starts (exit code 2, no JSON).
     """
     json_path.unlink(missing_ok=True)
     output = subprocess.DEVNULL if quiet else None
-    active = _ACTIVE
+    active = interrupts.active()
     if active is not None and active.requested:
         active.cut = True
-        return _INTERRUPTED, None
+        return ExitCode.INTERRUPTED, None
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output, stderr=output,
                             start_new_session=active is not None,
-                            preexec_fn=_default_sigint if active is not None else None)
+                            preexec_fn=interrupts.default_sigint if active is not None else None)
     if active is not None:
         active.watch(proc)
     try:
@@ -78,84 +78,20 @@ def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[
     return returncode, json.loads(json_path.read_text())
 
 
-def _default_sigint() -> None:
-    """In the pytest child, before exec: SIGINT back to its default, so that Python installs
-    its KeyboardInterrupt handler even when this process was started with SIGINT ignored
-    (a shell's background job)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-class Interrupts:
-    """The signals of one ``dspark-conformance run``: the first SIGINT or SIGTERM sets
-    ``requested`` and sends one SIGINT to the pytest being waited for (pytest then ends its
-    session: its JSON holds every case that finished, exit status 2), or, between two
-    pytest runs, keeps the next from starting; later signals are ignored while pytest ends.
-    ``cut``: a pytest was interrupted or not started, so the run is incomplete."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.cut = False
-        self._child: subprocess.Popen | None = None
-
-    def watch(self, child: subprocess.Popen | None) -> None:
-        """The pytest now waited for (None: none); interrupted at once if a signal came."""
-        self._child = child
-        if child is not None and self.requested:
-            self._interrupt()
-
-    def handle(self, signum: int, frame: object) -> None:
-        if self.requested:
-            return
-        self.requested = True
-        print(f"dspark-conformance: {signal.Signals(signum).name}: interrupting the run; the reports will hold "
-              "the cases that finished", file=sys.stderr)
-        self._interrupt()
-
-    def _interrupt(self) -> None:
-        child, self._child = self._child, None  # one SIGINT per pytest
-        if child is not None and child.poll() is None:
-            child.send_signal(signal.SIGINT)
-            self.cut = True
-
-
-_ACTIVE: Interrupts | None = None
-
-
-@contextlib.contextmanager
-def interruptible() -> Iterator[Interrupts]:
-    """For the duration, SIGINT and SIGTERM go to an :class:`Interrupts` (main thread only;
-    elsewhere the yielded one never fires) that every :func:`run_suite` call consults."""
-    global _ACTIVE
-    interrupts = Interrupts()
-    if threading.current_thread() is not threading.main_thread():
-        yield interrupts
-        return
-    previous = {sig: signal.signal(sig, interrupts.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    _ACTIVE = interrupts
-    try:
-        yield interrupts
-    finally:
-        _ACTIVE = None
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-_INTERRUPTED, _NO_TESTS = 2, 5  # pytest.ExitCode: INTERRUPTED; NO_TESTS_COLLECTED (a phase that selects nothing)
-
-
 def merge_phases(*phases: tuple[int, dict | None]) -> tuple[int, dict | None]:
     """One ``(exit code, results.json)`` from the phases of one run (``--dspark-phase``
     parallel, then serial): the records of all, in that order; the exit code 1 if any
     failed, else the first non-zero one (a phase that collected nothing counts as 0); the
     wall time summed; interrupted if any was."""
-    codes = [code for code, _ in phases if code not in (0, _NO_TESTS)]
+    codes = [code for code, _ in phases if code not in (ExitCode.OK, ExitCode.NO_TESTS_COLLECTED)]
     code = 1 if 1 in codes else (codes[0] if codes else 0)
     payloads = [payload for _, payload in phases if payload is not None]
     if not payloads:
         return code, None
     merged = {**payloads[0], "tests": [t for p in payloads for t in p["tests"]],
               "wall_s": round(sum(p["wall_s"] for p in payloads), 2)}
-    merged["exit_status"] = _INTERRUPTED if any(p.get("exit_status") == _INTERRUPTED for p in payloads) else code
+    interrupted = any(p.get("exit_status") == ExitCode.INTERRUPTED for p in payloads)
+    merged["exit_status"] = int(ExitCode.INTERRUPTED) if interrupted else code
     return code, merged
 
 

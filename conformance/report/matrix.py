@@ -13,9 +13,10 @@ import dataclasses
 from collections import Counter
 from typing import Any, Iterable
 
+from pytest import ExitCode
+
 from conformance.sections import SECTION_TITLES, SECTIONS
 
-PYTEST_INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
 OUTCOMES = ("passed", "failed", "inconclusive", "skipped", "xfailed", "xpassed", "error")
 
 
@@ -81,16 +82,16 @@ def summarize(tests: Iterable[dict[str, Any]]) -> list[SectionRow]:
 def interrupted(payload: dict[str, Any]) -> bool:
     """Whether pytest reported the run as interrupted (exit status 2: a signal or a deadline
     stopped it before every case ran)."""
-    return payload.get("exit_status") == PYTEST_INTERRUPTED
+    return payload.get("exit_status") == ExitCode.INTERRUPTED
 
 
-def overall(rows: list[SectionRow], payload: dict[str, Any] | None = None) -> str:
+def overall(rows: list[SectionRow], payload: dict[str, Any]) -> str:
     """PASS, FAIL, INCONCLUSIVE or SKIP for a whole run (the worst section wins); a run that
     pytest reports as interrupted (``payload["exit_status"]`` 2: a signal or a deadline
     stopped it) and that no failure already decides is INTERRUPTED, never PASS: its cases
     did not all run."""
     verdicts = {row.verdict for row in rows}
-    if "FAIL" not in verdicts and payload is not None and interrupted(payload):
+    if "FAIL" not in verdicts and interrupted(payload):
         return "INTERRUPTED"
     for verdict in ("FAIL", "INCONCLUSIVE", "PASS"):
         if verdict in verdicts:

@@ -1,0 +1,88 @@
+"""Signals during ``dspark-conformance run``: a deadline ends the run with its reports.
+
+Within :func:`interruptible` (the CLI's ``run``), SIGINT (Ctrl-C) and SIGTERM (a CI job's
+limit, ``timeout``) do not kill the runner: the first one sends one SIGINT to the pytest it
+is waiting for, which ends its session with exit status 2 and a JSON of every case that
+finished (``conformance.runner.run_suite`` consults :func:`active`), or, between two pytest
+runs, keeps the next from starting. The report then reads INTERRUPTED
+(``conformance.report.matrix.overall``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+__all__ = ["Interrupts", "active", "default_sigint", "interruptible"]
+
+
+def default_sigint() -> None:
+    """In the pytest child, before exec: SIGINT back to its default, so that Python installs
+    its KeyboardInterrupt handler even when this process was started with SIGINT ignored
+    (a shell's background job)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class Interrupts:
+    """The signals of one ``dspark-conformance run``: the first SIGINT or SIGTERM sets
+    ``requested`` and sends one SIGINT to the pytest being waited for (pytest then ends its
+    session: its JSON holds every case that finished, exit status 2), or, between two
+    pytest runs, keeps the next from starting; later signals are ignored while pytest ends.
+    ``cut``: a pytest was interrupted or not started, so the run is incomplete."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.cut = False
+        self._child: subprocess.Popen | None = None
+
+    def watch(self, child: subprocess.Popen | None) -> None:
+        """The pytest now waited for (None: none); interrupted at once if a signal came."""
+        self._child = child
+        if child is not None and self.requested:
+            self._interrupt()
+
+    def handle(self, signum: int, frame: object) -> None:
+        """The signal handler: the first signal interrupts; later ones are ignored."""
+        if self.requested:
+            return
+        self.requested = True
+        print(f"dspark-conformance: {signal.Signals(signum).name}: interrupting the run; the reports will hold "
+              "the cases that finished", file=sys.stderr)
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        child, self._child = self._child, None  # one SIGINT per pytest
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGINT)
+            self.cut = True
+
+
+_ACTIVE: Interrupts | None = None
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[Interrupts]:
+    """For the duration, SIGINT and SIGTERM go to an :class:`Interrupts` (main thread only;
+    elsewhere the yielded one never fires) that every ``run_suite`` call consults."""
+    global _ACTIVE
+    interrupts = Interrupts()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupts
+        return
+    previous = {sig: signal.signal(sig, interrupts.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _ACTIVE = interrupts
+    try:
+        yield interrupts
+    finally:
+        _ACTIVE = None
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def active() -> Interrupts | None:
+    """The :class:`Interrupts` of the :func:`interruptible` block now running, or None."""
+    return _ACTIVE
