@@ -17,14 +17,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["Interrupts", "active", "default_sigint", "interruptible"]
-
-
-def default_sigint() -> None:
-    """In the pytest child, before exec: SIGINT back to its default, so that Python installs
-    its KeyboardInterrupt handler even when this process was started with SIGINT ignored
-    (a shell's background job)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+__all__ = ["Interrupts", "active", "interruptible"]
 
 
 class Interrupts:
@@ -67,7 +60,10 @@ _ACTIVE: Interrupts | None = None
 @contextlib.contextmanager
 def interruptible() -> Iterator[Interrupts]:
     """For the duration, SIGINT and SIGTERM go to an :class:`Interrupts` (main thread only;
-    elsewhere the yielded one never fires) that every ``run_suite`` call consults."""
+    elsewhere the yielded one never fires) that every ``run_suite`` call consults. The
+    handlers are in place before any pytest starts, so each starts with SIGINT at its default
+    (exec resets a handled signal), even when this process began with SIGINT ignored (a
+    shell's background job)."""
     global _ACTIVE
     interrupts = Interrupts()
     if threading.current_thread() is not threading.main_thread():

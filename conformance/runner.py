@@ -64,8 +64,7 @@ def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[
         active.cut = True
         return ExitCode.INTERRUPTED, None
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output, stderr=output,
-                            start_new_session=active is not None,
-                            preexec_fn=interrupts.default_sigint if active is not None else None)
+                            start_new_session=active is not None)
     if active is not None:
         active.watch(proc)
     try:
