@@ -169,10 +169,7 @@ def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[p
     if unknown:
         raise pytest.UsageError(f"--dspark-case: no collected case has the key {sorted(unknown)[0]!r} "
                                 "(keys are printed in results.json 'case' and in replay lines)")
-    dropped = [item for item in suite if keys[id(item)] not in wanted]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if item not in dropped]
+    _deselect(config, items, [item for item in suite if keys[id(item)] not in wanted])
     return [item for item in suite if keys[id(item)] in wanted]
 
 
@@ -183,11 +180,16 @@ def _select_phase(config: pytest.Config, items: list[pytest.Item], suite: list[p
     if phase == "all":
         return suite
     keep = [item for item in suite if (item.get_closest_marker("latency_bound") is not None) == (phase == "serial")]
-    dropped = [item for item in suite if item not in keep]
+    _deselect(config, items, [item for item in suite if item not in keep])
+    return keep
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], dropped: list[pytest.Item]) -> None:
+    """Remove ``dropped`` from ``items`` in place, reported to pytest as deselected."""
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if item not in dropped]
-    return keep
+        gone = {id(item) for item in dropped}
+        items[:] = [item for item in items if id(item) not in gone]
 
 
 @pytest.hookimpl(tryfirst=True)
