@@ -82,3 +82,22 @@ def test_summarise_counts_gaps_closed_and_equivalents():
             s["gap_closed"], s["untriaged"], s["no_tests"]) == (6, 2, 1, 2, 1, 1, 1, 1)
     assert s["non_equivalent"] == 4 and s["score"] == 0.75 and s["score_baseline"] == 0.5
     assert [r[0] for r in rows["m"]] == ["c", "d", "e", "f"]
+
+
+def test_every_suite_file_runs_with_the_modules_of_its_sections():
+    """A conformance file with S<n> cases must be in ``SECTION_TESTS`` for every module of
+    section S<n> (a file added without it leaves that module's mutants unreached: the S3/S5
+    degenerate, S5 invariance / tensor-parallel and S9 round files once were)."""
+    import re
+
+    suite = Path(__file__).resolve().parents[1] / "conformance" / "suite"
+    missing = []
+    for path in sorted(suite.glob("test_*.py")):
+        rel = f"conformance/suite/{path.name}"
+        if rel == driver.GAP_TESTS:
+            continue
+        for section in sorted(set(re.findall(r"^def test_(S\d+)_", path.read_text(), re.M))):
+            for module, (sec, files) in driver.SECTION_TESTS.items():
+                if sec == section and rel not in files:
+                    missing.append(f"{module} ({section}): {rel}")
+    assert not missing, missing

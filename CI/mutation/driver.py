@@ -56,20 +56,22 @@ REPO = Path(__file__).resolve().parents[2]
 TOOL = "mutmut"
 TOOL_VERSION = "3.3.1"
 
-#: module -> the conformance test file of its SPEC section (dspark_ref/__init__.py's table).
+#: module -> the conformance test files of its SPEC section (dspark_ref/__init__.py's table).
 SECTION_TESTS = {
     # S1's tests reach the Markov block and the folded sampler (markov.py, folded.py); the
     # base-logits matmul of proposal.py is reached through the S9 loop (tiny_models).
     "proposal": ("S1", ("conformance/suite/test_proposal.py", "conformance/suite/test_speculative.py")),
     "markov": ("S2", ("conformance/suite/test_markov.py",)),
-    "sampling": ("S3", ("conformance/suite/test_sampling.py",)),
-    "tiled_sampling": ("S3", ("conformance/suite/test_sampling.py",)),
+    # S3's and S5's degenerate inputs and invariances, and S9's round, have their own files.
+    "sampling": ("S3", ("conformance/suite/test_sampling.py", "conformance/suite/test_degenerate.py")),
+    "tiled_sampling": ("S3", ("conformance/suite/test_sampling.py", "conformance/suite/test_degenerate.py")),
     "folded": ("S4", ("conformance/suite/test_folded.py",)),
-    "verify": ("S5", ("conformance/suite/test_verify.py",)),
+    "verify": ("S5", ("conformance/suite/test_verify.py", "conformance/suite/test_degenerate.py",
+                      "conformance/suite/test_invariance.py", "conformance/suite/test_tensor_parallel.py")),
     "simulated": ("S6", ("conformance/suite/test_simulated.py",)),
     "confidence": ("S7", ("conformance/suite/test_confidence.py",)),
     "scheduler": ("S8", ("conformance/suite/test_scheduler.py",)),
-    "speculative": ("S9", ("conformance/suite/test_speculative.py",)),
+    "speculative": ("S9", ("conformance/suite/test_speculative.py", "conformance/suite/test_round.py")),
 }
 #: Gap-closing tests (issue 17) live here; they run with every module's section tests.
 GAP_TESTS = "conformance/suite/test_mutation_gaps.py"
