@@ -27,10 +27,10 @@ from pathlib import Path
 
 from pytest import ExitCode
 
-from .report import html as html_report
-from .report import markdown, matrix as report
 from .cuda_context import lost_cases
 from .interrupts import interruptible
+from .report import html as html_report
+from .report import markdown, matrix as report
 from .runner import merge_phases, pytest_command, rerun_lost_cases, run_suite
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3

@@ -3,6 +3,7 @@ behaviour, and the merge counts baseline survivors, gaps closed on re-check and 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -88,8 +89,6 @@ def test_every_suite_file_runs_with_the_modules_of_its_sections():
     """A conformance file with S<n> cases must be in ``SECTION_TESTS`` for every module of
     section S<n> (a file added without it leaves that module's mutants unreached: the S3/S5
     degenerate, S5 invariance / tensor-parallel and S9 round files once were)."""
-    import re
-
     suite = Path(__file__).resolve().parents[1] / "conformance" / "suite"
     missing = []
     for path in sorted(suite.glob("test_*.py")):
