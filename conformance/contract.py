@@ -441,7 +441,9 @@ class FoldedSession(Protocol):
 class FoldedDraft(Protocol):
     """SPEC S4: factory of folded sessions for a head loaded through :class:`MarkovBlock`.
 
-    ``session(head, max_bs, gamma, vocab_size, lm_dtype, device, seed) -> FoldedSession``.
+    ``session(head, max_bs, gamma, vocab_size, lm_dtype, device, seed) -> FoldedSession``;
+    ``seed`` seeds the generator the session's in-graph draws advance (S4.3): two sessions of
+    one seed, loaded, staged and replayed alike, draw the same tokens.
     """
 
     def session(

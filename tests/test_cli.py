@@ -162,10 +162,13 @@ def test_a_run_whose_lost_cases_all_ran_again_exits_by_its_records(tmp_path):
     PASS, exit 0 (SGLang 0.5.23 on the H200, session 8: report PASS, exit 1)."""
     code, out = _run(tmp_path, "--impl", "tests.toy_adapters:loses_the_cuda_context_as_declared",
                      "-k", "test_S6_match_expected_law")
-    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    payload = json.loads((tmp_path / "results.json").read_text())
+    tests = payload["tests"]
     assert len(tests) > 1 and {t["outcome"] for t in tests} == {"xfailed"}, tests
     assert "running them again in a fresh process (round 1)" in out, out
     assert code == cli.EXIT_PASS, out
+    # results.json says what the run ended with (session 9: PASS gates recorded exit_status 1)
+    assert payload["exit_status"] == 0, payload["exit_status"]
 
 
 def test_unmatched_ledger_entry_is_an_infrastructure_error(tmp_path):

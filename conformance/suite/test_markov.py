@@ -10,7 +10,9 @@ Covers, through :class:`~conformance.contract.MarkovBlock` only:
   apart), and greedy rows take the argmax of the corrected logits they return;
 * the joint law of ``(x_0, x_1)`` of sampled blocks against the exact Markov-chain law
   (float64 enumeration over a small vocabulary), one chi-square per head;
-* edge cases: ``gamma = 0``, gated / rnn heads without hidden states, ``markov_rank <= 0``.
+* edge cases: ``gamma = 0``, gated / rnn heads without hidden states, ``markov_rank <= 0``;
+  the smallest valid sizes (``markov_rank = 1``, hidden size 1); base logits with ``-inf``
+  columns (masked tokens stay ``-inf`` and are never drawn).
 
 The oracle and the chain law are also the reference of ``test_folded.py`` (SPEC S4).
 Heads travel in the reference layout built by ``conformance.suite.support.inputs.markov_head_state``.
@@ -225,3 +227,90 @@ def test_S2_nonpositive_rank_is_a_configuration_error(case, require, dspark_devi
     for rank in EDGE_RANK[case]:
         with pytest.raises(ValueError):
             iut.load_head("vanilla", empty, vocab, rank, 4, dspark_device)
+
+
+# ----------------------------------------------------------------------------- smallest sizes
+# case -> (head type, rank r, hidden size d): sizes at their lower bound (r >= 1, d >= 1) are
+# valid heads like any other.
+EDGE_SMALLEST = {
+    **{case(f"S2/edge/rank-one-{head_type}", f"a {head_type} head of markov_rank 1: teacher forcing = the float64 "
+            "oracle, sample_block = its own teacher forcing", ["S2.edge", "S2.teacher-forcing", f"S2.{head_type}"]):
+       (head_type, 1, 4) for head_type in HEAD_TYPES},
+    **{case(f"S2/edge/hidden-one-{head_type}", f"a {head_type} head over hidden states of size d = 1: teacher "
+            "forcing = the float64 oracle, sample_block = its own teacher forcing",
+            ["S2.edge", "S2.teacher-forcing", f"S2.{head_type}"]): (head_type, 4, 1) for head_type in ("gated", "rnn")},
+}
+
+
+@pytest.mark.parametrize("case", EDGE_SMALLEST, ids=case_id)
+def test_S2_smallest_rank_and_hidden_size_are_valid(case, require, case_seed, case_generator, dspark_device,
+                                                     numeric_check):
+    iut = require(MarkovBlock)
+    head_type, rank, d = EDGE_SMALLEST[case]
+    batch, gamma, vocab = 4, 4, 32
+    head, state = load_random_head(iut, head_type, vocab=vocab, rank=rank, hidden_size=d,
+                                   seed=sub_seed(case_seed, "head"), device=dspark_device)
+    base, first_prev, hidden = random_block_inputs(head_type, batch=batch, gamma=gamma, vocab=vocab, hidden_size=d,
+                                                   generator=input_generator(case_seed), device=dspark_device)
+    greedy = [True, False, True, False]
+    temps, top_k = row_params(greedy, 1.0, dspark_device)
+
+    tokens, corrected = iut.sample_block(head, base, first_prev, hidden, temps, top_k, case_generator)
+
+    check_block_shapes(case, tokens, corrected, batch, gamma, vocab)
+    prev = prev_tokens(first_prev, tokens)
+    forced = iut.apply_block_logits(head, base, prev, hidden)
+    expected, bound = oracle_block_logits(head_type, state, base, prev, hidden)
+    assert_within_oracle(case, forced, expected, bound, "teacher-forced corrected logits")
+    numeric_check(compare_block_logits(case, "sample_block's corrected logits against its teacher forcing",
+                                       forced, corrected, head_type, state, base, prev, hidden))
+    check_greedy_rows(case, tokens, corrected, [i for i, g in enumerate(greedy) if g])
+
+
+# ----------------------------------------------------------------------------- masked base logits
+EDGE_NEG_INF = {
+    case(f"S2/edge/neg-inf-base-{head_type}", f"{head_type} head, base logits -inf on a third of the vocabulary "
+         "(masked tokens): -inf stays -inf in sample_block and apply_block_logits, no masked token is drawn, "
+         "the finite columns match the float64 oracle", ["S2.edge", "S2.sample-block", "S2.teacher-forcing"]):
+    head_type
+    for head_type in ("vanilla", "gated")
+}
+
+
+@pytest.mark.parametrize("case", EDGE_NEG_INF, ids=case_id)
+def test_S2_neg_inf_base_logits_stay_masked(case, require, case_seed, case_generator, dspark_device):
+    """The MarkovBlock contract: corrected logits have no NaN or +inf where the base logits
+    have none, and -inf stays -inf. The head's bias depends on the previous tokens and the
+    hidden states only, so the oracle of the finite columns is the oracle of the same block
+    with the masked columns set to 0."""
+    iut = require(MarkovBlock)
+    head_type = EDGE_NEG_INF[case]
+    batch, gamma, vocab, d = 6, 4, 30, 6
+    head, state = load_random_head(iut, head_type, vocab=vocab, rank=4, hidden_size=d,
+                                   seed=sub_seed(case_seed, "head"), device=dspark_device)
+    base, first_prev, hidden = random_block_inputs(head_type, batch=batch, gamma=gamma, vocab=vocab, hidden_size=d,
+                                                   generator=input_generator(case_seed), device=dspark_device)
+    masked = torch.arange(vocab) % 3 == 1
+    base[..., masked.to(dspark_device)] = float("-inf")
+    first_prev = torch.where(masked.to(dspark_device)[first_prev], first_prev - 1, first_prev)  # anchors unmasked
+    greedy = [True, False, False, True, False, False]
+    temps, top_k = row_params(greedy, 1.0, dspark_device)
+
+    tokens, corrected = iut.sample_block(head, base, first_prev, hidden, temps, top_k, case_generator)
+    check_block_shapes(case, tokens, corrected, batch, gamma, vocab)
+    prev = prev_tokens(first_prev, tokens)
+    forced = iut.apply_block_logits(head, base, prev, hidden)
+
+    drawn = masked[tokens.cpu()]
+    assert not bool(drawn.any()), (
+        f"{case.id}: drew tokens whose base logit is -inf at (row, step) {drawn.nonzero().tolist()[:8]}"
+    )
+    expected, bound = oracle_block_logits(head_type, state, base.masked_fill(torch.isinf(base), 0.0), prev, hidden)
+    for what, got in (("sample_block's corrected logits", corrected), ("apply_block_logits", forced)):
+        got = got.detach().to("cpu", torch.float64)
+        kept = got[..., masked]
+        assert bool((kept == float("-inf")).all()), (
+            f"{case.id}: {what}: a -inf base logit became {kept[kept != float('-inf')][:4].tolist()}"
+        )
+        assert_within_oracle(case, got[..., ~masked], expected[..., ~masked], bound[..., ~masked],
+                             f"{what}, finite columns")

@@ -46,8 +46,9 @@ _BOTH = ("cpu", "cuda")
 _CPU = ("cpu",)
 _CUDA = ("cuda",)
 _FOLDED = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")
-#: the releases whose full-budget H200 gate ran (0.5.19-0.5.22 in session 8, 0.5.21 / 0.5.23 in sessions 5-8)
-_H200_GATED = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+#: the releases whose full-budget H200 gate ran (0.5.17 / 0.5.18 in session 9, 0.5.19-0.5.22 in session 8,
+#: 0.5.21 / 0.5.23 in sessions 5-8)
+_H200_GATED = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 #: F2 and F3 have no entry: under the SPEC S0 bound they are within bound, not bit-identical
 #: (see the findings); a run that shows them beyond the bound would be a new finding.
 
@@ -55,9 +56,9 @@ _on = ledgers.on
 
 #: (test, section, reason, where): ``where`` maps each SGLang version on which the failure
 #: was confirmed by a run to the devices of those runs. Nothing applies elsewhere: an
-#: unmeasured version or device shows its failures. On the H200, 0.5.19-0.5.23 ran full-budget
-#: gates (session 8: docs/conformance/sglang-0.5.*-cuda-h200-gate.md); 0.5.17 and 0.5.18 only
-#: the older session-3 suite without the statistical cases (none of which is listed for them).
+#: unmeasured version or device shows its failures. On the H200, every release ran a
+#: full-budget gate (0.5.19-0.5.23 in session 8, 0.5.17 and 0.5.18 in session 9:
+#: docs/conformance/sglang-0.5.*-cuda-h200-gate.md).
 _LEDGER: tuple[ledgers.Row, ...] = (
     *(
         (f"test_S5_greedy_verify_{case}", "S5", _CAP0, _on(_BOTH, *_FOLDED, "0.5.22", "0.5.23"))
@@ -93,11 +94,17 @@ _LEDGER: tuple[ledgers.Row, ...] = (
         for model in ("deepseek-v4", "qwen3-block7") for bs in (1, 64, 256)
     ),
     ("test_S6_invalid_method_raises[S6/invalid-method/names]", "S6", _SIM_CONSTANT, {"0.5.17": _BOTH}),
-    # F10: on CPU by a suite run on 0.5.23 (ledger off, --dspark-budget 0.05), on the H200 by
-    # the full-budget gates of 0.5.21 and 0.5.23 and, in session 8, of 0.5.19, 0.5.20 and 0.5.22
-    # (committed tokens outside the min-p set, p = 0).
+    # F8's constant length, measured by the executor laws on the H200 (session 9): every step the same
     *(
-        (test, section, _MIN_P, {**_on(_CUDA, "0.5.19", "0.5.20", "0.5.21", "0.5.22"), "0.5.23": _BOTH})
+        (test, "S6", _SIM_CONSTANT, {"0.5.17": _CUDA})
+        for test in ("test_S6_executor_redraws_every_step[S6/executor/4.7-gamma5]",
+                     "test_S6_executor_redraws_every_step[S6/executor/5.5-gamma5-top]",
+                     "test_S6_executor_multinomial_law[S6/executor/multinomial-3.3-gamma5]")
+    ),
+    # F10: on CPU by a suite run on 0.5.23 (ledger off, --dspark-budget 0.05), on the H200 by
+    # the full-budget gate of every release (committed tokens outside the min-p set, p = 0).
+    *(
+        (test, section, _MIN_P, {**_on(_CUDA, *_H200_GATED), "0.5.23": _BOTH})
         for test, section in (("test_S5_truncated_target_law[S5/truncation/min-p0.3-T2.0]", "S5"),
                               ("test_S9_round_commits_the_target_law[S9/round/law-min-p0.2-T1.6]", "S9"))
     ),
@@ -105,7 +112,7 @@ _LEDGER: tuple[ledgers.Row, ...] = (
     # the lowest ids there).
     ("test_S5_truncated_target_law[S5/truncation/top-k3-of-12-tied-T0.8]", "S5", _TOP_K_TIES, _on(_CPU, "0.5.23")),
     # F12 and F13, confirmed by suite runs on CPU (exact cases) on every release 0.5.17-0.5.23
-    # (session 6, ledger off), and on the H200 on 0.5.21 and 0.5.23 (0.5.19, 0.5.20, 0.5.22: session 8).
+    # (session 6, ledger off), and on the H200 by every release's gate (sessions 5-9).
     *(
         (test, "S8", _FILL_CURRENT, {**_on(_CPU, *_S8_VERSIONS), **_on(_BOTH, *_H200_GATED)})
         for test in ("test_S8_production_ignores_the_current_block[S8/production-non-anticipation/current-block]",
@@ -116,18 +123,17 @@ _LEDGER: tuple[ledgers.Row, ...] = (
     ("test_S8_production_budget_is_the_objective_argmax[S8/production-bounds/batch-wide]", "S8", _BOUNDS,
      {**_on(_CPU, *_S8_VERSIONS), **_on(_BOTH, *_H200_GATED)}),
     # Degenerate inputs and per-row caps (issues 16, 17), confirmed by suite runs on CPU of every
-    # release (session 6, ledger off) and on the H200 (0.5.21, 0.5.23; 0.5.19, 0.5.20, 0.5.22 in
-    # session 8): a cap-0 row crashes
+    # release (session 6, ledger off) and on the H200 (every release's gate, sessions 5-9): a cap-0 row crashes
     # BuildOutTokens on CPU and loses the CUDA context on the H200 (F1, _LOSES_CUDA_CONTEXT);
     # bad temperatures pass (F14; 0.5.17's verify rejects them); zero noise on -inf tails (F4)
     # and NaN rows (F15) on the torch path of 0.5.17-0.5.21.
     ("test_S5_per_row_caps_generator[S5/cap/per-row-chain-generator]", "S5", _CAP0,
      {**_on(_CPU, *_S8_VERSIONS), **_on(_BOTH, *_H200_GATED)}),
     ("test_S5_bad_temperatures_verify[S5/degenerate/temperature-nan-negative-inf]", "S5", _BAD_T,
-     {**_on(_CPU, "0.5.18"), **_on(_BOTH, "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")}),
+     _on(_BOTH, "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")),
     *(
         (f"test_S3_bad_temperatures[S3/degenerate/temperature-{name}]", "S3", _BAD_T,
-         {**_on(_CPU, *_TORCH_PATH), **_on(_BOTH, "0.5.19", "0.5.20", "0.5.21")})
+         _on(_BOTH, *_TORCH_PATH))
         for name in ("nan", "negative", "inf")
     ),
     *(
@@ -143,9 +149,9 @@ _LEDGER: tuple[ledgers.Row, ...] = (
 )
 
 
-# F1 on the H200 (sessions 6, 8): the per-row chain case's cap-0 rows make SGLang's chain kernels
-# access memory out of bounds ("illegal memory access" on 0.5.22 / 0.5.23, "operation not
-# supported on global/shared address space" on 0.5.19-0.5.21), which loses the CUDA context of
+# F1 on the H200 (sessions 6, 8, 9): the per-row chain case's cap-0 rows make SGLang's chain kernels
+# access memory out of bounds ("illegal memory access" on 0.5.17, 0.5.22 and 0.5.23, "operation not
+# supported on global/shared address space" on 0.5.18-0.5.21), which loses the CUDA context of
 # the process; in session 8 the greedy case with ties (cap 0 among its caps) lost it too on
 # 0.5.20 and 0.5.21 ("illegal memory access"; on 0.5.19, 0.5.22 and 0.5.23 it failed without).
 _LOSES_CUDA_CONTEXT = frozenset((
