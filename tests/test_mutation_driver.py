@@ -100,3 +100,18 @@ def test_every_suite_file_runs_with_the_modules_of_its_sections():
                 if sec == section and rel not in files:
                     missing.append(f"{module} ({section}): {rel}")
     assert not missing, missing
+
+
+def test_files_that_start_rank_processes_run_outside_mutmut(tmp_path):
+    """Every suite file that starts rank processes (``support.tp_ranks``) is in
+    ``SPAWNING_TESTS``, which mutmut's own test list leaves out (its stats run cannot trace a
+    new process; session 9's H200 run of verify checked no mutant) and the driver runs on
+    the survivors."""
+    suite = Path(__file__).resolve().parents[1] / "conformance" / "suite"
+    spawning = sorted(f"conformance/suite/{p.name}" for p in suite.glob("test_*.py")
+                      if "support.tp_ranks" in p.read_text())
+    assert spawning and spawning == sorted(driver.SPAWNING_TESTS)
+    config = (driver.prepare("verify", tmp_path) / "setup.cfg").read_text()
+    listed = config.split("tests_dir =")[1].split()
+    assert "conformance/suite/test_verify.py" in listed and driver.GAP_TESTS in listed
+    assert not set(listed) & set(driver.SPAWNING_TESTS), listed

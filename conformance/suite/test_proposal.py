@@ -219,6 +219,49 @@ def test_S1_draft_layouts_match_the_oracle(case, require, dspark_adapter, case_s
     check_lifted_block(case, tokens, corrected, expected, bound, d2t)
 
 
+# case -> (draft vocabulary, target V, draft V_d): the one-token edges of S1's draft vocabularies
+ONE_TOKEN_DRAFT_CASES = {
+    case("S1/vocab/reduced-one-token", "a reduced draft vocabulary of one token (V = 8, V_d = 1, d2t = [5]): every "
+         "draw is target id 5, the block is -inf off column 5 and the oracle's on it", ["S1.draft-vocab"]):
+        ("reduced", 8, 1),
+    case("S1/vocab/padded-one-token-target", "a padded draft vocabulary (V_d = 4) over a one-token target (V = 1): "
+         "every draw is 0, the block cropped to column 0 (the padding, 5 above it, never wins)", ["S1.draft-vocab"]):
+        ("padded", 1, 4),
+}
+ONE_TOKEN_ID = 5  # the target id of the reduced one-token vocabulary
+
+
+@pytest.mark.parametrize("case", ONE_TOKEN_DRAFT_CASES, ids=case_id)
+def test_S1_one_token_draft_vocabularies(case, require, dspark_adapter, case_seed, case_generator, dspark_device):
+    iut = require(DraftLayouts)
+    vocabulary, vocab, draft_vocab = ONE_TOKEN_DRAFT_CASES[case]
+    require_declared(dspark_adapter, case, "anchor-first", vocabulary)
+    gen = input_generator(case_seed)
+    state = draft_vocab_head_state("vanilla", vocab=vocab, draft_vocab=draft_vocab, rank=RANK, hidden_size=HIDDEN,
+                                   seed=sub_seed(case_seed, "head"), device=dspark_device)
+    base = torch.randn(BATCH, GAMMA, draft_vocab, generator=gen)
+    if vocabulary == "padded":
+        base[..., vocab:] = base[..., :vocab].max() + 5.0
+    first_prev = torch.randint(vocab, (BATCH,), generator=gen)
+    d2t = torch.tensor([ONE_TOKEN_ID]) if vocabulary == "reduced" else None
+    base, first_prev = base.to(dspark_device), first_prev.to(dspark_device)
+    temps, top_k = row_params(GREEDY, 1.0, dspark_device)
+
+    tokens, corrected = iut.draft_block("vanilla", state, base, first_prev, None, temps, top_k, case_generator,
+                                        layout="anchor-first", vocab_size=vocab,
+                                        d2t=None if d2t is None else d2t.to(dspark_device))
+
+    check_block_shapes(case, tokens, corrected, BATCH, GAMMA, vocab)
+    column = ONE_TOKEN_ID if vocabulary == "reduced" else 0
+    assert bool((tokens.cpu() == column).all()), f"{case.id}: every draw must be target id {column}, got {tokens.tolist()}"
+    got = corrected.detach().to("cpu", torch.float64)
+    off = torch.arange(vocab) != column
+    assert bool((got[..., off] == float("-inf")).all()), f"{case.id}: the block must be -inf off column {column}"
+    expected, bound = oracle_block_logits("vanilla", state, base, prev_tokens(first_prev, tokens), None)
+    assert_within_oracle(case, got[..., column:column + 1], expected[..., :1], bound[..., :1],
+                         f"corrected logits of column {column}")
+
+
 BONUS_ANCHOR_ZERO = case("S1/layout/bonus-anchor-zero-head", "bonus-anchor, zero Markov head: the corrected logits "
                          "of step k are the base logits of position k + 1, bit for bit; gamma = block - 1",
                          ["S1.layouts", "S1.base-logits"])
