@@ -5,7 +5,11 @@ Covers, through :class:`~conformance.contract.SpeculativeLoop` only:
 * greedy (T = 0): the output equals greedy decoding token for token, against a plain argmax
   loop over the target's forward pass written here; every Markov head type, gamma 1..5, a
   runtime gamma below the draft's, a near-perfect draft (long accepted runs, the bonus),
-  the prefix scheduler on;
+  the prefix scheduler on; the smallest runs (one new token, one request with a one-token
+  prompt, an explicit runtime gamma 1); a steps-per-second curve under which the scheduler
+  admits no draft (``l = 0``, ``tau = 1`` every round);
+* the generator: two runs with generators of one seed give the same tokens and lengths
+  whatever the global RNG's state, another seed other tokens;
 * tau: a perfect draft commits gamma + 1 tokens in every round, greedy and sampled (slot 0
   counts: block 2 gives tau = 3); for any draft ``1 <= tau <= l + 1 <= gamma + 1`` and the
   taus add up to the tokens generated after the prefill token;
@@ -178,11 +182,13 @@ def _sps(spec: LoopSpec):
     return lambda batch: 1.0 / (spec.sps_offset * spec.rows + batch)
 
 
-def _generate(case, spec: LoopSpec, iut, target, draft, prompt, generator):
-    """Run the IUT; check the output format; return CPU ``(tokens, taus, verify_lengths)``."""
+def _generate(case, spec: LoopSpec, iut, target, draft, prompt, generator, sps=None):
+    """Run the IUT (``sps``: a curve other than the spec's); check the output format; return
+    CPU ``(tokens, taus, verify_lengths)``."""
+    if sps is None and spec.scheduled:
+        sps = _sps(spec)
     tokens, taus, lengths = iut.generate(
-        target, draft, prompt, spec.max_new, spec.temperature, generator,
-        gamma=spec.loop_gamma, sps=_sps(spec) if spec.scheduled else None,
+        target, draft, prompt, spec.max_new, spec.temperature, generator, gamma=spec.loop_gamma, sps=sps,
     )
     rows = prompt.shape[0]
     for name, value in (("tokens", tokens), ("accept_lengths", taus), ("verify_lengths", lengths)):
@@ -274,6 +280,12 @@ GREEDY_CASES = {
          ["S9.greedy"]): LoopSpec("near-perfect", 4, rows=32, max_new=17, logit_noise=0.5),
     case("S9/greedy/scheduled-gamma4", "prefix scheduler on: capped verify, still greedy decoding",
          ["S9.greedy"]): LoopSpec("dspark-gated", 4, scheduled=True),
+    case("S9/greedy/runtime-gamma1-of-3", "runtime gamma 1 passed explicitly, draft built for 3",
+         ["S9.greedy"]): LoopSpec("dspark-rnn", 3, loop_gamma=1),
+    case("S9/greedy/one-new-token", "max_new_tokens = 1: the prefill token only, no round",
+         ["S9.greedy", "S9.tau"]): LoopSpec("dspark-vanilla", 2, max_new=1),
+    case("S9/greedy/one-row-one-token-prompt", "one request whose prompt is one token", ["S9.greedy"]):
+        LoopSpec("dspark-gated", 3, rows=1, prompt_len=1),
 }
 
 
@@ -362,6 +374,74 @@ def test_S9_tau_counts_slot_0_and_adds_up(case, require, case_seed, case_generat
         if not missing:
             return
     raise Inconclusive(f"{case.id}: {missing} in {1 + PREMISE_RETRIES} independent runs")
+
+
+# ----------------------------------------------------------------------------- scheduler and generator
+ADMITS_NOTHING = case("S9/scheduler/admits-nothing", "a steps-per-second curve that falls to 1e-9 past R: the "
+                      "scheduler admits no draft (l = 0, tau = 1 every round) and the output is greedy decoding",
+                      ["S9.tau", "S9.greedy"])
+ADMITS_NOTHING_SPEC = LoopSpec("dspark-gated", 3, scheduled=True, max_new=8)
+
+
+@pytest.mark.parametrize("case", [ADMITS_NOTHING], ids=case_id)
+def test_S9_a_scheduler_that_admits_nothing_verifies_no_draft(case, require, case_seed, case_generator,
+                                                              dspark_device):
+    """S8: ``best = R * SPS(R)``; the first candidate gives ``theta = (R + a) * SPS(R + 1) <=
+    2R * 1e-9 < best``, so the loop stops before admitting anything, in every round."""
+    spec = ADMITS_NOTHING_SPEC
+    iut = require(SpeculativeLoop)
+    target, draft = _on_device(*_models(spec, case_seed), dspark_device)
+    prompt = _prompts(spec, case_seed, target.vocab_size, dspark_device)
+
+    tokens, taus, lengths = _generate(case, spec, iut, target, draft, prompt, case_generator,
+                                      sps=lambda batch: 1.0 if batch <= spec.rows else 1e-9)
+
+    active = taus > 0
+    assert bool((lengths[active] == 0).all()) and bool((taus[active] == 1).all()), (
+        f"{case.id}: no admission pays off, so every round verifies l = 0 drafts and commits tau = 1; first row: "
+        f"verify lengths {lengths[0].tolist()}, accept lengths {taus[0].tolist()}"
+    )
+    _check_rounds(case, taus, lengths, spec.max_new, spec.gamma)
+    assert torch.equal(tokens, _greedy_decoding(target, prompt, spec.max_new)), (
+        f"{case.id}: greedy output differs from greedy decoding"
+    )
+
+
+SAME_GENERATOR = case("S9/seeded/same-generator-same-tokens", "T = 1: two runs with generators of one seed (the "
+                      "global RNG moved in between) give the same tokens and lengths; another seed other tokens",
+                      ["S9.law"])
+SAME_GENERATOR_SPEC = LoopSpec("dspark-rnn", 3, 1.0, rows=512, max_new=6)
+
+
+@pytest.mark.parametrize("case", [SAME_GENERATOR], ids=case_id)
+def test_S9_every_draw_comes_from_the_generator(case, require, case_seed, dspark_device):
+    """The contract: every random draw comes from ``generator``. Two independent runs agree on
+    every row's first token with probability at most ``prod_rows max_x p(x | prompt)`` (the
+    prefill draw's law at T = 1), required below 1e-9 for the different-seed check."""
+    spec = SAME_GENERATOR_SPEC
+    iut = require(SpeculativeLoop)
+    target, draft = _on_device(*_models(spec, case_seed), dspark_device)
+    prompt = _prompts(spec, case_seed, target.vocab_size, dspark_device)
+    seed = derive_seed(case_seed, "loop-generator")
+
+    def run(loop_seed: int, global_seed: int):
+        torch.manual_seed(global_seed)  # the global RNG in another state for each run
+        generator = torch.Generator(device=dspark_device).manual_seed(loop_seed)
+        return _generate(case, spec, iut, target, draft, prompt, generator)
+
+    first, again, other = run(seed, 1), run(seed, 2), run(seed + 1, 1)
+    for name, a, b in zip(("tokens", "accept_lengths", "verify_lengths"), first, again):
+        assert torch.equal(a, b), (
+            f"{case.id}: two runs with generators of seed {seed} differ in {name} (a draw from the global RNG?): "
+            f"first row {a[0].tolist()} vs {b[0].tolist()}"
+        )
+    with torch.no_grad():
+        prefill = torch.softmax(target(prompt).logits[:, -1].double(), dim=-1)
+    coincide = float(prefill.max(dim=-1).values.prod())
+    assert coincide <= 1e-9, f"{case.id}: test design: independent runs coincide with probability {coincide:.3g}"
+    assert not torch.equal(first[0], other[0]), (
+        f"{case.id}: generators of seeds {seed} and {seed + 1} gave the same tokens (probability <= {coincide:.3g})"
+    )
 
 
 # ----------------------------------------------------------------------------- law
