@@ -211,15 +211,17 @@ def test_S3_nan_and_dead_rows(case, require, dspark_adapter, dspark_device, case
     sampler = require(capability)
     logits, temps, top_k, noise = _degenerate_rows(kind, _gen(case_seed))
 
-    def call():
+    def call(rows=slice(None)):
+        inputs = [t[rows] for t in (logits, temps, top_k, noise)]
         if capability is NoiseStepSampler:
-            return sampler.sample_with_noise(*_to(dspark_device, logits, temps, top_k, noise)).cpu()
-        return sampler.sample(*_to(dspark_device, logits, temps, top_k), logits.shape[1], case_generator).cpu()
+            return sampler.sample_with_noise(*_to(dspark_device, *inputs)).cpu()
+        return sampler.sample(*_to(dspark_device, *inputs[:3]), logits.shape[1], case_generator).cpu()
 
     rule = dspark_adapter.conventions.degenerate_rows
     if rule == "error":
-        with pytest.raises(ValueError):
-            call()
+        for rows in (slice(None), slice(1, 3)):  # two bad rows, then exactly one
+            with pytest.raises(ValueError):
+                call(rows)
         return
     got = call()
     ordinary = torch.tensor([True, True, False, False])
@@ -253,12 +255,14 @@ def test_S3_bad_temperatures(case, require, dspark_adapter, dspark_device, case_
     temps = torch.where(bad, BAD_T_CASES[case], torch.tensor([1.0, 0.0]).repeat(rows // 2))
     top_k = torch.where(bad | (temps == 1.0), vocab, 1)
     noise = race.separate(logits, torch.where(bad, 1.0, temps), _exp(logits.shape, gen))
-    def call():
-        return sampler.sample_with_noise(*_to(dspark_device, logits, temps, top_k, noise)).cpu()
+    def call(rows=slice(None)):
+        return sampler.sample_with_noise(*_to(dspark_device, logits[rows], temps[rows], top_k[rows],
+                                              noise[rows])).cpu()
 
     if dspark_adapter.conventions.bad_temperatures == "error":
-        with pytest.raises(ValueError):
-            call()
+        for rows in (slice(None), slice(0, 2)):  # every other row bad, then exactly one
+            with pytest.raises(ValueError):
+                call(rows)
         return
     got = call()
     _assert_live(got, logits, torch.ones(rows, dtype=torch.bool), case.id)

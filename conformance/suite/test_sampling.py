@@ -6,7 +6,9 @@ Capabilities: ``StepSampler`` (fresh noise: statistical and exact-greedy cases),
 ``NoiseStepSampler`` (explicit noise: exact parity with a float64 oracle),
 ``TruncatedStepSampler`` (top-k / top-p / min-p). Every oracle below is written here in
 float64 and shares no code with ``dspark_ref``. Exact cases move the oracle's noise away
-from near-ties (:func:`_separate`), so float32 rounding cannot flip a winner.
+from near-ties (:func:`_separate`), so float32 rounding cannot flip a winner. Exact edges: a
+one-token vocabulary, the noise's generator (same seed, same tokens), neutral truncation in
+a two-row batch, ``min_p = 1`` keeping the mode.
 
 Statistical cases draw all samples of one assertion by repeating one logits row in a batch
 (chunked to ``_call_elements`` floats per call, tokens kept on the device until the last
@@ -668,3 +670,102 @@ def test_S3_truncation_parameters_differ_by_row_in_one_batch(case, require, dspa
     for g, ((name, value, t), law) in enumerate(zip(MIXED_TRUNCATION_GROUPS, laws)):
         stat_check(stats.goodness_of_fit(torch.bincount(tokens[g::groups], minlength=vocab), law,
                                          name=f"{case.id}/{name}{value:g}-T{t:g}", min_tv=tier_min_tv))
+
+
+# --------------------------------------------------------------------------- smallest sizes, generator
+ONE_TOKEN_CASES = {
+    case(f"S3/edge/one-token-vocab-{cap.__name__}", "a one-token vocabulary (V = 1): greedy and sampling rows "
+         "draw token 0 (no error)", ["S3.greedy", "S3.law"]): cap
+    for cap in (StepSampler, NoiseStepSampler)
+}
+
+
+@pytest.mark.parametrize("case", ONE_TOKEN_CASES, ids=case_id)
+def test_S3_one_token_vocabulary(case, require, dspark_device, case_seed, case_generator):
+    capability = ONE_TOKEN_CASES[case]
+    sampler = require(capability)
+    gen = torch.Generator().manual_seed(case_seed)
+    logits = torch.randn(4, 1, generator=gen)
+    temps = torch.tensor([0.0, 1.0, 0.7, 2.0])
+    top_k = torch.tensor([1, 1 << 30, 1 << 30, 1 << 30])
+    args = [t.to(dspark_device) for t in (logits, temps, top_k)]
+    if capability is NoiseStepSampler:
+        tokens = sampler.sample_with_noise(*args, torch.ones(4, 1, device=dspark_device))
+    else:
+        tokens = sampler.sample(*args, 1, case_generator)
+    assert tokens.cpu().tolist() == [0, 0, 0, 0], f"{case.id}: V = 1 drew {tokens.tolist()}, not token 0"
+
+
+SEEDED_STEP = case("S3/seeded/same-generator-same-tokens", "two calls with generators of one seed (the global "
+                   "RNG moved in between) draw the same tokens; another seed other tokens", ["S3.fresh-noise"])
+SEEDED_ROWS, SEEDED_VOCAB = 64, 32
+
+
+@pytest.mark.parametrize("case", [SEEDED_STEP], ids=case_id)
+def test_S3_noise_comes_from_the_generator(case, require, dspark_device, case_seed):
+    """The contract: fresh noise from ``generator``. Two independent draws agree on every row
+    with probability ``prod_rows sum_x p(x)^2 <= prod_rows max_x p(x)``, required below 1e-9."""
+    sampler = require(StepSampler)
+    gen = torch.Generator().manual_seed(case_seed)
+    logits = torch.randn(SEEDED_ROWS, SEEDED_VOCAB, generator=gen)
+    temps, top_k = torch.ones(SEEDED_ROWS), torch.full((SEEDED_ROWS,), 1 << 30)
+    seed = derive_seed(case_seed, "step-generator")
+
+    def draw(step_seed: int, global_seed: int) -> torch.Tensor:
+        torch.manual_seed(global_seed)
+        generator = torch.Generator(device=dspark_device).manual_seed(step_seed)
+        args = [t.to(dspark_device) for t in (logits, temps, top_k)]
+        return sampler.sample(*args, SEEDED_VOCAB, generator).cpu()
+
+    first, again, other = draw(seed, 1), draw(seed, 2), draw(seed + 1, 1)
+    assert torch.equal(first, again), (
+        f"{case.id}: generators of seed {seed} drew different tokens in rows {(first != again).nonzero().flatten().tolist()[:8]} "
+        "(noise from the global RNG?)"
+    )
+    coincide = float(_softmax64(logits, 1.0).max(dim=-1).values.prod())
+    assert coincide <= 1e-9, f"{case.id}: test design: independent draws coincide with probability {coincide:.3g}"
+    assert not torch.equal(first, other), f"{case.id}: seeds {seed} and {seed + 1} drew the same tokens"
+
+
+# --------------------------------------------------------------------------- truncation: exact edges
+FEW_ROWS = case("S3/truncation/few-rows-neutral", "two rows, V = 8, flat logits, neutral cuts (top_k = V, top_p = 1, "
+                "min_p = 0), 200 calls: every token is drawn in every row (nothing truncated)", ["S3.truncation"])
+FEW_ROWS_CALLS, FEW_ROWS_VOCAB = 200, 8
+
+
+@pytest.mark.parametrize("case", [FEW_ROWS], ids=case_id)
+def test_S3_neutral_truncation_cuts_nothing_in_a_small_batch(case, require, dspark_device, case_generator):
+    """A row misses a given token in every call with probability ``(7/8)^200``; the case fails
+    a correct sampler with probability at most ``2 * 8 * (7/8)^200 < 1e-10``."""
+    sampler = require(TruncatedStepSampler)
+    rows, vocab = 2, FEW_ROWS_VOCAB
+    args = [torch.zeros(rows, vocab), torch.ones(rows), torch.full((rows,), vocab), torch.ones(rows),
+            torch.zeros(rows)]
+    args = [t.to(dspark_device) for t in args]
+    seen = torch.zeros(rows, vocab, dtype=torch.bool)
+    for _ in range(FEW_ROWS_CALLS):
+        tokens = sampler.sample_truncated(*args, case_generator).cpu()
+        seen[torch.arange(rows), tokens] = True
+    missing = (~seen).nonzero().tolist()
+    assert not missing, (
+        f"{case.id}: (row, token) never drawn in {FEW_ROWS_CALLS} calls with neutral cuts: {missing} (a cut by the "
+        "batch size instead of V?)"
+    )
+
+
+MIN_P_ONE = case("S3/truncation/min-p-1-keeps-the-mode", "min_p = 1: the min-p set is {x : p(x) >= max p}, the mode: "
+                 "every draw is the row's argmax", ["S3.truncation"])
+
+
+@pytest.mark.parametrize("case", [MIN_P_ONE], ids=case_id)
+def test_S3_min_p_one_keeps_the_mode(case, require, dspark_device, case_seed, case_generator):
+    sampler = require(TruncatedStepSampler)
+    gen = torch.Generator().manual_seed(case_seed)
+    rows, vocab = 16, 12
+    logits = torch.randn(rows, vocab, generator=gen) + 0.5 * torch.arange(vocab).flip(0)[torch.randperm(vocab, generator=gen)]
+    args = [logits, torch.ones(rows), torch.full((rows,), vocab), torch.ones(rows), torch.ones(rows)]
+    tokens = sampler.sample_truncated(*[t.to(dspark_device) for t in args], case_generator).cpu()
+    expected = _lowest_argmax(logits)
+    assert torch.equal(tokens, expected), (
+        f"{case.id}: min_p = 1 must keep only the mode: drew {tokens.tolist()}, argmax {expected.tolist()}"
+    )
