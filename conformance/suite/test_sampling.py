@@ -728,19 +728,23 @@ def test_S3_noise_comes_from_the_generator(case, require, dspark_device, case_se
 
 
 # --------------------------------------------------------------------------- truncation: exact edges
-FEW_ROWS = case("S3/truncation/few-rows-neutral", "two rows, V = 8, flat logits, neutral cuts (top_k = V, top_p = 1, "
-                "min_p = 0), 200 calls: every token is drawn in every row (nothing truncated)", ["S3.truncation"])
-FEW_ROWS_CALLS, FEW_ROWS_VOCAB = 200, 8
+FEW_ROWS = case("S3/truncation/few-rows-neutral", "two rows, V = 8, distinct near-flat logits, neutral cuts (top_k "
+                "= V, top_p = 1, min_p = 0), 300 calls: every token is drawn in every row (nothing truncated)",
+                ["S3.truncation"])
+FEW_ROWS_CALLS, FEW_ROWS_VOCAB = 300, 8
 
 
 @pytest.mark.parametrize("case", [FEW_ROWS], ids=case_id)
 def test_S3_neutral_truncation_cuts_nothing_in_a_small_batch(case, require, dspark_device, case_generator):
-    """A row misses a given token in every call with probability ``(7/8)^200``; the case fails
-    a correct sampler with probability at most ``2 * 8 * (7/8)^200 < 1e-10``."""
+    """Distinct logits (0 to 0.35), so a cut at any width below V removes tokens. A correct
+    sampler misses some (row, token) in every call with probability at most
+    ``sum_{rows, x} (1 - p(x))^calls``, computed in float64 and required below 1e-9."""
     sampler = require(TruncatedStepSampler)
     rows, vocab = 2, FEW_ROWS_VOCAB
-    args = [torch.zeros(rows, vocab), torch.ones(rows), torch.full((rows,), vocab), torch.ones(rows),
-            torch.zeros(rows)]
+    logits = torch.linspace(0.0, 0.35, vocab).repeat(rows, 1)
+    miss = float(((1 - _softmax64(logits, 1.0)) ** FEW_ROWS_CALLS).sum())
+    assert miss <= 1e-9, f"{case.id}: test design: a correct sampler misses a token with probability {miss:.3g}"
+    args = [logits, torch.ones(rows), torch.full((rows,), vocab), torch.ones(rows), torch.zeros(rows)]
     args = [t.to(dspark_device) for t in args]
     seen = torch.zeros(rows, vocab, dtype=torch.bool)
     for _ in range(FEW_ROWS_CALLS):
@@ -748,8 +752,8 @@ def test_S3_neutral_truncation_cuts_nothing_in_a_small_batch(case, require, dspa
         seen[torch.arange(rows), tokens] = True
     missing = (~seen).nonzero().tolist()
     assert not missing, (
-        f"{case.id}: (row, token) never drawn in {FEW_ROWS_CALLS} calls with neutral cuts: {missing} (a cut by the "
-        "batch size instead of V?)"
+        f"{case.id}: (row, token) never drawn in {FEW_ROWS_CALLS} calls with neutral cuts: {missing} (a cut at the "
+        f"batch size instead of V?; probability {miss:.3g} for a correct sampler)"
     )
 
 
