@@ -14,7 +14,10 @@ Covers, through :class:`~conformance.contract.ChainVerifier` and
 * losslessness (statistical): the joint law of (accepted, committed tokens) of one round
   with a Markov draft and a context-dependent target against the exact path oracle; two
   chained rounds against the target's autoregressive law; draft noise and verify noise
-  from one generator seed must stay independent.
+  from one generator seed must stay independent;
+* edges (exact): a one-token vocabulary (with a -1 sentinel row), the coins from the
+  generator (same seed, same result), seeded rows at position 0 (l = 3 and l = 0), and the
+  bonus at ``u = 1 - 2^-53`` never the masked last token nor ``V``.
 
 Not expressible through a ChainVerifier: whether the DRAFT tokens are sampled from ``q``
 (not ``argmax q``, e.g. ``p = [.5, .3, .2]``, ``q = [.2, .3, .5]``) is a property of the
@@ -35,6 +38,7 @@ import pytest
 import torch
 
 from conformance import stats
+from conformance.seeds import derive_seed
 from conformance.suite.support import verify_oracle as oracle
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
@@ -904,3 +908,104 @@ def test_S5_truncated_target_law(case, require, dspark_adapter, case_seed, case_
     )
     _check_committed(case.id, accepted.cpu(), tokens.cpu(), drafts, vocab)
     stat_check(stats.goodness_of_fit(torch.bincount(tokens[:, 0].cpu(), minlength=vocab), expected, name=case.id))
+
+
+# ----------------------------------------------------------------------------- edges from mutation gaps
+ONE_TOKEN_VERIFY = case("S5/edge/one-token-vocab", "V = 1: every draft (token 0) is accepted and the bonus is 0; a "
+                        "row with a -1 sentinel after one draft accepts it and pads with -1", ["S5.accept-rule",
+                                                                                            "S5.bonus", "S5.degenerate"])
+
+
+@pytest.mark.parametrize("case", [ONE_TOKEN_VERIFY], ids=case_id)
+def test_S5_one_token_vocabulary(case, require, dspark_device, case_generator):
+    """With one token p = q = 1, so ``u q < p`` holds for every ``u < 1``: the chain accepts
+    every real draft and the bonus is token 0 (exact for any implementation)."""
+    iut = require(ChainVerifier)
+    drafts = torch.tensor([[0, 0], [0, -1]])
+    target, draft_logits = torch.zeros(2, 3, 1), torch.zeros(2, 2, 1)
+    accepted, tokens = _verify(iut, "a one-token vocabulary", dspark_device, drafts, target, draft_logits,
+                               torch.ones(2), torch.full((2,), 1 << 30), generator=case_generator)
+    assert accepted.tolist() == [2, 1] and tokens.tolist() == [[0, 0, 0], [0, 0, -1]], (
+        f"{case.id}: expected accepted [2, 1], tokens [[0, 0, 0], [0, 0, -1]]; got {accepted.tolist()}, "
+        f"{tokens.tolist()}"
+    )
+
+
+SAME_GENERATOR_VERIFY = case("S5/seeded/same-generator-same-result", "two calls with generators of one seed (the "
+                             "global RNG moved in between) accept and emit the same; another seed emits otherwise",
+                             ["S5.streams"])
+
+
+@pytest.mark.parametrize("case", [SAME_GENERATOR_VERIFY], ids=case_id)
+def test_S5_coins_come_from_the_generator(case, require, dspark_device, case_seed):
+    """The contract: the verifier's coins and its correction / bonus draw come from
+    ``generator``. Rows draw from flat laws (V = 64, q = p: every draft accepted, the bonus
+    uniform on 64 tokens), so two independent calls emit the same bonus tokens in all 64
+    rows with probability ``64^-64``."""
+    iut = require(ChainVerifier)
+    rows, l, vocab = 64, 3, 64
+    gen = torch.Generator().manual_seed(case_seed)
+    drafts = torch.randint(vocab, (rows, l), generator=gen)
+    target, draft_logits = torch.zeros(rows, l + 1, vocab), torch.zeros(rows, l, vocab)
+
+    def call(verify_seed: int, global_seed: int):
+        torch.manual_seed(global_seed)
+        generator = torch.Generator(device=dspark_device).manual_seed(verify_seed)
+        return _verify(iut, "generator draws", dspark_device, drafts, target, draft_logits, torch.ones(rows),
+                       torch.full((rows,), 1 << 30), generator=generator)
+
+    seed = derive_seed(case_seed, "verify-generator")
+    first, again, other = call(seed, 1), call(seed, 2), call(seed + 1, 1)
+    for name, a, b in zip(("accepted", "tokens"), first, again):
+        assert torch.equal(a, b), f"{case.id}: generators of seed {seed} gave different {name} (global RNG draws?)"
+    assert not torch.equal(first[1], other[1]), f"{case.id}: seeds {seed} and {seed + 1} emitted the same tokens"
+
+
+SEEDED_POSITION_ZERO = case("S5/seeded/position-zero", "seeded rows at position 0 (the first verify step), with l = 3 "
+                            "and with l = 0 drafts: valid, and they repeat", ["S5.seeded"])
+
+
+@pytest.mark.parametrize("case", [SEEDED_POSITION_ZERO], ids=case_id)
+def test_S5_seeded_rows_at_position_zero(case, require, dspark_device, case_seed):
+    iut = require(ChainVerifier)
+    gen = torch.Generator().manual_seed(case_seed)
+    for l in (3, 0):
+        rows, vocab = 4, 16
+        drafts = torch.randint(vocab, (rows, l), generator=gen)
+        target, draft_logits = torch.randn(rows, l + 1, vocab, generator=gen), torch.randn(rows, l, vocab, generator=gen)
+        seeds, positions = torch.arange(3, 3 + rows), torch.zeros(rows, dtype=torch.int64)
+        args = (iut, dspark_device, drafts, target, draft_logits, torch.ones(rows), torch.full((rows,), vocab),
+                seeds, positions)
+        first, again = _verify_seeded(*args), _verify_seeded(*args)
+        _check_committed(case.id, *first, drafts, vocab)
+        for name, a, b in zip(("accepted", "tokens"), first, again):
+            assert torch.equal(a, b), f"{case.id}: l = {l}: seeded rows at position 0 gave different {name}"
+
+
+FINAL_COIN_NEAR_ONE = case("S5/degenerate/final-coin-near-one", "explicit uniforms: every draft accepted (u = 0), the "
+                           "bonus drawn at u = 1 - 2^-53 from laws whose last token has logit -inf: an id in [0, V) "
+                           "with p > 0, never V and never the masked last token", ["S5.degenerate", "S5.bonus"])
+
+
+@pytest.mark.parametrize("case", [FINAL_COIN_NEAR_ONE], ids=case_id)
+def test_S5_final_coin_near_one_picks_a_live_token(case, require, dspark_device, case_seed):
+    """The float64 CDF of a bonus law may end just below ``1 - 2^-53``; an inverse CDF must
+    still return a token of positive probability (32 random laws: some end below it)."""
+    iut = require(ChainVerifier)
+    rows, vocab = 32, 6
+    gen = torch.Generator().manual_seed(case_seed)
+    target = torch.randn(rows, 2, vocab, generator=gen, dtype=torch.float64).float()
+    target[:, 1, -1] = float("-inf")
+    drafts = target[:, 0].argmax(dim=-1, keepdim=True)  # p(x_1) > 0: accepted at u = 0
+    draft_logits = target[:, :1].clone()
+    accept_u = torch.zeros(rows, 1, dtype=torch.float64)
+    final_u = torch.full((rows,), 1.0 - 2.0 ** -53, dtype=torch.float64)
+    accepted, tokens = _verify_explicit(iut, dspark_device, drafts, target, draft_logits, torch.ones(rows),
+                                        torch.full((rows,), vocab), accept_u, final_u)
+    _check_committed(case.id, accepted, tokens, drafts, vocab)
+    bonus = tokens[:, 1]
+    assert bool((accepted == 1).all()), f"{case.id}: u = 0 must accept every draft, got accepted {accepted.tolist()}"
+    assert bool((bonus < vocab - 1).all()), (
+        f"{case.id}: the bonus at u = 1 - 2^-53 must be a token of positive probability (not {vocab - 1}, logit "
+        f"-inf, nor {vocab}): got {bonus.tolist()}"
+    )

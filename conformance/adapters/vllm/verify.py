@@ -94,9 +94,10 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
     if draft_logits is not None:
         draft = draft_logits.to(torch.float32).contiguous()
         if cache_is_processed(gumbel) and not draft_cached:
-            flat = _apply_temperature(modules, draft.reshape(bs * l, -1), temps,
+            vocab = draft.shape[-1]  # explicit: l = 0 leaves no element to infer it from
+            flat = _apply_temperature(modules, draft.reshape(bs * l, vocab), temps,
                                       identity_mapping(bs, device).repeat_interleave(l))
-            draft = flat.reshape(bs, l, -1)
+            draft = flat.reshape(bs, l, vocab)
     else:
         draft = None
     sampled, num_sampled = modules["rejection"].rejection_sample(
