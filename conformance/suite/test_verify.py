@@ -939,26 +939,34 @@ SAME_GENERATOR_VERIFY = case("S5/seeded/same-generator-same-result", "two calls 
 @pytest.mark.parametrize("case", [SAME_GENERATOR_VERIFY], ids=case_id)
 def test_S5_coins_come_from_the_generator(case, require, dspark_device, case_seed):
     """The contract: the verifier's coins and its correction / bonus draw come from
-    ``generator``. Rows draw from flat laws (V = 64, q = p: every draft accepted, the bonus
-    uniform on 64 tokens), so two independent calls emit the same bonus tokens in all 64
-    rows with probability ``64^-64``."""
+    ``generator``. Two batches: random p and q (the accept coins decide), and flat laws with
+    q = p (every draft accepted, the bonus uniform on 64 tokens), where two independent calls
+    emit the same bonus tokens in all 64 rows with probability ``64^-64``."""
     iut = require(ChainVerifier)
     rows, l, vocab = 64, 3, 64
     gen = torch.Generator().manual_seed(case_seed)
     drafts = torch.randint(vocab, (rows, l), generator=gen)
-    target, draft_logits = torch.zeros(rows, l + 1, vocab), torch.zeros(rows, l, vocab)
+    batches = {"random p and q": (torch.randn(rows, l + 1, vocab, generator=gen),
+                                  torch.randn(rows, l, vocab, generator=gen)),
+               "flat, q = p": (torch.zeros(rows, l + 1, vocab), torch.zeros(rows, l, vocab))}
 
-    def call(verify_seed: int, global_seed: int):
+    def call(batch: str, verify_seed: int, global_seed: int):
         torch.manual_seed(global_seed)
         generator = torch.Generator(device=dspark_device).manual_seed(verify_seed)
-        return _verify(iut, "generator draws", dspark_device, drafts, target, draft_logits, torch.ones(rows),
+        return _verify(iut, "generator draws", dspark_device, drafts, *batches[batch], torch.ones(rows),
                        torch.full((rows,), 1 << 30), generator=generator)
 
     seed = derive_seed(case_seed, "verify-generator")
-    first, again, other = call(seed, 1), call(seed, 2), call(seed + 1, 1)
-    for name, a, b in zip(("accepted", "tokens"), first, again):
-        assert torch.equal(a, b), f"{case.id}: generators of seed {seed} gave different {name} (global RNG draws?)"
-    assert not torch.equal(first[1], other[1]), f"{case.id}: seeds {seed} and {seed + 1} emitted the same tokens"
+    for batch in batches:
+        first, again = call(batch, seed, 1), call(batch, seed, 2)
+        for name, a, b in zip(("accepted", "tokens"), first, again):
+            assert torch.equal(a, b), (
+                f"{case.id}: {batch}: generators of seed {seed} gave different {name} (global RNG draws?)"
+            )
+    flat = "flat, q = p"
+    assert not torch.equal(call(flat, seed, 1)[1], call(flat, seed + 1, 1)[1]), (
+        f"{case.id}: seeds {seed} and {seed + 1} emitted the same tokens"
+    )
 
 
 SEEDED_POSITION_ZERO = case("S5/seeded/position-zero", "seeded rows at position 0 (the first verify step), with l = 3 "
