@@ -924,7 +924,7 @@ def test_S5_one_token_vocabulary(case, require, dspark_device, case_generator):
     drafts = torch.tensor([[0, 0], [0, -1]])
     target, draft_logits = torch.zeros(2, 3, 1), torch.zeros(2, 2, 1)
     accepted, tokens = _verify(iut, "a one-token vocabulary", dspark_device, drafts, target, draft_logits,
-                               torch.ones(2), torch.full((2,), 1 << 30), generator=case_generator)
+                               torch.ones(2), torch.full((2,), TOP_K_OFF), generator=case_generator)
     assert accepted.tolist() == [2, 1] and tokens.tolist() == [[0, 0, 0], [0, 0, -1]], (
         f"{case.id}: expected accepted [2, 1], tokens [[0, 0, 0], [0, 0, -1]]; got {accepted.tolist()}, "
         f"{tokens.tolist()}"
@@ -954,7 +954,7 @@ def test_S5_coins_come_from_the_generator(case, require, dspark_device, case_see
         torch.manual_seed(global_seed)
         generator = torch.Generator(device=dspark_device).manual_seed(verify_seed)
         return _verify(iut, "generator draws", dspark_device, drafts, *batches[batch], torch.ones(rows),
-                       torch.full((rows,), 1 << 30), generator=generator)
+                       torch.full((rows,), TOP_K_OFF), generator=generator)
 
     seed = derive_seed(case_seed, "verify-generator")
     for batch in batches:
