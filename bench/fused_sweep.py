@@ -30,7 +30,7 @@ __all__ = ["CONFIGS", "main"]
 
 VOCAB = 129_280
 BATCHES = (64, 1, 256)
-CONFIGS = tuple(itertools.product((1024, 2048, 4096), (4, 8, 16), (2, 4, 8)))  # tile, warps, programs/SM
+CONFIGS = tuple(itertools.product((512, 1024, 2048), (2, 4, 8), (4, 8, 16)))  # tile, warps, programs/SM
 
 
 def main(argv: list[str] | None = None) -> int:

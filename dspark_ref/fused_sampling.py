@@ -5,10 +5,13 @@ Same law and, with explicit noise, the same token as the untiled race
 ``greedy_argmax``), computed tile by tile as in ``tiled_sampling`` but with the combine
 inside the kernel:
 
-* the grid is ``(B, S)``: program ``(row, s)`` walks its ``ceil(n_tiles / S)`` tiles of one
-  row, keeping a running ``(max, key, index)``: when a tile raises the running maximum
-  ``m`` to ``m'``, the running key becomes ``key * exp(m - m')`` and the tile's key
-  ``tile_key * exp(tile_max - m')`` (the rescale of the module note of ``tiled_sampling``);
+* the grid is ``(B, S)``: program ``(row, s)`` walks its chunk of ``ceil(n_tiles / S)``
+  tiles of one row, and every lane (column modulo ``tile``) keeps its own running
+  ``(max, key, index)``, so the loop has no cross-thread reduction: when an element ``x``
+  raises the lane maximum ``m``, the lane key becomes ``key * exp(m - x)`` and the
+  element's key ``1 / E``; otherwise its key is ``exp(x - m) / E`` (one ``exp`` per
+  element either way). After the loop the lanes are rescaled to the program maximum,
+  ``key * exp(m_lane - max)`` (the rescale of the module note of ``tiled_sampling``);
 * each program stores its partial and increments its row's counter (an acquire-release
   atomic); the program that sees the count reach ``S`` rescales the ``S`` partials to the
   row maximum, ``key * exp(max_s - global_max)``, writes the winner and resets the counter.
@@ -17,33 +20,43 @@ inside the kernel:
 
 Noise: explicit (``noise [B, V]`` float32, read once), or counter-based: Philox-4x32-10
 keyed by ``rng_state[0]`` (the seed) on the counter ``(column / 4, row, call)`` with
-``call = rng_state[1]``; ``E = -log(u)``, ``u = (r >> 8 + 1/2) / 2^24`` in ``(0, 1)`` (never 0
-or 1, so ``E`` is finite and ``> 0``). The last program of a launch increments
-``rng_state[1]``, on the device: a CUDA-graph replay therefore draws fresh noise (SPEC S3
-"fresh noise", also under replay), and no host value enters the kernel. The law of ``E``
-differs from Exp(1) only by the 24-bit grid of ``u`` (total variation below ``2^-23``).
+``call = rng_state[1]``. A 32-bit draw ``r`` gives ``v = (r + 1/2) 2^-32`` (float32, at most
+``1 - 2^-24``), the complement of a uniform, and ``E = -log1p(-v)`` (Goldberg's
+``log1p(y) = log(1 + y) y / ((1 + y) - 1)``, with libdevice's ``logf`` on the GPU): small ``E``,
+the values that make a token win, keep float32's relative precision (``E ~ v`` down to
+``2^-33``), so ``E`` is finite, ``> 0`` and equal in law to Exp(1) up to a relative rounding of
+a few ``2^-24``. (Until session 10 the kernel used ``u = (r >> 8 + 1/2) 2^-24`` and ``-log u``:
+the float32 sum rounds ``2^24 - 1/2`` up to ``2^24``, so ``u = 1`` and ``E = 0`` with
+probability ``2^-24`` per element, an infinite key won by a uniform token in ``V / 2^24`` of
+the rows: the TV of 0.007-0.009 at ``V`` = 129,280 / 151,936 measured on the H200.) The last
+program of a launch increments ``rng_state[1]``, on the device: a CUDA-graph replay therefore
+draws fresh noise (SPEC S3 "fresh noise", also under replay), and no host value enters the
+kernel.
 
 Rounding bound (SPEC S0), the explicit-noise path against the untiled float32 keys: the
-tile keys are the same expressions as ``tiled_sampling``; the running rescale multiplies a
-key by at most ``t = ceil(n_tiles / S) + 1`` rounded factors ``exp(a_i)``. Each factor costs
-at most ``2`` ulp (libdevice ``expf``) plus ``1/2`` ulp (the product), and the rounding of
-the arguments ``a_i = m_i - m_{i+1}`` sums to at most ``2^-24 * |m_0 - m_t| <= 2^-24 * 104``
-(below ``-104`` the float32 ``exp`` is 0 anyway). So the rescale adds to a key a relative
-error below ``2.5 * t * 2^-23 + 104 * 2^-24 <= 3.0e-7 * t + 6.2e-6``: ``< 3e-5`` for
-``t <= 76`` (``V = 151,936`` at the default tile 2048, even with ``S = 1``) and ``< 1e-4``
-for ``t <= 300`` (tile 512), a Gumbel-score gap below the ``1e-4`` near-tie margin of
-``tests/test_tiled_sampling.py`` and far below the ``1e-3`` relative margin of the S3 exact
-cases. Outside such near-ties the token is exactly the untiled one. Greedy rows compare the float32 ``L`` themselves: exactly
-``greedy_argmax`` (lowest index among ties).
+scaled logits are the same expression (``L / T`` rounded to nearest); a key is one
+``exp`` of a rounded difference of scaled logits divided by ``E`` (a ``2``-ulp division),
+then multiplied by at most ``t = ceil(n_tiles / S) + 2`` rounded factors ``exp(a_i)``
+(one per rise of its lane maximum, then lane to program, program to row). Each factor and
+the key's own ``exp`` cost at most ``2`` ulp (libdevice ``expf``) plus ``1/2`` ulp (the
+product), and the rounding of the arguments sums to at most ``2^-24 * 2 * 104`` (a key
+whose argument falls below ``-104`` is 0 in float32, as in the untiled race). So a key's
+relative error is below ``2.5 * (t + 2) * 2^-23 + 208 * 2^-24 <= 3.0e-7 * t + 1.3e-5``. The
+launch keeps ``t <= 258`` (``S >= n_tiles / 256``): the error stays below ``1e-4``, the
+near-tie margin of ``tests/test_tiled_sampling.py``, and far below the ``1e-3`` relative
+margin of the S3 exact cases. Outside such near-ties the token is exactly the untiled one.
+Greedy rows compare the float32 ``L`` themselves: exactly ``greedy_argmax`` (lowest index
+among ties).
 
 Value checks: the kernel flags NaN / +inf logits, all ``-inf`` rows, bad noise and bad
 temperatures in a device word; an eager call reads that word once (one host sync) and on a
 flag re-runs the ``sampling`` checks to raise their message. While a CUDA graph is being
 captured nothing is read (as in ``sampling``).
 
-Workspace: one zero-filled int32 buffer per device (row counters, a launch counter, the
-flag word) that every launch leaves zeroed; calls on one device must therefore be ordered
-on one stream (an engine's step is), not run concurrently from two streams.
+Workspace: one zero-filled int32 buffer per device (the flag word, a launch counter, row
+counters) that every launch leaves zeroed, and one scratch buffer of partials; calls on one
+device must therefore be ordered on one stream (an engine's step is), not run concurrently
+from two streams. Outgrown buffers are kept alive, since a captured graph may use them.
 
 Backends: CUDA tensors, or CPU tensors when the kernel was built under
 ``TRITON_INTERPRET=1`` (:data:`KERNEL_INTERPRETED`).
@@ -53,6 +66,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -75,6 +89,7 @@ KERNEL_INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") =
 _MIN_TILE = 16
 _MAX_TILE = 2048  # the default tile at production vocabularies
 _PROGRAMS_PER_SM = 4  # programs a launch aims to keep per SM (grid B * S)
+_MAX_TILES_PER_PROGRAM = 256  # bounds the rescales of a lane key (module note)
 _INTERPRETED_PROGRAMS = 8  # the interpreter's stand-in for the GPU's program count
 # Bits of the kernel's value-check word: 1 NaN/+inf logit, 2 all -inf row, 4 bad noise,
 # 8 bad temperature (any bit: the host re-runs the sampling checks for the message).
@@ -83,93 +98,114 @@ _INTERPRETED_PROGRAMS = 8  # the interpreter's stand-in for the GPU's program co
 if triton is not None:
 
     @triton.jit
+    def _log(x, LIBDEVICE: tl.constexpr):
+        # tl.log is lg2.approx on the GPU (absolute error ~2^-22 near 1): libdevice's logf there.
+        if LIBDEVICE:
+            return libdevice.log(x)
+        else:
+            return tl.log(x)
+
+    @triton.jit
+    def _exp(x, LIBDEVICE: tl.constexpr):
+        if LIBDEVICE:
+            return libdevice.exp(x)
+        else:
+            return tl.exp(x)
+
+    @triton.jit
+    def _exponential_from_bits(bits, LIBDEVICE: tl.constexpr):
+        """uint32 draws -> float32 Exp(1): ``E = -log1p(-v)``, ``v = (r + 1/2) 2^-32`` (module note)."""
+        v = tl.minimum((bits.to(tl.float32) + 0.5) * 2.3283064365386963e-10, 0.99999994)  # 1 - 2^-24
+        w = 1.0 - v
+        return tl.where(w == 1.0, v, -_log(w, LIBDEVICE) * (v / (1.0 - w)))
+
+    @triton.jit
     def _fused_race_kernel(
         logits_ptr, temps_ptr, greedy_ptr, noise_ptr, rng_ptr,
         part_max_ptr, part_key_ptr, part_idx_ptr, sync_ptr, out_ptr,
-        rows, vocab_size, n_tiles, tiles_per_program, splits,
-        logits_row_stride, noise_row_stride,
-        TILE: tl.constexpr, SPLITS_POW2: tl.constexpr, COUNTER_NOISE: tl.constexpr,
-        LIBDEVICE_EXP: tl.constexpr,
+        rows, vocab_size, chunk, splits, logits_row_stride, noise_row_stride,
+        BLOCK: tl.constexpr, SPLITS_POW2: tl.constexpr, COUNTER_NOISE: tl.constexpr,
+        HAS_GREEDY: tl.constexpr, LIBDEVICE: tl.constexpr,
     ):
-        """Program (row, split): its tiles' running race, then the row combine (module note).
-
-        ``sync_ptr``: int32 ``[2 + rows]``: the flag word, the launch counter, row counters.
-        """
+        """Program (row, split): the lane-wise running race over its chunk, then the row
+        combine (module note). ``sync_ptr``: int32 ``[2 + rows]``: the flag word, the launch
+        counter, row counters; ``part_*``: ``[rows * splits]`` partials."""
         row = tl.program_id(0).to(tl.int64)
         split = tl.program_id(1)
-        greedy = tl.load(greedy_ptr + row) != 0
+        if HAS_GREEDY:
+            greedy = tl.load(greedy_ptr + row) != 0
+        else:
+            greedy = False
         raw_temperature = tl.load(temps_ptr + row)
         bad_temperature = (raw_temperature != raw_temperature) | (raw_temperature < 0.0)
         bad_temperature = bad_temperature | (raw_temperature == float("inf"))
-        temperature = tl.where(greedy, 1.0, tl.maximum(raw_temperature, 1e-5))
-        if COUNTER_NOISE:
-            seed = tl.load(rng_ptr)
-            call = tl.load(rng_ptr + 1)
-            call_lo = (call & 0xFFFFFFFF).to(tl.uint32)
-            call_hi = ((call >> 32) & 0xFFFFFFFF).to(tl.uint32)
-        run_max = tl.max(tl.full([2], -float("inf"), tl.float32), axis=0)
-        run_key = tl.where(greedy, run_max, -1.0)  # -1: the key of a zero-probability token
-        run_idx = tl.min(tl.full([2], vocab_size, tl.int32), axis=0)
-        flags = tl.min(tl.full([2], 0, tl.int32), axis=0)
-        first = split * tiles_per_program
-        last = tl.minimum(first + tiles_per_program, n_tiles)
-        for tile in range(first, last):
-            cols = tile * TILE + tl.arange(0, TILE)
-            in_vocab = cols < vocab_size
-            logits = tl.load(logits_ptr + row * logits_row_stride + cols, mask=in_vocab, other=-float("inf"))
-            logits = logits.to(tl.float32)
-            bad = (logits != logits) | (logits == float("inf"))
-            flags = flags | tl.where(tl.max(bad.to(tl.int32), axis=0) > 0, 1, 0)
-            scaled = tl.math.div_rn(logits, temperature)
-            tile_max = tl.max(scaled, axis=0)
-            shifted = scaled - tl.where(tile_max > -float("inf"), tile_max, 0.0)
-            if LIBDEVICE_EXP:
-                weight = libdevice.exp(shifted)
-            else:
-                weight = tl.exp(shifted)
+        temperature = tl.maximum(raw_temperature, 1e-5)
+        lanes = tl.arange(0, BLOCK)
+        run_max = tl.full([BLOCK], -float("inf"), tl.float32)
+        run_idx = tl.full([BLOCK], vocab_size, tl.int32)
+        flags = tl.zeros([BLOCK], tl.int32)
+        start = split * chunk
+        stop = tl.minimum(start + chunk, vocab_size)
+        logits_row = logits_ptr + row * logits_row_stride
+        if greedy:  # the argmax of L itself; strict > keeps a lane's lowest index
+            run_key = tl.full([BLOCK], -float("inf"), tl.float32)
+            for base in range(start, stop, BLOCK):
+                cols = base + lanes
+                logits = tl.load(logits_row + cols, mask=cols < vocab_size, other=-float("inf")).to(tl.float32)
+                flags = flags | tl.where((logits != logits) | (logits == float("inf")), 1, 0)
+                take = logits > run_key
+                run_key = tl.where(take, logits, run_key)
+                run_idx = tl.where(take, cols, run_idx)
+            run_max = run_key
+        else:
+            run_key = tl.full([BLOCK], -1.0, tl.float32)  # -1: the key of a zero-probability token
             if COUNTER_NOISE:
-                quarter = tile * (TILE // 4) + tl.arange(0, TILE // 4)
-                zero = tl.zeros([TILE // 4], tl.uint32)
-                r0, r1, r2, r3 = tl.philox(seed, quarter.to(tl.uint32), zero + row.to(tl.uint32),
-                                           zero + call_lo, zero + call_hi)
-                bits = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), [TILE])
-                uniform = ((bits >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
-                noise = -tl.log(uniform)
-                key = tl.where(weight > 0, weight / noise, -1.0)
-            else:
-                noise = tl.load(noise_ptr + row * noise_row_stride + cols, mask=in_vocab, other=1.0)
-                bad_noise = (noise != noise) | (noise < 0.0) | (noise == float("inf"))
-                flags = flags | tl.where(tl.max(bad_noise.to(tl.int32), axis=0) > 0, 4, 0)
-                key = tl.where(weight > 0, tl.math.div_rn(weight, noise), -1.0)
-            key = tl.where(greedy, scaled, key)
-            tile_key = tl.max(key, axis=0)
-            tile_idx = tl.min(tl.where(key == tile_key, cols, vocab_size + TILE), axis=0)
-            new_max = tl.maximum(run_max, tile_max)
-            # -inf arguments where a maximum is -inf (no -inf - -inf): the scale is then 0.
-            old_arg = tl.where(run_max > -float("inf"), run_max - new_max, -float("inf"))
-            new_arg = tl.where(tile_max > -float("inf"), tile_max - new_max, -float("inf"))
-            if LIBDEVICE_EXP:
-                old_scale = libdevice.exp(old_arg)
-                new_scale = libdevice.exp(new_arg)
-            else:
-                old_scale = tl.exp(old_arg)
-                new_scale = tl.exp(new_arg)
-            # A zero scale is a probability underflowing to 0: key -1, also for an inf key (E = 0).
-            old = tl.where(greedy, run_key,
-                           tl.where((run_key >= 0.0) & (old_scale > 0.0), run_key * old_scale, -1.0))
-            new = tl.where(greedy, tile_key,
-                           tl.where((tile_key >= 0.0) & (new_scale > 0.0), tile_key * new_scale, -1.0))
-            take = new > old  # ties keep the earlier tile: the lower index
-            run_key = tl.where(take, new, old)
-            run_idx = tl.where(take, tile_idx, run_idx)
-            run_max = new_max
-        flags = flags | tl.where(bad_temperature & (split == 0), 8, 0)
+                seed = tl.load(rng_ptr)
+                call = tl.load(rng_ptr + 1)
+                call_lo = (call & 0xFFFFFFFF).to(tl.uint32)
+                call_hi = ((call >> 32) & 0xFFFFFFFF).to(tl.uint32)
+                zero = tl.zeros([BLOCK // 4], tl.uint32)
+            for base in range(start, stop, BLOCK):
+                cols = base + lanes
+                in_vocab = cols < vocab_size
+                logits = tl.load(logits_row + cols, mask=in_vocab, other=-float("inf")).to(tl.float32)
+                flags = flags | tl.where((logits != logits) | (logits == float("inf")), 1, 0)
+                scaled = tl.math.div_rn(logits, temperature)
+                if COUNTER_NOISE:
+                    quarter = (base // 4 + tl.arange(0, BLOCK // 4)).to(tl.uint32)
+                    r0, r1, r2, r3 = tl.philox(seed, quarter, zero + row.to(tl.uint32), zero + call_lo, zero + call_hi)
+                    bits = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), [BLOCK])
+                    noise = _exponential_from_bits(bits, LIBDEVICE)
+                else:
+                    noise = tl.load(noise_ptr + row * noise_row_stride + cols, mask=in_vocab, other=1.0)
+                    flags = flags | tl.where(~(noise >= 0.0) | (noise == float("inf")), 4, 0)
+                # Lane running race: a rise of the lane maximum rescales its key by exp(m - x).
+                rise = scaled > run_max
+                factor = _exp(-tl.abs(scaled - run_max), LIBDEVICE)  # NaN only for -inf - -inf: weight 0
+                weight = tl.where(rise, 1.0, factor)
+                key = tl.where(weight > 0.0, weight / noise, -1.0)
+                kept = tl.where(rise, tl.where((run_key >= 0.0) & (factor > 0.0), run_key * factor, -1.0), run_key)
+                take = key > kept  # ties keep the lane's earlier, lower index
+                run_key = tl.where(take, key, kept)
+                run_idx = tl.where(take, cols, run_idx)
+                run_max = tl.maximum(run_max, scaled)
+        # The program's combine over lanes: rescale every lane to the program maximum.
+        part_max = tl.max(run_max, axis=0)
+        if greedy:
+            lane_key = run_key
+        else:
+            arg = tl.where(run_max > -float("inf"), run_max - part_max, -float("inf"))
+            scale = _exp(arg, LIBDEVICE)
+            lane_key = tl.where((run_key >= 0.0) & (scale > 0.0), run_key * scale, -1.0)
+        part_key = tl.max(lane_key, axis=0)
+        part_idx = tl.min(tl.where(lane_key == part_key, run_idx, vocab_size), axis=0)
+        flag_word = tl.max(flags, axis=0) | tl.where(bad_temperature & (split == 0), 8, 0)
+        if flag_word != 0:
+            tl.atomic_or(sync_ptr, flag_word)
         part = row * splits + split
-        tl.store(part_max_ptr + part, run_max)
-        tl.store(part_key_ptr + part, run_key)
-        tl.store(part_idx_ptr + part, run_idx)
-        if flags != 0:
-            tl.atomic_or(sync_ptr, flags)
+        tl.store(part_max_ptr + part, part_max)
+        tl.store(part_key_ptr + part, part_key)
+        tl.store(part_idx_ptr + part, part_idx)
         arrived = tl.atomic_add(sync_ptr + 2 + row, 1, sem="acq_rel")
         if arrived == splits - 1:  # the last of the row's programs: combine
             s = tl.arange(0, SPLITS_POW2)
@@ -178,12 +214,12 @@ if triton is not None:
             keys = tl.load(part_key_ptr + row * splits + s, mask=here, other=-float("inf"), cache_modifier=".cg")
             idx = tl.load(part_idx_ptr + row * splits + s, mask=here, other=vocab_size, cache_modifier=".cg")
             global_max = tl.max(maxima, axis=0)
-            arg = tl.where(maxima > -float("inf"), maxima - global_max, -float("inf"))
-            if LIBDEVICE_EXP:
-                scale = libdevice.exp(arg)
+            if greedy:
+                rescaled = keys
             else:
-                scale = tl.exp(arg)
-            rescaled = tl.where(greedy, keys, tl.where((keys >= 0.0) & (scale > 0.0), keys * scale, -1.0))
+                arg = tl.where(maxima > -float("inf"), maxima - global_max, -float("inf"))
+                scale = _exp(arg, LIBDEVICE)
+                rescaled = tl.where((keys >= 0.0) & (scale > 0.0), keys * scale, -1.0)
             rescaled = tl.where(here, rescaled, -float("inf"))
             best = tl.max(rescaled, axis=0)
             winner = tl.min(tl.where(rescaled == best, idx, vocab_size), axis=0)
@@ -198,17 +234,43 @@ if triton is not None:
                     tl.store(rng_ptr + 1, call + 1)
 
 
-_WORKSPACES: dict[torch.device, torch.Tensor] = {}
+class _Workspace(NamedTuple):
+    sync: torch.Tensor  # int32 [>= 2 + rows]: flag word, launch counter, row counters
+    part_max: torch.Tensor  # float32 [rows * splits]
+    part_key: torch.Tensor  # float32 [rows * splits]
+    part_idx: torch.Tensor  # int32 [rows * splits]
+    flag: torch.Tensor  # sync[0], the value-check word (a 0-d view, read by eager calls)
 
 
-def _workspace(device: torch.device, rows: int) -> torch.Tensor:
-    """The device's zeroed int32 sync buffer ``[flags, launch counter, row counters...]``,
-    at least ``2 + rows`` long (module note)."""
-    buffer = _WORKSPACES.get(device)
-    if buffer is None or buffer.numel() < rows + 2:
-        buffer = torch.zeros(max(rows + 2, 258), dtype=torch.int32, device=device)
-        _WORKSPACES[device] = buffer
+_SYNC: dict[torch.device, torch.Tensor] = {}  # int32, zero between launches
+_PARTIALS: dict[torch.device, torch.Tensor] = {}  # int32, scratch
+_RETIRED: list[torch.Tensor] = []  # outgrown buffers: a captured CUDA graph may still use them
+_VIEWS: dict[tuple[torch.device, int, int], _Workspace] = {}
+
+
+def _grown(cache: dict[torch.device, torch.Tensor], device: torch.device, need: int) -> torch.Tensor:
+    buffer = cache.get(device)
+    if buffer is None or buffer.numel() < need:
+        if buffer is not None:
+            _RETIRED.append(buffer)
+        buffer = torch.zeros(max(need, 1 << 12), dtype=torch.int32, device=device)
+        cache[device] = buffer
+        for key in [k for k in _VIEWS if k[0] == device]:
+            del _VIEWS[key]
     return buffer
+
+
+def _workspace(device: torch.device, rows: int, splits: int) -> _Workspace:
+    """The device's sync words (zero-filled; every launch leaves them zeroed) and partials
+    (module note), cached per ``(device, rows, splits)`` so that an eager call allocates
+    only its output. Outgrown buffers stay alive: a captured graph may hold them."""
+    views = _VIEWS.get((device, rows, splits))
+    if views is None:
+        sync = _grown(_SYNC, device, 2 + rows)
+        parts = _grown(_PARTIALS, device, 3 * rows * splits)[:3 * rows * splits].view(3, rows * splits)
+        views = _Workspace(sync, parts[0].view(torch.float32), parts[1].view(torch.float32), parts[2], sync[0])
+        _VIEWS[(device, rows, splits)] = views
+    return views
 
 
 @functools.lru_cache(maxsize=None)
@@ -337,30 +399,28 @@ def fused_exponential_race(
         logits = logits.contiguous()
     if noise is not None and noise.stride(1) != 1:
         noise = noise.contiguous()
-    if greedy_mask is None:
-        greedy_mask = torch.zeros(rows, dtype=torch.bool, device=device)
     n_tiles = -(-vocab // tile)
     splits = splits_for(rows, vocab, tile, device) if splits is None else min(splits, n_tiles)
+    splits = max(splits, -(-n_tiles // _MAX_TILES_PER_PROGRAM))  # the rounding bound's t (module note)
     per_program = -(-n_tiles // splits)
     splits = -(-n_tiles // per_program)
-    part_max = torch.empty(rows, splits, dtype=torch.float32, device=device)
-    part_key = torch.empty_like(part_max)
-    part_idx = torch.empty(rows, splits, dtype=torch.int32, device=device)
+    work = _workspace(device, rows, splits)
     out = torch.empty(rows, dtype=torch.int64, device=device)
-    sync = _workspace(device, rows)
     counter_noise = noise is None
+    if temperatures.dtype != torch.float32:
+        temperatures = temperatures.to(torch.float32)
     _fused_race_kernel[(rows, splits)](
-        logits, temperatures.to(torch.float32), greedy_mask.view(torch.int8),
-        logits if counter_noise else noise, rng_state if counter_noise else sync,
-        part_max, part_key, part_idx, sync, out,
-        rows, vocab, n_tiles, per_program, splits,
+        logits, temperatures, logits if greedy_mask is None else greedy_mask.view(torch.int8),
+        logits if counter_noise else noise, rng_state if counter_noise else work.sync,
+        work.part_max, work.part_key, work.part_idx, work.sync, out,
+        rows, vocab, per_program * tile, splits,
         logits.stride(0), 0 if counter_noise else noise.stride(0),
-        TILE=tile, SPLITS_POW2=triton.next_power_of_2(splits), COUNTER_NOISE=counter_noise,
-        LIBDEVICE_EXP=not KERNEL_INTERPRETED, num_warps=num_warps or max(1, min(8, tile // 256)),
+        BLOCK=tile, SPLITS_POW2=triton.next_power_of_2(splits), COUNTER_NOISE=counter_noise,
+        HAS_GREEDY=greedy_mask is not None, LIBDEVICE=not KERNEL_INTERPRETED,
+        num_warps=num_warps or max(1, min(8, tile // 256)),
     )
     if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-        flag_word = sync[0]
-        if int(flag_word) != 0:
-            flag_word.zero_()
+        if int(work.flag) != 0:
+            work.flag.zero_()
             _raise_flagged(logits, temperatures, noise)
     return out

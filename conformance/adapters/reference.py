@@ -65,8 +65,8 @@ def _fused(logits: torch.Tensor) -> bool:
 class StepSampler:
     """SPEC S3 through :func:`dspark_ref.sampling.sample_step` (fresh noise per call), or on
     CUDA :func:`dspark_ref.fused_sampling.fused_exponential_race` on Exp(1) noise drawn from
-    ``generator`` on every call (not the kernel's counter noise: biased on the H200 at large V,
-    docs/performance.md). ``steps``: the race's steps, a
+    ``generator`` on every call (not the kernel's counter noise: the contract's draws come from
+    ``generator``, so a seed reproduces a run on any backend). ``steps``: the race's steps, a
     :class:`dspark_ref.sampling.RaceSteps` (None: the SPEC step; a subclass runs in torch)."""
 
     def __init__(self, steps: RaceSteps | None = None) -> None:
