@@ -6,7 +6,7 @@
 #   CI/h200_perf.sh OUTDIR
 #
 # Environment: PYTHON (default python3; torch with CUDA, triton, scipy, pytest, xdist,
-# hypothesis), SGLANG_PATH (a directory holding sglang/, e.g. the unpacked
+# hypothesis), SGLANG_PATH (a directory holding sglang/ and msgspec/ for the device's Python, e.g. the unpacked
 # pkgs/sglang-0.5.23; unset or missing: the SGLang bench columns and tier are skipped),
 # WORKERS (xdist workers of the tier runs, default 4). Runs from the checkout's root.
 # Writes to OUTDIR: bench_step.json (+ .txt; ratios in bench_ratios.md), gpu_tier_reference/

@@ -87,8 +87,8 @@ __all__ = ["KERNEL_INTERPRETED", "fused_exponential_race", "philox_state", "spli
 KERNEL_INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") == "1"
 
 _MIN_TILE = 16
-_MAX_TILE = 2048  # the default tile at production vocabularies
-_PROGRAMS_PER_SM = 4  # programs a launch aims to keep per SM (grid B * S)
+_DEFAULT_TILE = 512  # the largest default tile (H200 sweep, docs/performance.md)
+_PROGRAMS_PER_SM = 16  # programs a launch aims to keep per SM (grid B * S; the same sweep)
 _MAX_TILES_PER_PROGRAM = 256  # bounds the rescales of a lane key (module note)
 _INTERPRETED_PROGRAMS = 8  # the interpreter's stand-in for the GPU's program count
 # Bits of the kernel's value-check word: 1 NaN/+inf logit, 2 all -inf row, 4 bad noise,
@@ -147,6 +147,12 @@ if triton is not None:
         start = split * chunk
         stop = tl.minimum(start + chunk, vocab_size)
         logits_row = logits_ptr + row * logits_row_stride
+        if COUNTER_NOISE:  # before the greedy branch: the last program advances `call` either way
+            seed = tl.load(rng_ptr)
+            call = tl.load(rng_ptr + 1)
+            call_lo = (call & 0xFFFFFFFF).to(tl.uint32)
+            call_hi = ((call >> 32) & 0xFFFFFFFF).to(tl.uint32)
+            zero = tl.zeros([BLOCK // 4], tl.uint32)
         if greedy:  # the argmax of L itself; strict > keeps a lane's lowest index
             run_key = tl.full([BLOCK], -float("inf"), tl.float32)
             for base in range(start, stop, BLOCK):
@@ -159,12 +165,6 @@ if triton is not None:
             run_max = run_key
         else:
             run_key = tl.full([BLOCK], -1.0, tl.float32)  # -1: the key of a zero-probability token
-            if COUNTER_NOISE:
-                seed = tl.load(rng_ptr)
-                call = tl.load(rng_ptr + 1)
-                call_lo = (call & 0xFFFFFFFF).to(tl.uint32)
-                call_hi = ((call >> 32) & 0xFFFFFFFF).to(tl.uint32)
-                zero = tl.zeros([BLOCK // 4], tl.uint32)
             for base in range(start, stop, BLOCK):
                 cols = base + lanes
                 in_vocab = cols < vocab_size
@@ -279,7 +279,7 @@ def _sm_count(index: int) -> int:
 
 
 def splits_for(rows: int, vocab_size: int, tile: int, device: torch.device) -> int:
-    """Programs per row ``S``: enough for ``rows * S`` to reach ``4 x SM count`` programs
+    """Programs per row ``S``: enough for ``rows * S`` to reach ``16 x SM count`` programs
     (the interpreter: 8), at most one per tile, then trimmed so none is left without a
     tile. Returns an int in ``[1, ceil(vocab_size / tile)]``."""
     n_tiles = -(-vocab_size // tile)
@@ -369,9 +369,9 @@ def fused_exponential_race(
         rng_state: int64 ``[2]`` from :func:`philox_state` (counter noise; advanced in place).
         greedy_mask: optional ``[B]`` bool; True rows take the argmax of ``L`` (lowest index).
         tile: columns per tile, a power of two ``>= 16`` (default: ``V`` rounded up to a
-            power of two, within ``[16, 2048]``).
+            power of two, within ``[16, 512]``).
         splits: programs per row (default :func:`splits_for`).
-        num_warps: warps per program (default ``tile / 256`` within ``[1, 8]``); ``splits``,
+        num_warps: warps per program (default ``tile / 128`` within ``[1, 8]``); ``splits``,
             ``tile`` and ``num_warps`` change the speed, never the law (the token only within
             the rounding bound of the module note).
 
@@ -391,7 +391,7 @@ def fused_exponential_race(
         tensor([2])
     """
     if tile is None and isinstance(logits, torch.Tensor) and logits.ndim == 2:
-        tile = min(_MAX_TILE, max(_MIN_TILE, 1 << max(0, logits.shape[1] - 1).bit_length()))
+        tile = min(_DEFAULT_TILE, max(_MIN_TILE, 1 << max(0, logits.shape[1] - 1).bit_length()))
     _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, splits, num_warps)
     rows, vocab = logits.shape
     device = logits.device
@@ -417,7 +417,7 @@ def fused_exponential_race(
         logits.stride(0), 0 if counter_noise else noise.stride(0),
         BLOCK=tile, SPLITS_POW2=triton.next_power_of_2(splits), COUNTER_NOISE=counter_noise,
         HAS_GREEDY=greedy_mask is not None, LIBDEVICE=not KERNEL_INTERPRETED,
-        num_warps=num_warps or max(1, min(8, tile // 256)),
+        num_warps=num_warps or max(1, min(8, tile // 128)),
     )
     if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         if int(work.flag) != 0:
