@@ -1,5 +1,6 @@
 """The mutation driver's pure parts (CI/mutation/, issue 17): the decorator rewrite keeps
-behaviour, and the merge counts baseline survivors, gaps closed on re-check and the score."""
+behaviour, and the merge counts baseline survivors, gaps closed on re-check and the score
+(a function changed since an earlier run starting over)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,34 @@ def test_summarise_counts_gaps_closed_and_equivalents():
             s["gap_closed"], s["untriaged"], s["no_tests"]) == (6, 2, 1, 2, 1, 1, 1, 1)
     assert s["non_equivalent"] == 4 and s["score"] == 0.75 and s["score_baseline"] == 0.5
     assert [r[0] for r in rows["m"]] == ["c", "d", "e", "f"]
+
+
+def _diff(line: str) -> str:
+    return f"--- p\n+++ p\n@@ -1 +1 @@\n-    x = 1\n+    {line}"
+
+
+def test_a_function_changed_since_an_earlier_run_starts_over():
+    """mutmut numbers a function's mutants afresh, so after a source change ``f__mutmut_1``
+    names another mutant: a run whose diff of it differs from the earlier one drops the
+    earlier records of every mutant of ``f`` (they become that run's), and of ``f`` only."""
+    old = _result({"m.x_f__mutmut_1": "survived", "m.x_f__mutmut_2": "killed", "m.x_f__mutmut_3": "killed",
+                   "m.x_g__mutmut_1": "killed"})
+    old["diffs"] = {"m.x_f__mutmut_1": _diff("x = 2")}
+    new = _result({"m.x_f__mutmut_1": "survived", "m.x_f__mutmut_2": "survived"})
+    new["diffs"] = {"m.x_f__mutmut_1": _diff("x = None"), "m.x_f__mutmut_2": _diff("x = 2")}
+    first, last, diffs = merge.records([old, new])
+    assert first == {"m.x_f__mutmut_1": ("m", "survived"), "m.x_f__mutmut_2": ("m", "survived"),
+                     "m.x_g__mutmut_1": ("m", "killed")}
+    assert diffs == new["diffs"] and last["m.x_f__mutmut_2"] == "survived"
+    same = _result({"m.x_f__mutmut_1": "killed"})
+    same["diffs"] = {}
+    recheck = _result({"m.x_f__mutmut_2": "killed"})
+    recheck["diffs"] = {}
+    first, last, _ = merge.records([old, same, recheck])  # no differing diff: nothing starts over
+    assert first["m.x_f__mutmut_1"] == ("m", "survived") and first["m.x_f__mutmut_3"] == ("m", "killed")
+    assert last["m.x_f__mutmut_1"] == "killed" and first["m.x_f__mutmut_2"] == ("m", "killed")
+    summary, _ = merge.summarise([old, new], {})
+    assert summary["m"]["mutants"] == 3 and summary["m"]["untriaged"] == 2
 
 
 def test_every_suite_file_runs_with_the_modules_of_its_sections():

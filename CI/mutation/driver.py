@@ -353,12 +353,10 @@ def _unchanged_since_triage(module: str, current: dict[str, str], docs: Path) ->
     """The mutants of ``module`` the recorded runs (``docs / "raw"``) saw, in functions whose
     recorded survivors still have the same changes: a mutant of a function added, or changed,
     since the triage has no verdict to hold the sample to."""
-    recorded_status: dict[str, str] = {}
-    recorded_diffs: dict[str, str] = {}
-    for path in sorted((docs / "raw").glob(f"*/{module}.*.json")):
-        run = json.loads(path.read_text())
-        recorded_status.update(run["status"])
-        recorded_diffs.update(run["diffs"])
+    from merge import records  # CI/mutation/merge.py: a function a later run saw changed starts over
+
+    runs = [json.loads(path.read_text()) for path in sorted((docs / "raw").glob(f"*/{module}.*.json"))]
+    recorded_status, _, recorded_diffs = records(runs)
     changed = {_function_of(n) for n, diff in recorded_diffs.items()
                if n in current and triage_key(n, current[n]) != triage_key(n, diff)}
     return sorted(n for n in current if n in recorded_status and _function_of(n) not in changed)

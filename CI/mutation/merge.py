@@ -60,16 +60,47 @@ def _result_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def summarise(results: list[dict], triage: dict) -> tuple[dict, dict]:
-    """Per-module counts and per-module survivor rows from result records (in run order)."""
-    first, last, meta, diffs = {}, {}, {}, {}
+def _function_of(name: str) -> str:
+    """``dspark_ref.m.x_f__mutmut_3`` -> ``dspark_ref.m.x_f``."""
+    return name.rpartition("__mutmut_")[0]
+
+
+def _changed_lines(diff: str) -> list[str]:
+    return [line for line in diff.splitlines()[3:] if line[:1] in "+-"]
+
+
+def records(results: list[dict]) -> tuple[dict, dict, dict]:
+    """``(first, last, diffs)`` of result records in run order: each mutant's first status
+    (``(module, status)``, its baseline), last status, and first recorded diff.
+
+    A run whose diff of a mutant differs from the one recorded earlier saw that function's
+    source changed since (mutmut numbers a function's mutants afresh, so the same name is a
+    different mutant): the earlier records of EVERY mutant of that function are dropped, and
+    this run's become their baseline (a function re-run after a change starts over).
+    """
+    first, last, diffs = {}, {}, {}
     for r in results:
-        meta.setdefault(r["module"], r)
+        mine = r.get("diffs", {})
+        changed = {_function_of(n) for n, d in mine.items()
+                   if n in diffs and _changed_lines(d) != _changed_lines(diffs[n])}
+        for table in (first, last, diffs) if changed else ():
+            for n in [n for n in table if _function_of(n) in changed]:
+                del table[n]
         for name, status in r["status"].items():
             first.setdefault(name, (r["module"], status))
             last[name] = status
-            if name in r.get("diffs", {}):
-                diffs.setdefault(name, r["diffs"][name])
+            if name in mine:
+                diffs.setdefault(name, mine[name])
+    return first, last, diffs
+
+
+def summarise(results: list[dict], triage: dict) -> tuple[dict, dict]:
+    """Per-module counts and per-module survivor rows from result records (in run order;
+    :func:`records` drops the records of a function that a later run saw changed)."""
+    meta = {}
+    for r in results:
+        meta.setdefault(r["module"], r)
+    first, last, diffs = records(results)
     summary, rows = {}, {}
     for module, m in sorted(meta.items()):
         names = sorted(n for n, (mod, _) in first.items() if mod == module)
