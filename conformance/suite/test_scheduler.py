@@ -429,6 +429,8 @@ PRODUCTION_BUDGET_CASES = {
          ["S8.production-budget"]): dict(cost="jagged"),
     case("S8/production-budget/ties-and-zeros", "confidences in {0, 1/2, 1}: survival ties along and across rows",
          ["S8.production-budget"]): dict(values="halves", cost="jagged"),
+    case("S8/production-budget/seconds-cost", "a cost table in seconds, every step cost below 1 (any cost > 0 is "
+         "valid)", ["S8.production-budget"]): dict(cost="seconds"),
     case("S8/production-bounds/batch-wide", "one minimum and one maximum length for every request",
          ["S8.production-bounds", "S8.production-budget"]): dict(bounds="batch-wide"),
     case("S8/production-bounds/per-request", "each request its own minimum and maximum length",

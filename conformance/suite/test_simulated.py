@@ -13,7 +13,8 @@ Covers, through :class:`~conformance.contract.SimulatedAcceptance` only:
   (the first ``acc_len - 1`` drafts, then -1) across batch-size and dtype changes;
 * the simulated bonus (:class:`~conformance.contract.SimulatedBonus`): after a run of ``a``
   accepted drafts, the target row at position ``a``, exactly its argmax for ``T < 1e-5``
-  and a chi-square test of ``softmax(L_a / T)`` otherwise.
+  and a chi-square test of ``softmax(L_a / T)`` otherwise; its draws come from the
+  generator passed in (two generators of one seed give the same tokens).
 
 Draws use a CPU generator seeded with the case seed (the contract's lengths are host ints).
 The law cases draw their ``n`` lengths in one call when the IUT offers
@@ -38,6 +39,7 @@ from conformance import stats
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
 from conformance.contract import SimulatedAcceptance, SimulatedAcceptanceBatch, SimulatedBonus
+from conformance.seeds import derive_seed
 
 METHODS = ("match-expected", "multinomial")
 EXECUTOR_ROWS = 8
@@ -389,3 +391,34 @@ def test_S6_simulated_bonus_law(case, require, stat_check, case_seed, dspark_dev
         tokens = iut.simulated_bonus(logits, accepted.to(dspark_device), temperatures, case_generator).cpu()
         counts += torch.bincount(accepted * vocab + tokens, minlength=positions * vocab).reshape(positions, vocab)
     stat_check(stats.goodness_of_fit(counts.flatten(), law.flatten().tolist(), name=case.id))
+
+
+BONUS_GENERATOR = case("S6/simulated-bonus/same-generator-same-tokens", "T = 1 on flat logits: two calls with "
+                       "generators of one seed draw the same bonus tokens; another seed draws otherwise",
+                       ["S6.simulated-bonus"])
+
+
+@pytest.mark.parametrize("case", [BONUS_GENERATOR], ids=case_id)
+def test_S6_simulated_bonus_draws_come_from_the_generator(case, require, case_seed, dspark_device):
+    """Exact: the contract's "every random draw derives from ``generator``". Flat logits over
+    64 tokens at T = 1 make each bonus uniform, so two calls that draw from anything else
+    (the global RNG, which moves between calls) give the same 64 tokens with probability
+    ``64^-64``; so do two different seeds, which must differ."""
+    iut = require(SimulatedBonus)
+    rows, gamma, vocab = 64, 3, 64
+    g = _cpu_generator(case_seed)
+    accepted = torch.randint(0, gamma + 1, (rows,), generator=g).to(dspark_device)
+    logits = torch.zeros(rows, gamma + 1, vocab, device=dspark_device)
+    temperatures = torch.ones(rows, device=dspark_device)
+    seed = derive_seed(case_seed, "bonus-generator")
+
+    def call(bonus_seed: int) -> list[int]:
+        generator = torch.Generator(device=dspark_device).manual_seed(bonus_seed)
+        return iut.simulated_bonus(logits, accepted, temperatures, generator).cpu().tolist()
+
+    first, again = call(seed), call(seed)
+    assert first == again, (
+        f"{case.id}: generators of seed {seed} gave different bonus tokens (draws from another RNG?): "
+        f"{first[:8]}... vs {again[:8]}..."
+    )
+    assert call(seed + 1) != first, f"{case.id}: seeds {seed} and {seed + 1} drew the same bonus tokens {first[:8]}..."

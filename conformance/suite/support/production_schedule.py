@@ -11,7 +11,9 @@ in any order). It shares no code with ``dspark_ref``.
 Exactness: confidences are multiples of 1/16 and ``gamma <= 4``, so survivals are multiples
 of ``16^-4`` (at least ``1.5e-5`` when positive, above SGLang's ``survival_eps`` 1e-6) and
 every survival, product and sum is exact in float32 and float64; costs are multiples of
-1/4096 in ``[1, 64)``, never falling with ``b`` (a profiled step cost). A float objective ``tau / cost`` is then one correctly rounded
+1/4096 in ``[1, 64)``, never falling with ``b`` (a profiled step cost; the ``"seconds"`` shape
+divides a jagged table by 256: step times in seconds, 3.9 to 246 ms, multiples of ``2^-20``;
+every objective scales by that power of two exactly). A float objective ``tau / cost`` is then one correctly rounded
 division of exact operands (two for ``tau * (1 / cost)``: relative error below ``2^-51``), so
 equal fractions stay equal and an order between fractions that differ by more than a
 relative ``NEAR_TIE = 1e-9`` survives rounding; generators redraw instances with a closer
@@ -132,7 +134,16 @@ def _jagged_cost(rng: random.Random, size: int, rows: int) -> list[float]:
     return table
 
 
-COST_SHAPES = {"bucketed": _bucketed_cost, "jagged": _jagged_cost}
+SECONDS_SCALE = 256
+
+
+def _seconds_cost(rng: random.Random, size: int, rows: int) -> list[float]:
+    """A jagged table in seconds: :func:`_jagged_cost` / 256, in ``[2^-8, 63 / 256]`` (below 1,
+    as profiled step times are; the scale is a power of two, so the argmax is unchanged)."""
+    return [c / SECONDS_SCALE for c in _jagged_cost(rng, size, rows)]
+
+
+COST_SHAPES = {"bucketed": _bucketed_cost, "jagged": _jagged_cost, "seconds": _seconds_cost}
 
 
 def _bounds(rng: random.Random, rows: int, gamma: int, kind: str) -> tuple[list[int], list[int]]:
