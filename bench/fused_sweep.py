@@ -4,7 +4,7 @@ Times ``fused_exponential_race`` as a CUDA-graph replay over ``tile`` x ``num_wa
 programs per SM (``splits = ceil(programs_per_sm * SMs / B)``), explicit and counter noise,
 at ``V = 129,280`` float32 and ``B`` in 1, 64, 256, and writes every timing with its
 ``% roofline`` (logits + noise, or logits only, at the measured copy bandwidth) as JSON.
-The defaults of ``fused_sampling`` (``splits_for``, ``num_warps = tile / 256``) should sit
+The defaults of ``fused_sampling`` (``splits_for``, ``num_warps = tile / 128``) should sit
 at or near the best row; the sweep says where they do not.
 
 Command line: ``python -m bench.fused_sweep OUT.json [--budget-s S]`` (stops adding
