@@ -403,12 +403,14 @@ def _cmd_sample(a) -> int:
 
     def one(job):
         wdir, module, n, budget = job
-        key = triage_key(n, mutants(module)[n])
+        if triage_key(n, mutants(module)[n]) in equivalent:  # passes whatever its tests say: not run
+            print(f"ok  {'not run':19s} equivalent {n}", flush=True)
+            return n, True
         outcome = _pytest(wdir, module, n, None)
-        if outcome == "survived" and key not in equivalent:
+        if outcome == "survived":
             outcome = _pytest(wdir, module, n, budget)
-        ok = outcome.startswith("killed") or outcome == "timeout" or key in equivalent
-        print(f"{'ok ' if ok else 'BAD'} {outcome:19s} {'equivalent' if key in equivalent else '':10s} {n}", flush=True)
+        ok = outcome.startswith("killed") or outcome == "timeout"
+        print(f"{'ok ' if ok else 'BAD'} {outcome:19s} {'':10s} {n}", flush=True)
         return n, ok
 
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
