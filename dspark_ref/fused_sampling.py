@@ -6,12 +6,13 @@ Same law and, with explicit noise, the same token as the untiled race
 inside the kernel:
 
 * the grid is ``(B, S)``: program ``(row, s)`` walks its chunk of ``ceil(n_tiles / S)``
-  tiles of one row, and every lane (column modulo ``tile``) keeps its own running
-  ``(max, key, index)``, so the loop has no cross-thread reduction: when an element ``x``
-  raises the lane maximum ``m``, the lane key becomes ``key * exp(m - x)`` and the
-  element's key ``1 / E``; otherwise its key is ``exp(x - m) / E`` (one ``exp`` per
-  element either way). After the loop the lanes are rescaled to the program maximum,
-  ``key * exp(m_lane - max)`` (the rescale of the module note of ``tiled_sampling``);
+  tiles of one row. A tile is ``tile / 4`` groups of 4 consecutive columns, each group in
+  one thread, and every group slot keeps its own running ``(max, key, index)``, so the
+  loop has no cross-thread reduction: the new maximum ``m' = max(m, x_1..x_4)`` is taken
+  first, each element's key is ``exp(x - m') / E`` (one ``exp`` per element) and the
+  running key becomes ``key * exp(m - m')`` (one ``exp`` per group; the factor is 1 while
+  the maximum stays). After the loop the slots are rescaled to the program maximum,
+  ``key * exp(m_slot - max)`` (the rescale of the module note of ``tiled_sampling``);
 * each program stores its partial and increments its row's counter (an acquire-release
   atomic); the program that sees the count reach ``S`` rescales the ``S`` partials to the
   row maximum, ``key * exp(max_s - global_max)``, writes the winner and resets the counter.
@@ -34,24 +35,34 @@ draws fresh noise (SPEC S3 "fresh noise", also under replay), and no host value 
 kernel.
 
 Rounding bound (SPEC S0), the explicit-noise path against the untiled float32 keys: the
-scaled logits are the same expression (``L / T`` rounded to nearest); a key is one
-``exp`` of a rounded difference of scaled logits divided by ``E`` (a ``2``-ulp division),
-then multiplied by at most ``t = ceil(n_tiles / S) + 2`` rounded factors ``exp(a_i)``
-(one per rise of its lane maximum, then lane to program, program to row). Each factor and
-the key's own ``exp`` cost at most ``2`` ulp (libdevice ``expf``) plus ``1/2`` ulp (the
-product), and the rounding of the arguments sums to at most ``2^-24 * 2 * 104`` (a key
-whose argument falls below ``-104`` is 0 in float32, as in the untiled race). So a key's
-relative error is below ``2.5 * (t + 2) * 2^-23 + 208 * 2^-24 <= 3.0e-7 * t + 1.3e-5``. The
-launch keeps ``t <= 258`` (``S >= n_tiles / 256``): the error stays below ``1e-4``, the
-near-tie margin of ``tests/test_tiled_sampling.py``, and far below the ``1e-3`` relative
-margin of the S3 exact cases. Outside such near-ties the token is exactly the untiled one.
-Greedy rows compare the float32 ``L`` themselves: exactly ``greedy_argmax`` (lowest index
-among ties).
+scaled logits are the same value (``L / T`` rounded to nearest; on the GPU ``q = L *
+RN(1/T)`` and two fused remainder corrections ``q + RN(L - T q) RN(1/T)``, Markstein's
+scheme: the first makes ``q`` faithful, the second rounds it correctly, bit-identical to
+IEEE division wherever ``|L| >= 2^-100`` and the quotient is normal. Below that the remainder
+underflows and the last bits of a quotient ``s`` below ``2^-83`` may differ, which no key
+sees: ``s - max`` rounds to ``-max`` when ``|s|`` is below half an ulp of ``max``, and is
+otherwise below ``2^-25``, where ``expf`` returns 1. ``tests/test_tiled_sampling.py`` checks
+both on the GPU.) A key is one ``exp`` of a rounded difference of scaled logits divided by
+``E`` (``div.approx``: 2 ulp for ``E`` in ``[2^-126, 2^126]``), then multiplied by at most
+``t = ceil(n_tiles / S) + 2`` rounded factors ``exp(a_i)`` (one per rise of its group's
+maximum, then group to program, program to row). Each factor and the key's own ``exp`` cost
+at most ``2`` ulp (libdevice ``expf``) plus ``1/2`` ulp (the product), and the rounding of
+the arguments sums to at most ``2^-24 * 2 * 104`` (a key whose argument falls below ``-104``
+is 0 in float32, as in the untiled race). So a key's relative error is below ``2.5 * (t + 2)
+* 2^-23 + 208 * 2^-24 <= 3.0e-7 * t + 1.3e-5``. The launch keeps ``t <= 258`` (``S >=
+n_tiles / 256``): the error stays below ``1e-4``, the near-tie margin of
+``tests/test_tiled_sampling.py``, and far below the ``1e-3`` relative margin of the S3 exact
+cases. Outside such near-ties the token is exactly the untiled one. (An ``E`` outside
+``[2^-126, 2^126]``, probability below ``2^-126`` per Exp(1) draw and never made by the
+counter path, whose ``E`` lies in ``[2^-33, 17]``, may get the key ``inf`` or ``0`` where
+IEEE division gives a huge or tiny finite one.) Greedy rows compare the float32 ``L``
+themselves: exactly ``greedy_argmax`` (lowest index among ties).
 
-Value checks: the kernel flags NaN / +inf logits, all ``-inf`` rows, bad noise and bad
-temperatures in a device word; an eager call reads that word once (one host sync) and on a
-flag re-runs the ``sampling`` checks to raise their message. While a CUDA graph is being
-captured nothing is read (as in ``sampling``).
+Value checks: the kernel flags NaN / +inf logits (they survive a NaN-propagating running
+maximum), all ``-inf`` rows, bad noise (a NaN-propagating running minimum and a running
+maximum of ``E``) and bad temperatures in a device word; an eager call reads that word once
+(one host sync) and on a flag re-runs the ``sampling`` checks to raise their message. While
+a CUDA graph is being captured nothing is read (as in ``sampling``).
 
 Workspace: one zero-filled int32 buffer per device (the flag word, a launch counter, row
 counters) that every launch leaves zeroed, and one scratch buffer of partials; calls on one
@@ -113,11 +124,40 @@ if triton is not None:
             return tl.exp(x)
 
     @triton.jit
+    def _scaled(logits, temperature, inverse, LIBDEVICE: tl.constexpr):
+        """``L / T`` rounded to nearest (module note): ``q = L * RN(1/T)``, then two
+        remainder corrections ``q += RN(L - T q) * RN(1/T)`` (fused multiply-adds; the
+        second one rounds correctly). Non-finite ``q`` (``-inf`` logits, overflow) is kept."""
+        if LIBDEVICE:
+            q = logits * inverse
+            once = tl.fma(tl.fma(-temperature, q, logits), inverse, q)
+            twice = tl.fma(tl.fma(-temperature, once, logits), inverse, once)
+            return tl.where(tl.abs(q) < float("inf"), twice, q)
+        else:
+            return tl.math.div_rn(logits, temperature)
+
+    @triton.jit
+    def _ratio(x, y, LIBDEVICE: tl.constexpr):
+        # div.approx (2 ulp for |y| in [2^-126, 2^126]) on the GPU; the interpreter divides exactly.
+        if LIBDEVICE:
+            return libdevice.fast_dividef(x, y)
+        else:
+            return x / y
+
+    @triton.jit
     def _exponential_from_bits(bits, LIBDEVICE: tl.constexpr):
         """uint32 draws -> float32 Exp(1): ``E = -log1p(-v)``, ``v = (r + 1/2) 2^-32`` (module note)."""
         v = tl.minimum((bits.to(tl.float32) + 0.5) * 2.3283064365386963e-10, 0.99999994)  # 1 - 2^-24
         w = 1.0 - v
-        return tl.where(w == 1.0, v, -_log(w, LIBDEVICE) * (v / (1.0 - w)))
+        return tl.where(w == 1.0, v, -_log(w, LIBDEVICE) * _ratio(v, 1.0 - w, LIBDEVICE))
+
+    @triton.jit
+    def _max_nan(a, b):
+        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+    @triton.jit
+    def _min_nan(a, b):
+        return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
     @triton.jit
     def _fused_race_kernel(
@@ -127,9 +167,9 @@ if triton is not None:
         BLOCK: tl.constexpr, SPLITS_POW2: tl.constexpr, COUNTER_NOISE: tl.constexpr,
         HAS_GREEDY: tl.constexpr, LIBDEVICE: tl.constexpr,
     ):
-        """Program (row, split): the lane-wise running race over its chunk, then the row
-        combine (module note). ``sync_ptr``: int32 ``[2 + rows]``: the flag word, the launch
-        counter, row counters; ``part_*``: ``[rows * splits]`` partials."""
+        """Program (row, split): the running race of each thread's groups over its chunk,
+        then the row combine (module note). ``sync_ptr``: int32 ``[2 + rows]``: the flag
+        word, the launch counter, row counters; ``part_*``: ``[rows * splits]`` partials."""
         row = tl.program_id(0).to(tl.int64)
         split = tl.program_id(1)
         if HAS_GREEDY:
@@ -140,10 +180,13 @@ if triton is not None:
         bad_temperature = (raw_temperature != raw_temperature) | (raw_temperature < 0.0)
         bad_temperature = bad_temperature | (raw_temperature == float("inf"))
         temperature = tl.maximum(raw_temperature, 1e-5)
-        lanes = tl.arange(0, BLOCK)
-        run_max = tl.full([BLOCK], -float("inf"), tl.float32)
-        run_idx = tl.full([BLOCK], vocab_size, tl.int32)
-        flags = tl.zeros([BLOCK], tl.int32)
+        inverse = tl.math.div_rn(1.0, temperature)
+        # A tile is GROUPS groups of 4 consecutive columns, one group per thread slot: the
+        # reductions over a group's axis stay inside a thread (no shuffles in the loop).
+        GROUPS: tl.constexpr = BLOCK // 4
+        within = tl.arange(0, GROUPS)[:, None] * 4 + tl.arange(0, 4)[None, :]
+        run_max = tl.full([GROUPS], -float("inf"), tl.float32)  # NaN / +inf propagate: the flag
+        run_idx = tl.full([GROUPS], vocab_size, tl.int32)
         start = split * chunk
         stop = tl.minimum(start + chunk, vocab_size)
         logits_row = logits_ptr + row * logits_row_stride
@@ -152,44 +195,51 @@ if triton is not None:
             call = tl.load(rng_ptr + 1)
             call_lo = (call & 0xFFFFFFFF).to(tl.uint32)
             call_hi = ((call >> 32) & 0xFFFFFFFF).to(tl.uint32)
-            zero = tl.zeros([BLOCK // 4], tl.uint32)
-        if greedy:  # the argmax of L itself; strict > keeps a lane's lowest index
-            run_key = tl.full([BLOCK], -float("inf"), tl.float32)
-            for base in range(start, stop, BLOCK):
-                cols = base + lanes
-                logits = tl.load(logits_row + cols, mask=cols < vocab_size, other=-float("inf")).to(tl.float32)
-                flags = flags | tl.where((logits != logits) | (logits == float("inf")), 1, 0)
-                take = logits > run_key
-                run_key = tl.where(take, logits, run_key)
-                run_idx = tl.where(take, cols, run_idx)
-            run_max = run_key
+            zero = tl.zeros([GROUPS], tl.uint32)
         else:
-            run_key = tl.full([BLOCK], -1.0, tl.float32)  # -1: the key of a zero-probability token
+            noise_lo = tl.full([GROUPS], 1.0, tl.float32)  # NaN / negative noise propagate
+            noise_hi = tl.full([GROUPS], 1.0, tl.float32)  # +inf noise
+        if greedy:  # the argmax of L itself; strict > keeps a group's lowest index
             for base in range(start, stop, BLOCK):
-                cols = base + lanes
+                cols = base + within
+                logits = tl.load(logits_row + cols, mask=cols < vocab_size, other=-float("inf")).to(tl.float32)
+                best = tl.reduce(logits, 1, _max_nan)
+                first = tl.min(tl.where(logits == best[:, None], cols, vocab_size), axis=1)
+                take = best > run_max
+                run_idx = tl.where(take, first, run_idx)
+                run_max = _max_nan(run_max, best)
+            run_key = run_max
+        else:
+            run_key = tl.full([GROUPS], -1.0, tl.float32)  # -1: the key of a zero-probability token
+            for base in range(start, stop, BLOCK):
+                cols = base + within
                 in_vocab = cols < vocab_size
                 logits = tl.load(logits_row + cols, mask=in_vocab, other=-float("inf")).to(tl.float32)
-                flags = flags | tl.where((logits != logits) | (logits == float("inf")), 1, 0)
-                scaled = tl.math.div_rn(logits, temperature)
+                scaled = _scaled(logits, temperature, inverse, LIBDEVICE)
                 if COUNTER_NOISE:
-                    quarter = (base // 4 + tl.arange(0, BLOCK // 4)).to(tl.uint32)
-                    r0, r1, r2, r3 = tl.philox(seed, quarter, zero + row.to(tl.uint32), zero + call_lo, zero + call_hi)
-                    bits = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), [BLOCK])
+                    group = (base // 4 + tl.arange(0, GROUPS)).to(tl.uint32)
+                    r0, r1, r2, r3 = tl.philox(seed, group, zero + row.to(tl.uint32), zero + call_lo, zero + call_hi)
+                    bits = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), [GROUPS, 4])
                     noise = _exponential_from_bits(bits, LIBDEVICE)
                 else:
                     noise = tl.load(noise_ptr + row * noise_row_stride + cols, mask=in_vocab, other=1.0)
-                    flags = flags | tl.where(~(noise >= 0.0) | (noise == float("inf")), 4, 0)
-                # Lane running race: a rise of the lane maximum rescales its key by exp(m - x).
-                rise = scaled > run_max
-                factor = _exp(-tl.abs(scaled - run_max), LIBDEVICE)  # NaN only for -inf - -inf: weight 0
-                weight = tl.where(rise, 1.0, factor)
-                key = tl.where(weight > 0.0, weight / noise, -1.0)
-                kept = tl.where(rise, tl.where((run_key >= 0.0) & (factor > 0.0), run_key * factor, -1.0), run_key)
-                take = key > kept  # ties keep the lane's earlier, lower index
-                run_key = tl.where(take, key, kept)
-                run_idx = tl.where(take, cols, run_idx)
-                run_max = tl.maximum(run_max, scaled)
-        # The program's combine over lanes: rescale every lane to the program maximum.
+                    noise_lo = _min_nan(noise_lo, tl.reduce(noise, 1, _min_nan))
+                    noise_hi = tl.maximum(noise_hi, tl.max(noise, axis=1))
+                # The group's keys against the raised running maximum (one exp per element),
+                # then the running key rescaled by exp(old max - new max), 1 while it stays.
+                top = _max_nan(run_max, tl.reduce(scaled, 1, _max_nan))
+                weight = _exp(scaled - top[:, None], LIBDEVICE)  # NaN only for -inf - -inf: weight 0
+                key = tl.where(weight > 0.0, _ratio(weight, noise, LIBDEVICE), -1.0)
+                best = tl.max(key, axis=1)
+                first = tl.min(tl.where(key == best[:, None], cols, vocab_size), axis=1)
+                factor = _exp(run_max - top, LIBDEVICE)
+                kept = tl.where((run_key >= 0.0) & (factor > 0.0), run_key * factor, -1.0)
+                take = best > kept  # ties keep the group's earlier, lower index
+                run_key = tl.where(take, best, kept)
+                run_idx = tl.where(take, first, run_idx)
+                run_max = top
+        # The program's combine over groups: rescale every group to the program maximum.
+        bad_logits = tl.reduce(run_max, 0, _max_nan)  # NaN or +inf: a bad logit was read
         part_max = tl.max(run_max, axis=0)
         if greedy:
             lane_key = run_key
@@ -199,7 +249,12 @@ if triton is not None:
             lane_key = tl.where((run_key >= 0.0) & (scale > 0.0), run_key * scale, -1.0)
         part_key = tl.max(lane_key, axis=0)
         part_idx = tl.min(tl.where(lane_key == part_key, run_idx, vocab_size), axis=0)
-        flag_word = tl.max(flags, axis=0) | tl.where(bad_temperature & (split == 0), 8, 0)
+        flag_word = tl.where((bad_logits != bad_logits) | (bad_logits == float("inf")), 1, 0)
+        flag_word = flag_word | tl.where(bad_temperature & (split == 0), 8, 0)
+        if not COUNTER_NOISE:
+            lowest = tl.reduce(noise_lo, 0, _min_nan)
+            bad_noise = (lowest != lowest) | (lowest < 0.0) | (tl.max(noise_hi, axis=0) == float("inf"))
+            flag_word = flag_word | tl.where(bad_noise, 4, 0)
         if flag_word != 0:
             tl.atomic_or(sync_ptr, flag_word)
         part = row * splits + split
@@ -227,11 +282,14 @@ if triton is not None:
             if global_max == -float("inf"):
                 tl.atomic_or(sync_ptr, 2)
             tl.store(sync_ptr + 2 + row, 0)
-            done = tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel")
-            if done == rows - 1:  # the launch's last program: every program has read `call`
-                tl.store(sync_ptr + 1, 0)
-                if COUNTER_NOISE:
+            if COUNTER_NOISE:
+                if rows == 1:  # the row's last program is the launch's last (triton specializes 1)
                     tl.store(rng_ptr + 1, call + 1)
+                else:
+                    done = tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel")
+                    if done == rows - 1:  # the launch's last program: every program has read `call`
+                        tl.store(sync_ptr + 1, 0)
+                        tl.store(rng_ptr + 1, call + 1)
 
 
 class _Workspace(NamedTuple):

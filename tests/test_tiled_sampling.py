@@ -343,6 +343,16 @@ if fused_sampling.triton is not None:
                                                                           False))
 
 
+    @fused_sampling.triton.jit
+    def _scaled_kernel(logits_ptr, temps_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        here = offsets < n
+        logits = tl.load(logits_ptr + offsets, mask=here, other=1.0)
+        temperature = tl.load(temps_ptr + offsets, mask=here, other=1.0)
+        inverse = tl.math.div_rn(1.0, temperature)
+        tl.store(out_ptr + offsets, fused_sampling._scaled(logits, temperature, inverse, True), mask=here)
+
+
 @needs_interpreter
 def test_s3_interpreted_counter_noise_is_finite_positive_and_exact_near_zero():
     """The counter path's uint32 -> Exp(1) map at the extremes and across the range: finite,
@@ -376,6 +386,10 @@ def test_s3_interpreted_fused_counter_noise_is_fresh_per_call_and_reproducible()
     assert not torch.equal(a, b)  # a fresh call: fresh noise (P(equal) = 32^-16)
     assert len(set(a.tolist())) > 1  # fresh across rows
     assert torch.equal(fused_exponential_race(logits, temperatures, rng_state=again, tile=16), a)
+    # One row (its last program is the launch's last): the state still advances every call.
+    single = philox_state(1, "cpu")
+    draws = [int(fused_exponential_race(logits[:1], temperatures[:1], rng_state=single, tile=16)) for _ in range(8)]
+    assert single.tolist() == [1, 8] and len(set(draws)) > 1  # P(all equal) = 32^-7
 
 
 @needs_interpreter
@@ -447,6 +461,44 @@ def test_s3_gpu_triton_matches_torch_mirror(rows, vocab, dtype):
     assert _mismatched_rows(triton_tokens, torch_tokens, logits.float(), temperatures, noise, greedy) == []
     expected = _untiled(logits, temperatures, noise, greedy)
     assert _mismatched_rows(triton_tokens, expected, logits.float(), temperatures, noise, greedy) == []
+
+
+@pytest.mark.gpu
+@needs_compiled_kernel
+def test_s3_gpu_fused_scaled_logits_equal_ieee_division():
+    """The kernel's ``L / T`` (``q = L * RN(1/T)`` and two fused remainder corrections,
+    fused_sampling's module note) equals IEEE ``L / T`` (torch's CUDA division) bit for bit
+    wherever ``|L| >= 2^-100`` and the quotient is normal: every float32 significand of
+    ``L`` in [1, 2) against 40 temperatures (1 + 2^-23 and 2 - 2^-23, the 1e-5 floor,
+    common values, 30 random significands: scaling ``L`` by a power of two scales both sides
+    exactly, so this decides every such quotient of those temperatures), then 2^22 random
+    pairs over the whole exponent range with ``-inf`` and zeros. Below ``|L| = 2^-100`` the
+    remainder ``L - T q`` underflows (Markstein's scheme needs it normal) and only the last
+    bits of a quotient below 2^-83 may differ: within 2^-100, which no key sees (the module
+    note). Without the corrections (``q`` alone) millions of the first part's quotients
+    differ (4,194,303 of 2^23 at ``T = 2 - 2^-23``, H200, session 11)."""
+    generator = torch.Generator().manual_seed(20261203)
+    special = [2 - 2**-23, 1 + 2**-23, 1e-5, 0.3, 0.6, 0.7, 0.8, 1.0, 1.5, 1 - 2**-24]
+    temps = torch.tensor(special + (1 + torch.rand(30, generator=generator)).tolist(), dtype=torch.float32)
+    significands = (torch.arange(1 << 23, dtype=torch.int32) | 0x3F800000).view(torch.float32).cuda()
+    out = torch.empty_like(significands)
+    for temperature in temps.tolist():
+        t = torch.full_like(significands, temperature)
+        _scaled_kernel[(significands.numel() // 1024,)](significands, t, out, significands.numel(), BLOCK=1024)
+        wrong = int((out != significands / t).sum())
+        assert wrong == 0, f"T={temperature!r}: {wrong} of 2^23 quotients differ from IEEE division"
+    n = 1 << 22
+    logits = (torch.randn(n, generator=generator) * torch.exp2(torch.randint(-140, 128, (n,), generator=generator)
+                                                              .float())).float()
+    logits[:4] = torch.tensor([-math.inf, 0.0, -0.0, 1e-45])
+    temps = torch.exp2(torch.empty(n).uniform_(-16.6, 10, generator=generator)).clamp(min=1e-5)
+    logits, temps, out = logits.cuda(), temps.cuda(), torch.empty(n, device="cuda")
+    _scaled_kernel[(n // 1024,)](logits, temps, out, n, BLOCK=1024)
+    expected = logits / temps
+    normal = ((logits.abs() >= 2.0**-100) & (expected.abs() >= 2.0**-126)) | ~torch.isfinite(logits) | (logits == 0)
+    same = (out == expected) | (torch.isnan(out) & torch.isnan(expected))
+    assert bool(same[normal].all()), (logits[normal & ~same][:4].tolist(), temps[normal & ~same][:4].tolist())
+    assert float((out[~normal] - expected[~normal]).abs().max()) <= 2.0**-100
 
 
 @pytest.mark.gpu
