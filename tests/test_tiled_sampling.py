@@ -503,9 +503,11 @@ def test_s3_gpu_fused_scaled_logits_equal_ieee_division():
 
 @pytest.mark.gpu
 @needs_compiled_kernel
-def test_s3_gpu_fused_counter_noise_fresh_under_graph_replay():
-    """SPEC S3 fresh noise under CUDA-graph replay: the state advances on the device."""
-    logits, temperatures = torch.zeros(64, 129_280, device="cuda"), torch.ones(64, device="cuda")
+@pytest.mark.parametrize("rows", [1, 64])
+def test_s3_gpu_fused_counter_noise_fresh_under_graph_replay(rows):
+    """SPEC S3 fresh noise under CUDA-graph replay: the state advances on the device (one
+    row: its last program advances it; 64 rows: the launch's last)."""
+    logits, temperatures = torch.zeros(rows, 129_280, device="cuda"), torch.ones(rows, device="cuda")
     state = philox_state(3, "cuda")
     out = fused_exponential_race(logits, temperatures, rng_state=state)  # compiles; state -> 1
     graph = torch.cuda.CUDAGraph()
