@@ -1,8 +1,8 @@
 """The mutant kill matrix (issue: test power): every mutant fails a test of its own section.
 
 Each case runs the conformance tests of the mutant's SPEC section in a subprocess with
-``--dspark-impl mutant:<id>`` and the default seeds, exactly as
-``dspark-conformance mutants`` does.
+``--dspark-impl mutant:<id>`` and the default seeds, as ``dspark-conformance mutants`` does,
+but stops at the first failure: one kill is the claim (the report lists every killer).
 """
 
 import pytest
@@ -24,10 +24,12 @@ def test_catalogue_size_and_sections():
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant_id", sorted(MUTANTS))
 def test_mutant_is_killed_by_its_section(mutant_id):
-    record = kill_one(mutant_id)
+    # Stopped at the first failure: one kill decides it (`dspark-conformance mutants` lists all).
+    record = kill_one(mutant_id, first_failure=True)
     assert not record.error, record.error
     assert record.killed, (
-        f"mutant {mutant_id} ({record.fault}) survived the {record.section} tests: {record.counts}"
+        f"mutant {mutant_id} ({record.fault}) survived the {record.section} tests: {record.counts}; "
+        f"suite bugs: {record.suite_bugs}"
     )
 
 

@@ -42,11 +42,18 @@ def _evidence(record: dict) -> str:
     return report.short_reason(record, 240)
 
 
-def kill_one(mutant_id: str, *, device: str = "cpu", seed: int | None = None) -> KillRecord:
-    """Run the section tests of one mutant and decide whether it was killed."""
+def kill_one(mutant_id: str, *, device: str = "cpu", seed: int | None = None,
+             first_failure: bool = False) -> KillRecord:
+    """Run the section tests of one mutant and decide whether it was killed.
+
+    ``first_failure``: stop the run at the section's first failure (pytest ``--maxfail=1``),
+    which decides ``killed`` unless that failure is a suite bug (then the record is not
+    killed and names it); the record lists that one killer. The kill matrix report runs
+    every test, to list every killer."""
     m = mutants_module().load_all()[mutant_id]
     returncode, payload, cmd = runner.run_quietly(impl=f"mutant:{mutant_id}", device=device, seed=seed,
-                                               keyword=f"test_{m.section}_")
+                                               keyword=f"test_{m.section}_",
+                                               extra=["--maxfail=1"] if first_failure else None)
     if payload is None:
         return KillRecord(m.id, m.section, m.fault, m.mirrors, False, [], {},
                           error=f"pytest exited {returncode} without results: {' '.join(cmd)}")
