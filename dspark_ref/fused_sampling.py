@@ -64,10 +64,10 @@ maximum of ``E``) and bad temperatures in a device word; an eager call reads tha
 (one host sync) and on a flag re-runs the ``sampling`` checks to raise their message. While
 a CUDA graph is being captured nothing is read (as in ``sampling``).
 
-Workspace: one zero-filled int32 buffer per device (the flag word, a launch counter, row
-counters) that every launch leaves zeroed, and one scratch buffer of partials; calls on one
-device must therefore be ordered on one stream (an engine's step is), not run concurrently
-from two streams. Outgrown buffers are kept alive, since a captured graph may use them.
+Workspace: one zero-filled int32 buffer per device (the flag word, a launch counter that
+counter noise uses, row counters) that every launch leaves zeroed, and one scratch buffer of
+partials; calls on one device must therefore be ordered on one stream (an engine's step is),
+not run concurrently from two streams. Outgrown buffers are kept alive, since a captured graph may use them.
 
 Backends: CUDA tensors, or CPU tensors when the kernel was built under
 ``TRITON_INTERPRET=1`` (:data:`KERNEL_INTERPRETED`).
@@ -100,7 +100,7 @@ KERNEL_INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") =
 _MIN_TILE = 16
 _DEFAULT_TILE = 512  # the largest default tile (H200 sweep, docs/performance.md)
 _PROGRAMS_PER_SM = 16  # programs a launch aims to keep per SM (grid B * S; the same sweep)
-_MAX_TILES_PER_PROGRAM = 256  # bounds the rescales of a lane key (module note)
+_MAX_TILES_PER_PROGRAM = 256  # bounds the rescales of a group key (module note)
 _INTERPRETED_PROGRAMS = 8  # the interpreter's stand-in for the GPU's program count
 # Bits of the kernel's value-check word: 1 NaN/+inf logit, 2 all -inf row, 4 bad noise,
 # 8 bad temperature (any bit: the host re-runs the sampling checks for the message).
