@@ -15,7 +15,11 @@ sampling) and float32 Exp(1) noise, all made once, untimed:
 * ``sglang MarkovSampleStep``: SGLang 0.5.22+'s fused bias-add + race kernel (its torch
   path for CPU tensors), with a zero bias and its Philox noise made inside the kernel (loaded lazily through
   ``conformance/adapters/sglang/loader.py``; a skip names the reason when it cannot load);
-* ``roofline``: the bytes below at the measured copy bandwidth.
+* ``roofline``: the bytes below at the measured copy bandwidth;
+* ``copy, logits+noise bytes``: ``dst.copy_(src)`` moving as many bytes as the
+  explicit-noise race (half read, half written), timed like the ``[graph]`` rows: what a
+  kernel that only moves those bytes reaches at this size (launch, ramp-up and tail
+  included), the practical ceiling under the roofline.
 
 Each runs as called (``[call]``: Python, kernel launches and the reference's host-side
 value checks) and, on CUDA, as a CUDA-graph replay of that call (``[graph]``: kernels only).
@@ -46,6 +50,7 @@ from dspark_ref.fused_sampling import fused_exponential_race, philox_state
 from dspark_ref.sampling import exponential_noise, exponential_race, sample_step
 
 from .common import CopyBandwidth, Row, Timing, describe, measure, roofline_row, skipped_row
+from .summary import COPY_SAME_BYTES
 
 __all__ = ["BATCHES", "VOCABS", "DTYPES", "run"]
 
@@ -163,6 +168,15 @@ def _shape_rows(batch: int, vocab: int, dtype: torch.dtype, timing: Timing, copy
                              copy, "logits + noise read at copy BW"))
     rows.append(roofline_row(BENCHMARK, shape, "roofline logits only", params, logit_bytes, copy,
                              "logits read at copy BW (noise made in-kernel)"))
+    race_bytes = logit_bytes + batch * vocab * 4
+
+    def same_bytes_copy():
+        src = torch.zeros(race_bytes // 2, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
+
+    rows.append(measure(BENCHMARK, shape, COPY_SAME_BYTES, params, same_bytes_copy, timing, bytes_moved=race_bytes,
+                        graph=timing.use_graphs, note="half read, half written"))
     return rows
 
 

@@ -104,19 +104,23 @@ def _step_rows(shape, ours_graph_ms, sglang_graph_ms):
 
 
 def test_bench_summary_ratios_side_by_side():
-    rows = _step_rows("B=64 V=129280 float32", 0.01, 0.0454) + [{"benchmark": "folded", "shape": "x", "impl": "y"}]
+    copy = {"benchmark": "step", "shape": "B=64 V=129280 float32", "impl": summary.COPY_SAME_BYTES, "median_ms": 0.0095}
+    rows = _step_rows("B=64 V=129280 float32", 0.01, 0.0454) + [copy, {"benchmark": "folded", "shape": "x", "impl": "y"}]
     records = summary.ratios(rows)
     assert [(r["mode"], r["impl"]) for r in records] == [
         ("call", "ref fused race"), ("call", "ref fused race, counter noise"),
-        ("graph", "ref fused race"), ("graph", "ref fused race, counter noise"),
+        ("graph", "ref fused race"), ("graph", "ref fused race, counter noise"), ("graph", summary.COPY_SAME_BYTES),
     ]
     graph = records[2]
     assert graph["ours_over_sglang"] == pytest.approx(0.01 / 0.0454)
     assert graph["ours_over_roofline"] == pytest.approx(0.01 / 0.008)
     assert graph["pct_roofline"] == pytest.approx(80.0)
+    assert records[4]["ours_over_sglang"] is None and records[4]["pct_roofline"] == pytest.approx(800 / 9.5)
     met = summary.targets(records)
     assert met["roofline_met"] and met["compared"] == 2 and met["slower_than_sglang"] == []
-    assert "targets:" in summary.format_ratios(records) and summary.markdown(records).count("\n") == 6
+    assert met["copy_pct"] == pytest.approx(800 / 9.5)
+    assert "a copy of the same bytes: 84.2%" in summary.format_ratios(records)
+    assert summary.markdown(records).count("\n") == 7
 
 
 def test_bench_summary_without_sglang_leaves_its_ratios_empty_and_flags_misses():
@@ -124,6 +128,7 @@ def test_bench_summary_without_sglang_leaves_its_ratios_empty_and_flags_misses()
     assert [r["ours_over_sglang"] for r in records if r["mode"] == "graph"] == [None, None]
     met = summary.targets(records)
     assert not met["roofline_met"] and met["compared"] == 1 and met["slower_than_sglang"] == []
+    assert met["copy_pct"] is None  # no copy row: nothing claimed
 
 
 @pytest.mark.parametrize("argv, message", [
