@@ -30,7 +30,7 @@ from hypothesis import given, settings, strategies as st
 from dspark_ref.sampling import TEMPERATURE_FLOOR, exponential_noise, exponential_race, greedy_argmax
 from conformance import stats
 from dspark_ref import fused_sampling
-from dspark_ref.fused_sampling import fused_exponential_race, philox_state
+from dspark_ref.fused_sampling import fused_exponential_race, philox_state, splits_for
 from dspark_ref.tiled_sampling import KERNEL_INTERPRETED, tile_partials, tiled_exponential_race
 
 try:
@@ -425,6 +425,16 @@ def test_s3_interpreted_fused_flags_bad_values_then_recovers(bad, match):
 def test_s3_fused_rejects_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         fused_exponential_race(torch.zeros(2, 4), torch.ones(2), kwargs.pop("noise", None), **kwargs)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 64])
+def test_s3_fused_default_grid_is_one_wave(rows):
+    # rows * S programs fit the resident target (the interpreter's 8) whenever rows do: no partial second wave.
+    for vocab, tile in [(1000, 16), (129_280, 512), (40, 16)]:
+        splits = splits_for(rows, vocab, tile, torch.device("cpu"))
+        assert 1 <= splits <= -(-vocab // tile)
+        assert rows * splits <= max(8, rows), (rows, vocab, tile, splits)
+        assert splits >= 2 or rows > 4 or vocab < 2 * tile  # room for two programs a row: they are used
 
 
 def test_s3_philox_state_rejects_bad_seed():
