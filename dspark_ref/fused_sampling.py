@@ -250,11 +250,11 @@ if triton is not None:
                 run_max = top
         # The program's combine over groups: rescale every group to the program maximum.
         # Each reduction over the program's threads is a barrier on the kernel's tail (the
-        # last program's combine waits for them), hence the value checks fold into one word
-        # per thread and the (key, index) pair into one reduction.
+        # last program's combine waits for them), hence the logits check is one OR and the
+        # (key, index) pair one reduction. The noise extremes keep their own reductions:
+        # triton 3.6 (OptimizeThreadLocality) asserts that a loop-carried reduction like
+        # theirs has a single use after the loop.
         lane_flag = tl.where((run_max != run_max) | (run_max == float("inf")), 1, 0)  # NaN / +inf logit read
-        if not COUNTER_NOISE:
-            lane_flag = lane_flag | tl.where((noise_lo != noise_lo) | (noise_lo < 0.0) | (noise_hi == float("inf")), 4, 0)
         part_max = tl.max(run_max, axis=0)
         if greedy:
             lane_key = run_key
@@ -264,6 +264,10 @@ if triton is not None:
             lane_key = tl.where((run_key >= 0.0) & (scale > 0.0), run_key * scale, -1.0)
         part_key, part_idx = tl.reduce((lane_key, run_idx), 0, _argmax_lowest)
         flag_word = tl.reduce(lane_flag, 0, _or) | tl.where(bad_temperature & (split == 0), 8, 0)
+        if not COUNTER_NOISE:
+            lowest = tl.reduce(noise_lo, 0, _min_nan)
+            bad_noise = (lowest != lowest) | (lowest < 0.0) | (tl.max(noise_hi, axis=0) == float("inf"))
+            flag_word = flag_word | tl.where(bad_noise, 4, 0)
         if flag_word != 0:
             tl.atomic_or(sync_ptr, flag_word)
         part = row * splits + split

@@ -475,6 +475,22 @@ def test_s3_gpu_triton_matches_torch_mirror(rows, vocab, dtype):
 
 @pytest.mark.gpu
 @needs_compiled_kernel
+@pytest.mark.parametrize("greedy_rows", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_s3_gpu_fused_every_specialization_matches_untiled(dtype, greedy_rows):
+    # Each (greedy mask or none) x (logits dtype) build of the explicit-noise kernel, as the
+    # bench and engines call it: a build triton fails to compile fails here, not there.
+    logits, temperatures, noise, greedy = _case(dtype.itemsize * 10 + greedy_rows, 64, 129_280, device="cuda")
+    logits = logits.to(dtype)
+    if not greedy_rows:
+        greedy = torch.zeros_like(greedy)
+    tokens = fused_exponential_race(logits, temperatures, noise, greedy_mask=greedy if greedy_rows else None)
+    expected = _untiled(logits.float(), temperatures, noise, greedy)
+    assert _mismatched_rows(tokens, expected, logits.float(), temperatures, noise, greedy) == []
+
+
+@pytest.mark.gpu
+@needs_compiled_kernel
 def test_s3_gpu_fused_scaled_logits_equal_ieee_division():
     """The kernel's ``L / T`` (``q = L * RN(1/T)`` and two fused remainder corrections,
     fused_sampling's module note) equals IEEE ``L / T`` (torch's CUDA division) bit for bit
