@@ -7,9 +7,9 @@ Timers: on CUDA the median of CUDA-event times of ``rep_ms`` worth of calls afte
 evicts the L2 cache (the repeat counts of ``triton.testing.do_bench``); on CPU the median of
 ``time.perf_counter`` around each call, after the same warm-up. The flush reads instead of
 writing (``do_bench`` zero-fills its buffer) because a written flush leaves the L2 full of
-dirty lines whose write-back is then charged to the timed call: on the H200 that adds 5.3 us
+dirty lines whose write-back is then charged to the timed call: on the H200 that adds 5.2 us
 (18%) to the fused race at ``B=64, V=129,280`` fp32 (29.0 against 23.8 us), 2.6 us to a
-plain copy of the same 66 MB, and 0.7% to the 1 GiB copy of the bandwidth measurement
+plain copy of the same 66 MB, and 0.5% to the 1 GiB copy of the bandwidth measurement
 (``docs/performance.md``, session 12). ``graph_replay`` captures a
 call once in a CUDA graph so that only its kernels are timed (no Python, no launches, and
 no host-side value checks: the reference skips those while a graph is being captured).
