@@ -164,11 +164,11 @@ def _shape_rows(batch: int, vocab: int, dtype: torch.dtype, timing: Timing, copy
         rows.append(measure(BENCHMARK, shape, name, params, impl.make, timing, bytes_moved=impl.bytes_moved,
                             baseline=impl.baseline and mode == "call", graph=mode == "graph"))
     logit_bytes = batch * vocab * dtype.itemsize
-    rows.append(roofline_row(BENCHMARK, shape, "roofline logits+noise", params, logit_bytes + batch * vocab * 4,
+    race_bytes = logit_bytes + batch * vocab * 4  # logits + float32 noise
+    rows.append(roofline_row(BENCHMARK, shape, "roofline logits+noise", params, race_bytes,
                              copy, "logits + noise read at copy BW"))
     rows.append(roofline_row(BENCHMARK, shape, "roofline logits only", params, logit_bytes, copy,
                              "logits read at copy BW (noise made in-kernel)"))
-    race_bytes = logit_bytes + batch * vocab * 4
 
     def same_bytes_copy():
         src = torch.zeros(race_bytes // 2, dtype=torch.uint8, device=device)

@@ -44,8 +44,8 @@ def _ms(row: dict[str, Any] | None) -> float | None:
 
 def ratios(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per (shape, mode, our row) of the ``step`` rows (dicts as in the bench
-    JSON), and one for the same-bytes copy per shape (mode ``graph``): ``shape``, ``mode``, ``impl``, ``ours_ms``, ``sglang_ms``, ``ours_over_sglang``,
-    ``roofline_ms``, ``ours_over_roofline``, ``pct_roofline`` (None where a row is missing,
+    JSON), and one for the same-bytes copy per shape (mode ``graph``): ``shape``, ``mode``,
+    ``impl``, ``ours_ms``, ``sglang_ms``, ``ours_over_sglang``, ``roofline_ms``, ``ours_over_roofline``, ``pct_roofline`` (None where a row is missing,
     skipped or failed)."""
     step = [r for r in rows if r["benchmark"] == "step"]
     index = {(r["shape"], r["impl"]): r for r in step}
