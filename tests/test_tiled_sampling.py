@@ -344,6 +344,15 @@ if fused_sampling.triton is not None:
 
 
     @fused_sampling.triton.jit
+    def _pick_kernel(weights_ptr, uniforms_ptr, out_ptr, G: tl.constexpr):
+        groups = tl.arange(0, G)
+        cols = groups[:, None] * 4 + tl.arange(0, 4)[None, :]
+        weight = tl.load(weights_ptr + cols)
+        total = tl.sum(weight, axis=1)
+        picked = fused_sampling._pick_in_group(weight, total, tl.load(uniforms_ptr + groups), cols, 4 * G)
+        tl.store(out_ptr + groups, picked - groups * 4)
+
+    @fused_sampling.triton.jit
     def _scaled_kernel(logits_ptr, temps_ptr, out_ptr, n, BLOCK: tl.constexpr):
         offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         here = offsets < n
@@ -373,6 +382,28 @@ def test_s3_interpreted_counter_noise_is_finite_positive_and_exact_near_zero():
     relative = (noise - exact).abs() / exact
     assert float(relative.max()) < 4e-7, relative.max()
     assert float(noise[0]) < 2**-32 and float(noise[0]) > 0  # the smallest draw: E = v = 2^-33
+
+
+@needs_interpreter
+@pytest.mark.parametrize(
+    "weights",
+    [[0.1, 0.2, 0.3, 0.4], [0.0, 1.0, 0.0, 3.0], [0.0, 0.0, 0.0, 5e-30], [2.0, 0.0, 0.0, 0.0], [1e-8, 1.0, 1e-8, 0.0]],
+)
+def test_s3_interpreted_counter_noise_group_pick_is_proportional(weights):
+    """The counter path's in-group draw: over a grid of 1,024 uniforms ``(k + 1/2) / 1024``,
+    column i is picked for exactly the uniforms ``u`` with ``c_(i-1) <= u * total < c_i``
+    (float64 running sums ``c``; one grid step of slack for float32 rounding at a boundary),
+    so each share is ``weight / total``; a zero weight is never picked."""
+    n = 1024
+    uniforms = (torch.arange(n, dtype=torch.float64) + 0.5) / n
+    out = torch.empty(n, dtype=torch.int32)
+    _pick_kernel[(1,)](torch.tensor(weights, dtype=torch.float32).repeat(n), uniforms.float(), out, G=n)
+    picked = torch.bincount(out.long(), minlength=4)
+    edges = torch.cat([torch.zeros(1, dtype=torch.float64), torch.tensor(weights, dtype=torch.float64).cumsum(0)])
+    below = torch.searchsorted(uniforms * edges[-1], edges, right=False)  # uniforms with u * total < edge
+    expected = below[1:] - below[:-1]
+    assert int((picked - expected).abs().max()) <= 1, (picked.tolist(), expected.tolist())
+    assert all(int(picked[i]) == 0 for i, w in enumerate(weights) if w == 0.0), picked.tolist()
 
 
 @needs_interpreter
