@@ -194,14 +194,16 @@ if triton is not None:
     @triton.jit
     def _fused_race_kernel(
         logits_ptr, temps_ptr, greedy_ptr, noise_ptr, rng_ptr,
-        part_max_ptr, part_key_ptr, part_idx_ptr, sync_ptr, out_ptr,
-        rows, vocab_size, chunk, splits, logits_row_stride, noise_row_stride,
+        part_max_ptr, part_key_ptr, part_idx_ptr, sync_ptr, out_ptr, signal_ptr,
+        rows, vocab_size, chunk, splits, logits_row_stride, noise_row_stride, launch_id,
         BLOCK: tl.constexpr, SPLITS_POW2: tl.constexpr, COUNTER_NOISE: tl.constexpr,
         HAS_GREEDY: tl.constexpr, LIBDEVICE: tl.constexpr,
     ):
         """Program (row, split): the running race of each thread's groups over its chunk,
         then the row combine (module note). ``sync_ptr``: int32 ``[2 + rows]``: the flag
-        word, the launch counter, row counters; ``part_*``: ``[rows * splits]`` partials."""
+        word, the launch counter, row counters; ``part_*``: ``[rows * splits]`` partials;
+        ``launch_id > 0``: the launch's last program moves the flag word to ``signal_ptr``
+        (an int64 in pinned host memory) as ``launch_id << 32 | flags``, one 8-byte store."""
         row = tl.program_id(0).to(tl.int64)
         split = tl.program_id(1)
         if HAS_GREEDY:
@@ -317,14 +319,18 @@ if triton is not None:
             if global_max == -float("inf"):
                 tl.atomic_or(sync_ptr, 2)
             tl.store(sync_ptr + 2 + row, 0)
-            if COUNTER_NOISE:
-                if rows == 1:  # the row's last program is the launch's last (triton specializes 1)
-                    tl.store(rng_ptr + 1, call + 1)
-                else:
+            if (launch_id != 0) | COUNTER_NOISE:
+                done = rows - 1  # one row: its last program is the launch's last (triton specializes 1)
+                if rows > 1:
                     done = tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel")
-                    if done == rows - 1:  # the launch's last program: every program has read `call`
+                if done == rows - 1:  # the launch's last program: every program has read `call` and flagged
+                    if rows > 1:
                         tl.store(sync_ptr + 1, 0)
+                    if COUNTER_NOISE:
                         tl.store(rng_ptr + 1, call + 1)
+                    if launch_id != 0:
+                        flags = tl.atomic_xchg(sync_ptr, 0)
+                        tl.store(signal_ptr, (launch_id.to(tl.int64) << 32) | flags.to(tl.int64))
 
 
 class _Workspace(NamedTuple):
@@ -385,6 +391,97 @@ def splits_for(rows: int, vocab_size: int, tile: int, device: torch.device) -> i
     splits = min(n_tiles, max(1, target // rows))
     per_program = -(-n_tiles // splits)
     return -(-n_tiles // per_program)
+
+
+class _Plan(NamedTuple):
+    """What a call's argument metadata fixes: the grid ``(B, S, 1)``, the kernel's integer
+    arguments and constexprs, and the compiled kernel's launcher, kept by the first launch
+    so that later calls skip triton's per-call specialization."""
+
+    rows: int
+    splits: int
+    grid: tuple[int, int, int]
+    scalars: tuple[int, ...]  # rows, V, chunk, S, logits row stride, noise row stride
+    constexprs: dict[str, object]  # in the kernel's parameter order
+    num_warps: int
+    launcher: list  # [] until the first compiled launch, then [the compiled kernel's launcher]
+
+
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def _signature(*arguments: object) -> tuple | None:
+    """A call's arguments as a plan key: each tensor's shape, strides, dtype, device and
+    16-byte alignment (what triton specializes a pointer on), each other argument with its
+    type; None (no plan is cached) when one is neither None, an int nor a tensor."""
+    key = []
+    for value in arguments:
+        if isinstance(value, torch.Tensor):
+            key.append((value.shape, value.stride(), value.dtype, value.device, value.data_ptr() % 16 == 0))
+        elif value is None or type(value) is int:
+            key.append((type(value), value))
+        else:
+            return None
+    return tuple(key)
+
+
+def _plan(logits, noise, greedy_mask, tile, splits, num_warps) -> _Plan:
+    """The launch of checked arguments (module note: grid, chunk, the rounding bound's ``t``)."""
+    rows, vocab = logits.shape
+    n_tiles = -(-vocab // tile)
+    splits = splits_for(rows, vocab, tile, logits.device) if splits is None else min(splits, n_tiles)
+    splits = max(splits, -(-n_tiles // _MAX_TILES_PER_PROGRAM))  # the rounding bound's t (module note)
+    per_program = -(-n_tiles // splits)
+    splits = -(-n_tiles // per_program)
+    scalars = (rows, vocab, per_program * tile, splits, logits.stride(0), 0 if noise is None else noise.stride(0))
+    constexprs = dict(BLOCK=tile, SPLITS_POW2=triton.next_power_of_2(splits), COUNTER_NOISE=noise is None,
+                      HAS_GREEDY=greedy_mask is not None, LIBDEVICE=not KERNEL_INTERPRETED)
+    return _Plan(rows, splits, (rows, splits, 1), scalars, constexprs,
+                 num_warps or max(1, min(8, tile // 128)), [])
+
+
+_SPINS = 20_000  # polls of the pinned word (well under a millisecond) before a blocking wait
+
+
+class _Signal:
+    """An int64 in pinned host memory that an eager launch's last program writes ``launch_id
+    << 32 | flags`` to (module note): the host polls it instead of a stream synchronization
+    and a device-to-host copy of the flag word."""
+
+    def __init__(self) -> None:
+        self.word = torch.zeros(1, dtype=torch.int64, pin_memory=True)
+        self._view = self.word.numpy()
+        self._launch_id = 1
+
+    def next_id(self) -> int:
+        # From 2: triton turns an int argument equal to 1 into a constant even under
+        # do_not_specialize (triton 3.6, H200), which would build a second kernel.
+        self._launch_id = self._launch_id + 1 if self._launch_id < 2**31 - 1 else 2
+        return self._launch_id
+
+    def wait(self, launch_id: int, device: torch.device) -> int:
+        """The flags of launch ``launch_id``: poll, then (a long queue ahead of the kernel)
+        wait on the stream without holding the GIL. Raises RuntimeError if it never wrote."""
+        for _ in range(_SPINS):
+            value = int(self._view[0])
+            if value >> 32 == launch_id:
+                return value & 0xFFFFFFFF
+        torch.cuda.current_stream(device).synchronize()
+        value = int(self._view[0])
+        if value >> 32 != launch_id:
+            raise RuntimeError(f"fused_exponential_race: launch {launch_id} did not write its flags "
+                               f"(the pinned word holds launch {value >> 32})")
+        return value & 0xFFFFFFFF
+
+
+_SIGNALS: dict[torch.device, _Signal] = {}
+
+
+def _signal(device: torch.device) -> _Signal:
+    signal = _SIGNALS.get(device)
+    if signal is None:
+        signal = _SIGNALS[device] = _Signal()
+    return signal
 
 
 def philox_state(seed: int, device: torch.device | str) -> torch.Tensor:
@@ -485,37 +582,46 @@ def fused_exponential_race(
         >>> fused_exponential_race(logits, torch.ones(1), torch.ones(1, 4), tile=16)  # doctest: +SKIP
         tensor([2])
     """
-    if tile is None and isinstance(logits, torch.Tensor) and logits.ndim == 2:
-        tile = min(_DEFAULT_TILE, max(_MIN_TILE, 1 << max(0, logits.shape[1] - 1).bit_length()))
-    _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, splits, num_warps)
-    rows, vocab = logits.shape
+    signature = _signature(logits, temperatures, noise, rng_state, greedy_mask, tile, splits, num_warps)
+    plan = _PLANS.get(signature)
+    if plan is None:
+        if tile is None and isinstance(logits, torch.Tensor) and logits.ndim == 2:
+            tile = min(_DEFAULT_TILE, max(_MIN_TILE, 1 << max(0, logits.shape[1] - 1).bit_length()))
+        _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, splits, num_warps)
+        converted = (logits.stride(1) != 1 or temperatures.dtype != torch.float32
+                     or (noise is not None and noise.stride(1) != 1))
+        if converted:  # this call's copies: a plan for their layout, not cached under the caller's
+            logits, temperatures = logits.contiguous(), temperatures.to(torch.float32)
+            noise = None if noise is None else noise.contiguous()
+        plan = _plan(logits, noise, greedy_mask, tile, splits, num_warps)
+        if signature is not None and not converted:
+            _PLANS[signature] = plan
     device = logits.device
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
-    if noise is not None and noise.stride(1) != 1:
-        noise = noise.contiguous()
-    n_tiles = -(-vocab // tile)
-    splits = splits_for(rows, vocab, tile, device) if splits is None else min(splits, n_tiles)
-    splits = max(splits, -(-n_tiles // _MAX_TILES_PER_PROGRAM))  # the rounding bound's t (module note)
-    per_program = -(-n_tiles // splits)
-    splits = -(-n_tiles // per_program)
-    work = _workspace(device, rows, splits)
-    out = torch.empty(rows, dtype=torch.int64, device=device)
-    counter_noise = noise is None
-    if temperatures.dtype != torch.float32:
-        temperatures = temperatures.to(torch.float32)
-    _fused_race_kernel[(rows, splits)](
+    work = _workspace(device, plan.rows, plan.splits)
+    out = torch.empty(plan.rows, dtype=torch.int64, device=device)
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    signal = None if capturing or KERNEL_INTERPRETED else _signal(device)
+    launch_id = 0 if signal is None else signal.next_id()
+    args = (
         logits, temperatures, logits if greedy_mask is None else greedy_mask.view(torch.int8),
-        logits if counter_noise else noise, rng_state if counter_noise else work.sync,
-        work.part_max, work.part_key, work.part_idx, work.sync, out,
-        rows, vocab, per_program * tile, splits,
-        logits.stride(0), 0 if counter_noise else noise.stride(0),
-        BLOCK=tile, SPLITS_POW2=triton.next_power_of_2(splits), COUNTER_NOISE=counter_noise,
-        HAS_GREEDY=greedy_mask is not None, LIBDEVICE=not KERNEL_INTERPRETED,
-        num_warps=num_warps or max(1, min(8, tile // 128)),
+        logits if noise is None else noise, work.sync if rng_state is None else rng_state,
+        work.part_max, work.part_key, work.part_idx, work.sync, out, work.sync if signal is None else signal.word,
+        *plan.scalars, launch_id,
     )
-    if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-        if int(work.flag) != 0:
+    if plan.launcher:
+        plan.launcher[0](*args, *plan.constexprs.values())
+    else:
+        kernel = _fused_race_kernel[plan.grid](*args, **plan.constexprs, num_warps=plan.num_warps)
+        if not KERNEL_INTERPRETED:  # the compiled kernel's own launcher: no re-specialization next time
+            plan.launcher.append(kernel[plan.grid])
+    if signal is not None:
+        flags = signal.wait(launch_id, device)
+    elif not capturing:
+        flags = int(work.flag)
+        if flags:
             work.flag.zero_()
-            _raise_flagged(logits, temperatures, noise)
+    else:
+        flags = 0  # nothing is read while a graph is captured (as in ``sampling``)
+    if flags:
+        _raise_flagged(logits, temperatures, noise)
     return out

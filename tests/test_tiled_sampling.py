@@ -423,17 +423,17 @@ def test_s3_interpreted_fused_counter_noise_is_fresh_per_call_and_reproducible()
     assert single.tolist() == [1, 8] and len(set(draws)) > 1  # P(all equal) = 32^-7
 
 
+_BAD_VALUES = [
+    (dict(logits=torch.tensor([[0.0, math.nan] * 16, [0.0] * 32])), "logits"),
+    (dict(logits=torch.tensor([[-INF] * 32, [0.0] * 32])), "logits"),
+    (dict(noise=-torch.ones(2, 32)), "noise"),
+    (dict(temperatures=torch.tensor([1.0, -0.5])), "temperatures"),
+    (dict(temperatures=torch.tensor([1.0, INF])), "temperatures"),
+]
+
+
 @needs_interpreter
-@pytest.mark.parametrize(
-    "bad, match",
-    [
-        (dict(logits=torch.tensor([[0.0, math.nan] * 16, [0.0] * 32])), "logits"),
-        (dict(logits=torch.tensor([[-INF] * 32, [0.0] * 32])), "logits"),
-        (dict(noise=-torch.ones(2, 32)), "noise"),
-        (dict(temperatures=torch.tensor([1.0, -0.5])), "temperatures"),
-        (dict(temperatures=torch.tensor([1.0, INF])), "temperatures"),
-    ],
-)
+@pytest.mark.parametrize("bad, match", _BAD_VALUES)
 def test_s3_interpreted_fused_flags_bad_values_then_recovers(bad, match):
     args = dict(logits=torch.zeros(2, 32), temperatures=torch.ones(2), noise=torch.ones(2, 32)) | bad
     with pytest.raises(ValueError, match=match):
@@ -515,9 +515,63 @@ def test_s3_gpu_fused_every_specialization_matches_untiled(dtype, greedy_rows):
     logits = logits.to(dtype)
     if not greedy_rows:
         greedy = torch.zeros_like(greedy)
-    tokens = fused_exponential_race(logits, temperatures, noise, greedy_mask=greedy if greedy_rows else None)
+    mask = greedy if greedy_rows else None
+    tokens = fused_exponential_race(logits, temperatures, noise, greedy_mask=mask)
     expected = _untiled(logits.float(), temperatures, noise, greedy)
     assert _mismatched_rows(tokens, expected, logits.float(), temperatures, noise, greedy) == []
+    graph = torch.cuda.CUDAGraph()  # captured: no flag signal
+    with torch.cuda.graph(graph):
+        captured = fused_exponential_race(logits, temperatures, noise, greedy_mask=mask)
+    graph.replay()
+    assert torch.equal(captured, tokens)
+
+
+@pytest.mark.gpu
+@needs_compiled_kernel
+@pytest.mark.parametrize("bad, match", _BAD_VALUES)
+def test_s3_gpu_fused_flags_bad_values_then_recovers(bad, match):
+    # An eager call reads its launch's flags from the pinned word the kernel writes (module note).
+    args = dict(logits=torch.zeros(2, 32), temperatures=torch.ones(2), noise=torch.ones(2, 32)) | bad
+    args = {name: value.cuda() for name, value in args.items()}
+    with pytest.raises(ValueError, match=match):
+        fused_exponential_race(args["logits"], args["temperatures"], args["noise"])
+    good = fused_exponential_race(torch.zeros(2, 32, device="cuda"), torch.ones(2, device="cuda"),
+                                  torch.ones(2, 32, device="cuda"))
+    assert good.tolist() == [0, 0]
+
+
+@pytest.mark.gpu
+@needs_compiled_kernel
+def test_s3_gpu_fused_captured_bad_values_are_not_raised_later():
+    # A captured launch flags NaN logits but nothing reads the flags during capture or
+    # replay; the next eager call with good values returns its tokens, a bad one raises.
+    temperatures, noise = torch.ones(2, device="cuda"), torch.ones(2, 32, device="cuda")
+    logits = torch.zeros(2, 32, device="cuda")
+    logits[0, 1] = math.nan
+    fused_exponential_race(torch.zeros(2, 32, device="cuda"), temperatures, noise)  # compiles, outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fused_exponential_race(logits, temperatures, noise)
+    graph.replay()
+    good = torch.zeros(2, 32, device="cuda")
+    good[:, 5] = 1.0
+    assert fused_exponential_race(good, temperatures, noise).tolist() == [5, 5]
+    with pytest.raises(ValueError, match="logits"):
+        fused_exponential_race(logits, temperatures, noise)
+
+
+@pytest.mark.gpu
+@needs_compiled_kernel
+def test_s3_gpu_fused_cached_launch_respects_alignment():
+    # Same shapes, strides and dtypes as an earlier call, but logits and noise 4 bytes off a
+    # 16-byte boundary: a launch cached for aligned pointers (16-byte vector loads) must not
+    # be reused for them.
+    rows, vocab = 8, 4096
+    logits, temperatures, noise, _ = _case(7, rows, vocab, device="cuda")
+    expected = fused_exponential_race(logits, temperatures, noise)
+    shifted = [torch.empty(rows * vocab + 1, device="cuda")[1:].view(rows, vocab).copy_(t) for t in (logits, noise)]
+    assert all(t.data_ptr() % 16 != 0 for t in shifted)
+    assert torch.equal(fused_exponential_race(shifted[0], temperatures, shifted[1]), expected)
 
 
 @pytest.mark.gpu
