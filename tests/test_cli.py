@@ -258,6 +258,26 @@ def test_a_deadline_signal_ends_the_run_with_reports_marked_interrupted(tmp_path
     assert not (tmp_path / "junit-serial.xml").exists()  # the serial phase never started
 
 
+def test_an_interrupt_before_the_first_record_still_reports_interrupted(tmp_path, monkeypatch, capsys):
+    # The signal can land while the plugin records the first finished case (CI, session 13):
+    # pytest still writes its JSON, with no record; the run reads INTERRUPTED, exit EXIT_INFRA.
+    from conformance import interrupts
+
+    def interrupted_suite(cmd, json_path, **_):
+        active = interrupts.active()
+        active.requested = active.cut = True
+        payload = {"impl": "reference", "description": "", "conventions": {}, "capabilities": [], "device": "cpu",
+                   "base_seed": 0, "budget": 1.0, "wall_s": 1.0, "exit_status": 2, "tests": []}
+        json_path.write_text(json.dumps(payload))
+        return 2, payload
+
+    monkeypatch.setattr(cli, "run_suite", interrupted_suite)
+    assert cli.main(["run", "--workers", "0", "--report", str(tmp_path)]) == cli.EXIT_INFRA
+    out = capsys.readouterr().out
+    assert "overall: INTERRUPTED" in out
+    assert json.loads((tmp_path / "results.json").read_text())["tests"] == []
+
+
 def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
     """With workers, the run is two pytest sessions: every case but the latency_bound ones in
     parallel, then those in one process (junit-serial.xml); results.json holds both, the
