@@ -356,7 +356,7 @@ class _Workspace(NamedTuple):
     part_max: torch.Tensor  # float32 [rows * splits]
     part_key: torch.Tensor  # float32 [rows * splits]
     part_idx: torch.Tensor  # int32 [rows * splits]
-    flag: torch.Tensor  # sync[0], the value-check word (a 0-d view, read by eager calls)
+    flag: torch.Tensor  # sync[0], the value-check word (a 0-d view, read by interpreted eager calls)
 
 
 _SYNC: dict[torch.device, torch.Tensor] = {}  # int32, zero between launches
