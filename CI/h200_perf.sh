@@ -53,7 +53,7 @@ step() {
 }
 
 sg=(); [ -n "$sglang" ] && sg=(--sglang-path "$sglang")
-step bench 170 "$out/bench_step.txt" \
+step bench 240 "$out/bench_step.txt" \
   "$py" -m bench step --device cuda --warmup-ms 10 --rep-ms 50 --json "$out/bench_step.json" "${sg[@]}"
 [ -f "$out/bench_step.json" ] && "$py" -m bench.summary "$out/bench_step.json" --markdown "$out/bench_ratios.md" >> "$S" 2>&1
 

@@ -14,6 +14,14 @@ plain copy of the same 66 MB, and 0.5% to the 1 GiB copy of the bandwidth measur
 call once in a CUDA graph so that only its kernels are timed (no Python, no launches, and
 no host-side value checks: the reference skips those while a graph is being captured).
 
+Steady state (``measure_steady``): one graph of ``n`` back-to-back calls, each on its own
+input set (``steady_sets`` of them, together at least 256 MiB, so that no call finds its
+inputs in the L2), timed per replay as above and divided by ``n``. A single replay charges
+one graph launch and one grid's ramp-up and drain to a 20 us kernel (an empty kernel's
+replay times 2.75 us on the H200); the copy that measures the bandwidth moves 2 GiB in one
+call, where those costs are 0.5%. The steady-state time puts a kernel in that regime, the
+way an engine's captured decode step runs it among other kernels.
+
 To add a benchmark: write ``bench/<name>.py`` with ``run(timing, copy, *, quick) ->
 list[Row]`` and register it in ``bench/__main__.py``.
 """
@@ -41,9 +49,11 @@ __all__ = [
     "Row",
     "median_ms",
     "graph_replay",
+    "steady_sets",
     "copy_bandwidth",
     "describe",
     "measure",
+    "measure_steady",
     "roofline_row",
     "skipped_row",
     "finalize",
@@ -190,6 +200,31 @@ def graph_replay(fn: Callable[[], object], device: torch.device) -> Callable[[],
     return graph.replay
 
 
+_STEADY_MIN_CALLS = 8  # calls per steady-state graph, at least
+
+
+def steady_sets(bytes_per_call: int) -> int:
+    """Input sets a steady-state graph cycles through: enough that together they hold at
+    least 256 MiB (the L2 flush's size), and at least 2. Returns an int >= 2.
+
+    Raises:
+        TypeError / ValueError: ``bytes_per_call`` not an int >= 1.
+    """
+    check_int("bytes_per_call", bytes_per_call, minimum=1)
+    return max(2, -(-_FLUSH_BYTES // bytes_per_call))
+
+
+def _steady_replay(fns: Sequence[Callable[[], object]], device: torch.device) -> tuple[Callable[[], None], int]:
+    calls = max(len(fns), _STEADY_MIN_CALLS)
+    order = [fns[i % len(fns)] for i in range(calls)]
+
+    def all_calls():
+        for fn in order:
+            fn()
+
+    return graph_replay(all_calls, device), calls
+
+
 def copy_bandwidth(timing: Timing, nbytes: int) -> CopyBandwidth:
     """Device-to-device copy bandwidth: time ``dst.copy_(src)`` of an ``nbytes`` buffer and
     count ``2 * nbytes`` (each byte read once and written once).
@@ -232,6 +267,37 @@ def measure(
         if graph:
             fn = graph_replay(fn, timing.device)
         row.median_ms = median_ms(fn, timing)
+    except Exception as exc:  # reported in the table, never swallowed silently
+        row.status = f"failed: {describe(exc)}"
+    return row
+
+
+def measure_steady(
+    benchmark: str,
+    shape: str,
+    impl: str,
+    params: dict[str, Any],
+    make_fns: Callable[[], Sequence[Callable[[], object]]],
+    timing: Timing,
+    *,
+    bytes_moved: int | None = None,
+    note: str = "",
+) -> Row:
+    """Steady-state time of one call (module note): ``make_fns()`` (untimed) builds one call
+    per input set; the calls, cycled to at least 8, are captured back to back in one CUDA
+    graph, and the row's ``median_ms`` is the replay's median over the number of calls
+    (``params["calls_per_graph"]``). Failures are reported in the row, as by ``measure``;
+    without CUDA graphs (``timing.use_graphs`` false) the row is skipped."""
+    if not timing.use_graphs:
+        return skipped_row(benchmark, shape, impl, params, "steady state needs CUDA graphs")
+    row = Row(benchmark, shape, impl, dict(params), bytes_moved=bytes_moved, note=note)
+    try:
+        fns = list(make_fns())
+        if not fns:
+            raise ValueError("make_fns built no call")
+        replay, calls = _steady_replay(fns, timing.device)
+        row.params.update(calls_per_graph=calls, input_sets=len(fns))
+        row.median_ms = median_ms(replay, timing) / calls
     except Exception as exc:  # reported in the table, never swallowed silently
         row.status = f"failed: {describe(exc)}"
     return row

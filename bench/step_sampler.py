@@ -23,6 +23,9 @@ sampling) and float32 Exp(1) noise, all made once, untimed:
 
 Each runs as called (``[call]``: Python, kernel launches and the reference's host-side
 value checks) and, on CUDA, as a CUDA-graph replay of that call (``[graph]``: kernels only).
+The two fused rows, SGLang's and the copy also run in steady state (``[steady]``: one graph
+of back-to-back calls, each on its own input set, timed per call; ``bench/common.py``), the
+regime of the 1 GiB copy that measures the roofline's bandwidth.
 
 Bytes moved per step (``GB/s`` = bytes / median time):
 
@@ -49,7 +52,7 @@ from dspark_ref import fused_sampling
 from dspark_ref.fused_sampling import fused_exponential_race, philox_state
 from dspark_ref.sampling import exponential_noise, exponential_race, sample_step
 
-from .common import CopyBandwidth, Row, Timing, describe, measure, roofline_row, skipped_row
+from .common import CopyBandwidth, Row, Timing, describe, measure, measure_steady, roofline_row, skipped_row, steady_sets
 from .summary import COPY_SAME_BYTES
 
 __all__ = ["BATCHES", "VOCABS", "DTYPES", "run"]
@@ -145,13 +148,51 @@ def _impls(logits, temps, noise, sglang: _SGLangStep, device) -> list[_Impl]:
     ]
 
 
+STEADY_IMPLS = ("ref fused race", "ref fused race, counter noise", "sglang MarkovSampleStep")
+
+
+def _inputs(batch: int, vocab: int, dtype: torch.dtype, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = (3.0 * torch.randn(batch, vocab, generator=gen, device=gen.device)).to(dtype)
+    return logits, exponential_noise((batch, vocab), generator=gen)
+
+
+def _steady_rows(batch: int, vocab: int, dtype: torch.dtype, timing: Timing, sglang: _SGLangStep, shape: str,
+                 params: dict) -> list[Row]:
+    """The ``[steady]`` rows (module note): every input set a fresh ``(logits, noise)``, a
+    same-bytes copy a fresh ``(src, dst)``; the sets are freed with the rows' graphs."""
+    device = timing.device
+    race_bytes = batch * vocab * (dtype.itemsize + 4)
+    sets = steady_sets(race_bytes)
+    gen = torch.Generator(device).manual_seed(batch * vocab + 1)
+    temps = torch.full((batch,), TEMPERATURE, device=device)
+    inputs = [_inputs(batch, vocab, dtype, gen) for _ in range(sets)]
+    impls = [{impl.name: impl for impl in _impls(logits, temps, noise, sglang, device)} for logits, noise in inputs]
+    rows = []
+    for name in STEADY_IMPLS:
+        first = impls[0][name]
+        label = f"{name} [steady]"
+        if first.skip is not None:
+            rows.append(skipped_row(BENCHMARK, shape, label, params, first.skip))
+            continue
+        rows.append(measure_steady(BENCHMARK, shape, label, params,
+                                   lambda name=name: [by_name[name].make() for by_name in impls], timing,
+                                   bytes_moved=first.bytes_moved))
+
+    def copies():
+        sources = [torch.zeros(race_bytes // 2, dtype=torch.uint8, device=device) for _ in range(sets)]
+        return [lambda src=src, dst=torch.empty_like(src): dst.copy_(src) for src in sources]
+
+    rows.append(measure_steady(BENCHMARK, shape, f"{COPY_SAME_BYTES} [steady]", params, copies, timing,
+                               bytes_moved=race_bytes, note="half read, half written"))
+    return rows
+
+
 def _shape_rows(batch: int, vocab: int, dtype: torch.dtype, timing: Timing, copy: CopyBandwidth,
                 sglang: _SGLangStep) -> list[Row]:
     device = timing.device
     gen = torch.Generator(device).manual_seed(batch * vocab)
-    logits = (3.0 * torch.randn(batch, vocab, generator=gen, device=device)).to(dtype)
+    logits, noise = _inputs(batch, vocab, dtype, gen)
     temps = torch.full((batch,), TEMPERATURE, device=device)
-    noise = exponential_noise((batch, vocab), generator=gen)
     dtype_name = str(dtype).removeprefix("torch.")
     shape, params = f"B={batch} V={vocab} {dtype_name}", {"B": batch, "V": vocab, "dtype": dtype_name}
     modes = ("call", "graph") if timing.use_graphs else ("call",)
@@ -177,6 +218,8 @@ def _shape_rows(batch: int, vocab: int, dtype: torch.dtype, timing: Timing, copy
 
     rows.append(measure(BENCHMARK, shape, COPY_SAME_BYTES, params, same_bytes_copy, timing, bytes_moved=race_bytes,
                         graph=timing.use_graphs, note="half read, half written"))
+    if timing.use_graphs:
+        rows += _steady_rows(batch, vocab, dtype, timing, sglang, shape, params)
     return rows
 
 
