@@ -177,11 +177,25 @@ def median_ms(fn: Callable[[], object], timing: Timing) -> float:
     return _host_median_ms(fn, timing.warmup_ms, timing.rep_ms)
 
 
+class _GraphReplay:
+    """A captured graph's ``replay``, holding the captured callable too: the tensors that
+    callable closes over (inputs its factory made, such as SGLang's bias and temperatures)
+    live outside the graph's pool, and freed they would be reused while the graph still
+    reads them."""
+
+    def __init__(self, graph: torch.cuda.CUDAGraph, captured: Callable[[], object]):
+        self._graph, self._captured = graph, captured
+
+    def __call__(self) -> None:
+        self._graph.replay()
+
+
 def graph_replay(fn: Callable[[], object], device: torch.device) -> Callable[[], None]:
-    """Capture one call of ``fn`` in a CUDA graph; returns the graph's ``replay``.
+    """Capture one call of ``fn`` in a CUDA graph; returns a callable that replays it.
 
     ``fn`` runs twice on a side stream first (Triton compiles, the allocator warms up).
-    The returned callable keeps the graph (and its memory pool) alive; drop it to free them.
+    The returned callable keeps the graph, its memory pool and ``fn`` (with every tensor
+    ``fn`` holds) alive; drop it to free them.
 
     Raises:
         ValueError: ``device`` is not a CUDA device.
@@ -197,7 +211,7 @@ def graph_replay(fn: Callable[[], object], device: torch.device) -> Callable[[],
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return graph.replay
+    return _GraphReplay(graph, fn)
 
 
 _STEADY_MIN_CALLS = 8  # calls per steady-state graph, at least

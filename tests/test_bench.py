@@ -64,6 +64,27 @@ def test_bench_graph_replay_rejects_cpu():
         common.graph_replay(lambda: None, torch.device("cpu"))
 
 
+@pytest.mark.gpu
+def test_bench_graph_replay_keeps_what_the_captured_call_holds():
+    """A call whose factory made its own input: after capture only the returned replay holds
+    it. Were it freed, the allocations below would reuse its block and the replay would read
+    their zeros (seen on the H200: SGLang's step temperatures read as 0, a greedy row)."""
+    device = torch.device("cuda")
+    out = torch.empty(64, device=device)
+
+    def factory():
+        scale = torch.full((64,), 0.8, device=device)  # held by the call's closure only
+        return lambda: torch.mul(scale, 2.0, out=out)
+
+    replay = common.graph_replay(factory(), device)
+    reuse = [torch.zeros(64, device=device) for _ in range(64)]
+    out.zero_()
+    replay()
+    torch.cuda.synchronize(device)
+    assert torch.equal(out, torch.full_like(out, 1.6)), out[:4].tolist()
+    del reuse
+
+
 def test_bench_measure_reports_a_failure_in_its_row():
     def broken():
         raise RuntimeError("kernel exploded")
