@@ -85,40 +85,30 @@ Generation = Literal["folded", "philox"]
 _SPEC = "sglang.srt.speculative"
 _DSPARK_OPS = "sglang.kernels.ops.speculative.dspark"
 
+# The modules both API generations ship under the same names.
+_SHARED_MODULES: dict[str, str] = {
+    "heads": "sglang.srt.models.dspark",
+    "draft": f"{_SPEC}.dspark_components.dspark_draft",
+    "draft_sampler": f"{_SPEC}.dspark_components.dspark_draft_sampler",
+    "accept": f"{_DSPARK_OPS}.dspark_accept",
+    "verify": f"{_SPEC}.dspark_components.dspark_verify",
+    "spec_utils": f"{_SPEC}.spec_utils",
+    "dflash_utils": f"{_SPEC}.dflash_utils",  # verify target probs (top-k / top-p renorm)
+    "tp_sync": f"{_SPEC}.spec_tp_sync",
+    "environ": "sglang.srt.environ",
+    "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival, ScheduleVerifyLensTopk
+    "planner": f"{_SPEC}.dspark_components.dspark_planner",  # HostConfidenceBudgetPlanner
+    "sps": f"{_SPEC}.dspark_components.dspark_sps",  # profile_sps_table
+    "sts_fit": "sglang.benchmark.dspark_sts_fit",  # fit_sts_temperatures
+}
+
 #: Short name -> module, per API generation (``folded``: 0.5.17-0.5.21, ``philox``: 0.5.22+).
 DSPARK_MODULES: dict[str, dict[str, str]] = {
-    "folded": {
-        "step": f"{_DSPARK_OPS}.dspark_draft_model",  # SampleStepTokens
-        "heads": "sglang.srt.models.dspark",
-        "draft": f"{_SPEC}.dspark_components.dspark_draft",
-        "draft_sampler": f"{_SPEC}.dspark_components.dspark_draft_sampler",
-        "accept": f"{_DSPARK_OPS}.dspark_accept",
-        "verify": f"{_SPEC}.dspark_components.dspark_verify",
-        "spec_utils": f"{_SPEC}.spec_utils",
-        "dflash_utils": f"{_SPEC}.dflash_utils",  # verify target probs (top-k / top-p renorm)
-        "tp_sync": f"{_SPEC}.spec_tp_sync",
-        "environ": "sglang.srt.environ",
-        "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival, ScheduleVerifyLensTopk
-        "planner": f"{_SPEC}.dspark_components.dspark_planner",  # HostConfidenceBudgetPlanner
-        "sps": f"{_SPEC}.dspark_components.dspark_sps",  # profile_sps_table
-        "sts_fit": "sglang.benchmark.dspark_sts_fit",  # fit_sts_temperatures
-    },
+    "folded": {"step": f"{_DSPARK_OPS}.dspark_draft_model", **_SHARED_MODULES},  # SampleStepTokens
     "philox": {
         "step": f"{_DSPARK_OPS}.markov_sample",  # MarkovSampleStep
         "blockwise": f"{_DSPARK_OPS}.blockwise_rejection",
-        "heads": "sglang.srt.models.dspark",
-        "draft": f"{_SPEC}.dspark_components.dspark_draft",
-        "draft_sampler": f"{_SPEC}.dspark_components.dspark_draft_sampler",
-        "accept": f"{_DSPARK_OPS}.dspark_accept",
-        "verify": f"{_SPEC}.dspark_components.dspark_verify",
-        "spec_utils": f"{_SPEC}.spec_utils",
-        "dflash_utils": f"{_SPEC}.dflash_utils",  # verify target probs (top-k / top-p renorm)
-        "tp_sync": f"{_SPEC}.spec_tp_sync",
-        "environ": "sglang.srt.environ",
-        "schedule": f"{_DSPARK_OPS}.dspark_schedule",  # compute_sort_survival, ScheduleVerifyLensTopk
-        "planner": f"{_SPEC}.dspark_components.dspark_planner",  # HostConfidenceBudgetPlanner
-        "sps": f"{_SPEC}.dspark_components.dspark_sps",  # profile_sps_table
-        "sts_fit": "sglang.benchmark.dspark_sts_fit",  # fit_sts_temperatures
+        **_SHARED_MODULES,
     },
 }
 
