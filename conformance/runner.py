@@ -21,6 +21,9 @@ from .cuda_context import lost_cases
 
 #: The folder of the suite's test modules (a checkout's or an installed wheel's).
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
+#: The folder that holds the ``conformance`` package (a checkout's root, or site-packages):
+#: the suite's pytest rootdir, where conftest discovery stops.
+PACKAGE_PARENT = SUITE_DIR.parent.parent
 
 
 def pytest_command(
@@ -32,7 +35,12 @@ def pytest_command(
     the given case keys (``conformance.seeds``; as results.json names them); ``phase`` is
     the plugin's ``--dspark-phase``."""
     cmd = [
-        sys.executable, "-m", "pytest", str(SUITE_DIR), "-q", "-rN", "-p", "no:cacheprovider",
+        # The host's configuration stays out: without "-c", pytest adopts the first pytest.ini /
+        # pyproject.toml above SUITE_DIR and the conftest.py files on the way, which for a
+        # virtual environment kept inside a project are that project's (its addopts, its
+        # fixtures, even a case_seed of its own).
+        sys.executable, "-m", "pytest", str(SUITE_DIR), "-c", os.devnull, f"--rootdir={PACKAGE_PARENT}",
+        f"--confcutdir={PACKAGE_PARENT}", "-q", "-rN", "-p", "no:cacheprovider",
         f"--dspark-impl={impl}", f"--dspark-device={device}", f"--dspark-report-json={json_path}",
         "--dspark-strict-ledger",
     ]

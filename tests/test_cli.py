@@ -1,7 +1,9 @@
 """The main job end to end: exit codes, matrix, reports, adapter loading, ledger, INCONCLUSIVE."""
 
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,3 +322,32 @@ def test_an_adapter_factory_that_raises_is_a_load_error_naming_it(tmp_path):
     code, out = _run(tmp_path, "--impl", "json:loads", "-k", "test_S6_")
     assert code == cli.EXIT_INFRA, out
     assert "--dspark-impl 'json:loads': loads() raised TypeError" in out and "INTERNALERROR" not in out, out
+
+
+def test_a_project_around_the_installed_suite_leaves_it_alone(tmp_path):
+    """The suite installed in a virtual environment inside someone's project: that project's
+    pytest configuration (addopts deselecting everything) and root conftest.py (a case_seed
+    of its own, an autouse print) must not reach the suite; the case's p-value is the
+    checkout's."""
+    project = tmp_path / "project"
+    site = project / ".venv" / "site"
+    for name in ("conformance", "dspark_ref"):
+        shutil.copytree(ROOT / name, site / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "conftest.py", site / "conftest.py")  # registers the plugin where no entry point does
+    (project / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-m fast"\n')
+    (project / "conftest.py").write_text(
+        "import pytest\n\n@pytest.fixture(autouse=True)\ndef foreign():\n    print('FOREIGN CONFTEST')\n\n"
+        "@pytest.fixture\ndef case_seed():\n    return 0\n")
+    key = "conformance/test_sampling.py::test_S3_law[S3/law/flat-T0.3]"
+
+    def p_value(cwd, report, pythonpath):
+        env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+        proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--workers", "0", "--report",
+                               str(report), "--case", key, "--", "-s"], capture_output=True, text=True, cwd=cwd,
+                              env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "FOREIGN" not in proc.stdout + proc.stderr
+        [record] = json.loads((report / "results.json").read_text())["tests"]
+        return record["stats"][0]["p_value"]
+
+    assert p_value(project, tmp_path / "installed", site) == p_value(ROOT, tmp_path / "checkout", ROOT)
