@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from pytest import ExitCode
@@ -31,6 +32,7 @@ from .cuda_context import lost_cases
 from .interrupts import interruptible
 from .report import html as html_report
 from .report import markdown, matrix as report
+from .report.junit import merge_junit
 from .runner import merge_phases, pytest_command, rerun_lost_cases, run_suite
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3
@@ -140,7 +142,51 @@ def exit_code(returncode: int, payload: dict | None) -> int:
     return EXIT_INCONCLUSIVE if verdict == "INCONCLUSIVE" else EXIT_PASS
 
 
+_JUNIT_OPTIONS = ("--junitxml", "--junit-xml")
+
+
+def _take_junit_option(pytest_args: list[str]) -> tuple[Path | None, list[str]]:
+    """Split pytest's ``--junitxml PATH`` / ``--junitxml=PATH`` (or ``--junit-xml``) off
+    the extra pytest arguments: the run's merged junit.xml is copied there, since handed to
+    pytest it would name the file of every session, each overwriting the last. Returns
+    ``(the last such path or None, the other arguments)``."""
+    path, rest, args = None, [], iter(pytest_args)
+    for arg in args:
+        name, eq, value = arg.partition("=")
+        if name in _JUNIT_OPTIONS:
+            value = value if eq else next(args, None)
+            if not value:
+                raise ValueError(f"{name}: expected a path")
+            path = Path(value)
+        else:
+            rest.append(arg)
+    return path, rest
+
+
+def _write_junit(report_dir: Path, sessions: list[Path], copy_to: Path | None) -> bool:
+    """Merge the sessions' JUnit files into ``report_dir/junit.xml`` (``report.junit``),
+    remove them, copy the result to ``copy_to``; False (files left as they are) if a session
+    wrote none or one cannot be read."""
+    target = report_dir / "junit.xml"
+    try:
+        merge_junit(sessions, target)
+        if copy_to is not None:
+            copy_to.parent.mkdir(parents=True, exist_ok=True)
+            copy_to.write_bytes(target.read_bytes())
+    except (ValueError, ET.ParseError, OSError) as exc:
+        print(f"dspark-conformance: junit.xml not written ({exc})", file=sys.stderr)
+        return False
+    for session in sessions:
+        session.unlink(missing_ok=True)
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        junit_copy, pytest_args = _take_junit_option(args.pytest_args)
+    except ValueError as exc:
+        print(f"dspark-conformance: {exc}", file=sys.stderr)
+        return EXIT_INFRA
     report_dir = args.report or Path(tempfile.mkdtemp(prefix="dspark-report-"))
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
@@ -148,7 +194,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"dspark-conformance: --report {report_dir}: cannot make the directory ({exc})", file=sys.stderr)
         return EXIT_INFRA
     json_path = report_dir / "results.json"
-    extra = ([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + list(args.pytest_args)
+    for stale in [report_dir / "junit.xml", *report_dir.glob("junit-*.xml")]:  # a previous run's
+        stale.unlink(missing_ok=True)
+    extra = ([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + pytest_args
+    sessions = [report_dir / "junit-parallel.xml", report_dir / "junit-serial.xml"]
 
     def command(cases: list[str] | None, json_file: Path, junit: Path, *, phase: str = "all",
                 workers: str = args.workers) -> list[str]:
@@ -159,15 +208,15 @@ def run(args: argparse.Namespace) -> int:
 
     with interruptible() as interrupts:
         if args.workers == "0":
-            cmd = command(args.cases, json_path, report_dir / "junit.xml")
+            cmd = command(args.cases, json_path, sessions[0])
             returncode, payload = run_suite(cmd, json_path)
         else:  # the latency-bound cases after the others, alone in one process
-            cmd = command(args.cases, json_path, report_dir / "junit.xml", phase="parallel")
+            cmd = command(args.cases, json_path, sessions[0], phase="parallel")
             serial_json = report_dir / "results-serial.json"
             phases = [run_suite(cmd, json_path)]
             if phases[0][0] != ExitCode.USAGE_ERROR:  # a usage error is the same in both phases
-                phases.append(run_suite(command(args.cases, serial_json, report_dir / "junit-serial.xml",
-                                                phase="serial", workers="0"), serial_json))
+                phases.append(run_suite(command(args.cases, serial_json, sessions[1], phase="serial",
+                                                workers="0"), serial_json))
             serial_json.unlink(missing_ok=True)
             returncode, payload = merge_phases(*phases)
         if payload is not None and interrupts.cut:
@@ -193,8 +242,10 @@ def run(args: argparse.Namespace) -> int:
     print(report.format_matrix(payload))
     markdown.write_markdown(payload, report_dir / "report.md")
     html_report.write_html(payload, report_dir)
-    written = [name for name in ("junit.xml", "junit-serial.xml") if (report_dir / name).exists()]
-    print(f"report: {report_dir}/report.md, report.html, results.json" + "".join(f", {n}" for n in written))
+    reruns = sorted(report_dir.glob("junit-rerun-*.xml"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    written = ", junit.xml" if _write_junit(report_dir, sessions + reruns, junit_copy) else ""
+    print(f"report: {report_dir}/report.md, report.html, results.json{written}"
+          + (f" (junit.xml also at {junit_copy})" if written and junit_copy else ""))
     return exit_code(returncode, payload)
 
 

@@ -109,7 +109,8 @@ def rerun_lost_cases(payload: dict, command_for: Callable[[list[str], Path, Path
     or a round makes no progress; their new records replace the not-run ones.
 
     ``command_for(case keys, json path, junit path)`` is the pytest command of one round;
-    round ``i`` writes ``junit-rerun-i.xml`` in ``report_dir``. Returns ``payload`` with
+    round ``i`` writes ``junit-rerun-i.xml`` in ``report_dir`` (the CLI merges it into
+    ``junit.xml``, ``conformance.report.junit``). Returns ``payload`` with
     the merged ``tests`` (the case that lost the context keeps its own failure).
     """
     for round_ in range(1, len(payload["tests"]) + 1):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -141,7 +142,13 @@ def test_a_lost_cuda_context_is_no_expected_failure_and_its_process_cases_run_ag
                and "not run" not in t["reason"] for t in tests), [(t["outcome"], t["reason"][-200:]) for t in tests]
     rounds = len(tests) - 1  # one more case gets its own outcome in each fresh process
     assert f"running them again in a fresh process (round {rounds})" in out, out
-    assert (tmp_path / "junit-rerun-1.xml").exists()
+    # One junit.xml: each case once, with its fresh process's record (not the lost 'not run').
+    junit = ET.parse(tmp_path / "junit.xml").getroot()
+    cases = [(c.get("classname"), c.get("name")) for c in junit.iter("testcase")]
+    assert len(cases) == len(set(cases)) == len(tests), cases
+    assert all("illegal memory access" in c.find("failure").get("message", "") + (c.find("failure").text or "")
+               for c in junit.iter("testcase")), ET.tostring(junit)[:2000]
+    assert not list(tmp_path.glob("junit-*.xml"))
 
 
 def test_a_lost_cuda_context_declared_by_the_ledger_is_the_expected_failure(tmp_path):
@@ -257,7 +264,8 @@ def test_a_deadline_signal_ends_the_run_with_reports_marked_interrupted(tmp_path
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["exit_status"] == 2 and payload["tests"], payload.get("exit_status")
     assert "overall **INTERRUPTED**" in (tmp_path / "report.md").read_text()
-    assert not (tmp_path / "junit-serial.xml").exists()  # the serial phase never started
+    junit = tmp_path / "junit.xml"  # the serial phase never started: no second testsuite
+    assert not junit.exists() or len(ET.parse(junit).getroot().findall("testsuite")) == 1
 
 
 def test_an_interrupt_before_the_first_record_still_reports_interrupted(tmp_path, monkeypatch, capsys):
@@ -282,15 +290,22 @@ def test_an_interrupt_before_the_first_record_still_reports_interrupted(tmp_path
 
 def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
     """With workers, the run is two pytest sessions: every case but the latency_bound ones in
-    parallel, then those in one process (junit-serial.xml); results.json holds both, the
-    parallel records first."""
-    code, out = _run(tmp_path, "-k", "test_S6_executor", workers="2")
+    parallel, then those in one process; results.json and junit.xml hold both, the parallel
+    records first; pytest's own --junitxml gets a copy of that junit.xml (handed to both
+    sessions, the serial one would overwrite the parallel one's file)."""
+    code, out = _run(tmp_path / "report", "-k", "test_S6_executor", "--", f"--junitxml={tmp_path / 'ci.xml'}",
+                     workers="2")
     assert code == cli.EXIT_PASS, out
-    cases = [t["case"] for t in json.loads((tmp_path / "results.json").read_text())["tests"]]
+    cases = [t["case"] for t in json.loads((tmp_path / "report" / "results.json").read_text())["tests"]]
     serial = [i for i, case in enumerate(cases) if "redraws_every_step" in case or "executor_multinomial_law" in case]
     assert len(serial) == 3 and serial == list(range(len(cases) - 3, len(cases))), cases
-    assert len(cases) > 3 and (tmp_path / "junit-serial.xml").exists() and (tmp_path / "junit.xml").exists()
-    assert "junit-serial.xml" in out
+    junit = ET.parse(tmp_path / "report" / "junit.xml").getroot()
+    suites = junit.findall("testsuite")
+    assert [int(s.get("tests")) for s in suites] == [len(cases) - 3, 3], ET.tostring(junit)[:2000]
+    assert [c.get("name") for c in suites[1].iter("testcase")] == [case.split("::")[-1] for case in cases[-3:]]
+    assert (tmp_path / "ci.xml").read_bytes() == (tmp_path / "report" / "junit.xml").read_bytes()
+    assert not list((tmp_path / "report").glob("junit-*.xml"))
+    assert "junit.xml also at" in out
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
