@@ -38,9 +38,10 @@ from .runner import merge_phases, pytest_command, rerun_lost_cases, run_suite
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3
 
 
+# The type functions' messages leave out the option: argparse prefixes "argument --NAME: ".
 def _workers(value: str) -> str:
     if value != "auto" and not value.isdigit():
-        raise argparse.ArgumentTypeError(f"--workers: expected 'auto' or an integer, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a non-negative integer, got {value!r}")
     return value
 
 

@@ -326,6 +326,21 @@ def test_usage_errors_exit_3_naming_the_argument(tmp_path, args, message):
     assert code == cli.EXIT_INFRA and message in out, (code, out)
 
 
+@pytest.mark.parametrize("argv", [
+    ["run", "--workers", "0x"], ["run", "--seed", "2x"], ["calibrate", "--seeds", "x"],
+    ["calibrate", "--jobs", "0"], ["null-replay", "--replicates", "0"], ["null-replay", "--seed", "-1"],
+], ids=lambda argv: " ".join(argv))
+def test_usage_errors_name_the_option_once(argv, capsys):
+    """argparse prefixes a type function's message with ``argument --NAME:``; the message
+    itself must not name the option again (a fresh-user trial saw ``--workers: --workers:``)."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert stop.value.code == cli.EXIT_INFRA, err
+    assert err.startswith(f"dspark-conformance {argv[0]}: error: argument {argv[1]}: expected "), err
+    assert err.count(argv[1]) == 1 and err.endswith(f"got {argv[2]!r}"), err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 def test_cuda_without_cuda_is_one_usage_error_before_any_case(tmp_path):
     code, out = _run(tmp_path, "--device", "cuda", "-k", "test_S6_", workers="2")
