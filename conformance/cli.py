@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("ids", nargs="*", help="mutant ids (default: all)")
     mut.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     mut.add_argument("--report", type=Path, default=Path("reports/mutants"))
-    mut.add_argument("--jobs", type=int, default=None, help="mutants run in parallel (default: CPU count)")
+    mut.add_argument("--jobs", type=_positive, default=None, help="mutants run in parallel (default: CPU count)")
     cal = sub.add_parser("calibrate",
                          help="exact tests over many seeds, false failures of the statistical tests on the "
                          "reference, power at the declared effect and on mutants")

@@ -329,6 +329,7 @@ def test_usage_errors_exit_3_naming_the_argument(tmp_path, args, message):
 @pytest.mark.parametrize("argv", [
     ["run", "--workers", "0x"], ["run", "--seed", "2x"], ["calibrate", "--seeds", "x"],
     ["calibrate", "--jobs", "0"], ["null-replay", "--replicates", "0"], ["null-replay", "--seed", "-1"],
+    ["mutants", "--jobs", "-1"],
 ], ids=lambda argv: " ".join(argv))
 def test_usage_errors_name_the_option_once(argv, capsys):
     """argparse prefixes a type function's message with ``argument --NAME:``; the message
