@@ -72,8 +72,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INFRA, f"{self.prog}: error: {message}\n")
 
 
+_DESCRIPTION = """\
+Conformance suite for DSpark speculative decoding. 'run' runs it on one
+implementation (the bundled reference by default), prints the conformance
+matrix by SPEC section and writes the reports; 'mutants', 'calibrate',
+'null-replay' and 'merge-runs' measure the suite itself.
+'dspark-conformance COMMAND --help' lists a command's options."""
+
+
+def _exit_codes_epilog() -> str:
+    """The exit codes as plain text, from the rows of the module docstring's table (one
+    source for the docs and --help)."""
+    rows = [line.split(None, 1) for line in (__doc__ or "").splitlines() if line[:1].isdigit()]  # -OO: none
+    return "exit codes (the gate contract, also used by CI/gate.sh):\n" + "\n".join(
+        f"  {code}  {text}" for code, text in rows)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="dspark-conformance", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="dspark-conformance", description=_DESCRIPTION, epilog=_exit_codes_epilog(),
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the conformance suite and print the matrix")
     run.add_argument("--impl", default="reference", help="implementation under test (default: reference)")

@@ -342,6 +342,20 @@ def test_usage_errors_name_the_option_once(argv, capsys):
     assert err.count(argv[1]) == 1 and err.endswith(f"got {argv[2]!r}"), err
 
 
+def test_help_is_plain_text_listing_the_exit_codes(capsys):
+    """The top-level --help reads as text (the module docstring's RST table stays in the
+    docs) and lists every exit code with its meaning."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0
+    assert "====" not in out and "``" not in out, out
+    codes = out.split("exit codes")[1].splitlines()[1:]
+    assert [line.split()[0] for line in codes] == ["0", "1", "2", "3"], out
+    assert codes[0].strip().startswith("0  PASS: every applicable test passed"), out
+    assert codes[3].strip().startswith("3  infrastructure error: bad usage"), out
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 def test_cuda_without_cuda_is_one_usage_error_before_any_case(tmp_path):
     code, out = _run(tmp_path, "--device", "cuda", "-k", "test_S6_", workers="2")
