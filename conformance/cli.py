@@ -88,9 +88,26 @@ def _exit_codes_epilog() -> str:
         f"  {code}  {text}" for code, text in rows)
 
 
+#: The distribution name in pyproject.toml, whose installed version ``--version`` prints.
+DISTRIBUTION = "dspark-conformance"
+
+
+def _version() -> str:
+    """The installed distribution's version, or a note that it is not installed (a
+    checkout run with ``python -m conformance.cli`` and no ``pip install``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dspark-conformance", description=_DESCRIPTION, epilog=_exit_codes_epilog(),
                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}",
+                        help=f"print the installed {DISTRIBUTION} version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the conformance suite and print the matrix")
     run.add_argument("--impl", default="reference", help="implementation under test (default: reference)")

@@ -356,6 +356,26 @@ def test_help_is_plain_text_listing_the_exit_codes(capsys):
     assert codes[3].strip().startswith("3  infrastructure error: bad usage"), out
 
 
+def test_version_prints_the_installed_distributions(capsys, monkeypatch):
+    import importlib.metadata
+
+    project = re.search(r'(?ms)^\[project\]$.*?^name = "([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert project and cli.DISTRIBUTION == project.group(1)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out == f"dspark-conformance {importlib.metadata.version('dspark-conformance')}\n"
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out == "dspark-conformance unknown (not installed)\n"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 def test_cuda_without_cuda_is_one_usage_error_before_any_case(tmp_path):
     code, out = _run(tmp_path, "--device", "cuda", "-k", "test_S6_", workers="2")
