@@ -112,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the conformance suite and print the matrix")
     run.add_argument("--impl", default="reference", help="implementation under test (default: reference)")
     run.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    run.add_argument("--report", type=Path, default=None, help="directory for results.json, report.md, junit.xml")
+    run.add_argument("--report", type=Path, default=None,
+                     help="directory for results.json, report.md, report.html, junit.xml (default: a fresh "
+                     "temporary directory, dspark-report-*, whose path the last line of the run prints)")
     run.add_argument("--seed", type=_seed, default=None, help="base seed in [0, 2^64) (default: the suite's)")
     run.add_argument("--workers", type=_workers, default="auto", help="xdist workers: 'auto' or N (0 = no xdist)")
     run.add_argument("--budget", type=float, default=None,

@@ -376,6 +376,13 @@ def test_version_prints_the_installed_distributions(capsys, monkeypatch):
     assert capsys.readouterr().out == "dspark-conformance unknown (not installed)\n"
 
 
+def test_run_help_says_where_the_report_goes_by_default(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: a fresh temporary directory, dspark-report-*, whose path the last line of the run prints)" in text
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 def test_cuda_without_cuda_is_one_usage_error_before_any_case(tmp_path):
     code, out = _run(tmp_path, "--device", "cuda", "-k", "test_S6_", workers="2")
