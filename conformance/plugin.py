@@ -62,15 +62,6 @@ SUITE_PACKAGE = "conformance.suite"  # the suite's test modules live here
 _SUITE_DIR = Path(__file__).resolve().parent
 SUITE_BUG_TYPES = (NameError, ImportError, SyntaxError)  # with UnboundLocalError, ModuleNotFoundError
 _LOSES_CONTEXT = pytest.StashKey[bool]()  # the item's ledger entry expects a lost CUDA context
-MARKERS = (
-    "gpu: needs CUDA (skipped cleanly without it)",
-    "gpu_tier: statistical case sized at its tier's effect: TV 0.002 with --dspark-device cuda, "
-    "0.01 on CPU (conformance/budget.py; run the GPU tier alone with -m gpu_tier)",
-    "statistical: a distributional assertion drawing on the family-wise alpha budget",
-    "slow: long-running; excluded from the quick tier",
-    "latency_bound: thousands of serial calls, each read back from the device (a verify step, a schedule); "
-    "dspark-conformance run runs these after the others, alone in one process (--dspark-phase)",
-)
 PHASES = ("all", "parallel", "serial")
 
 
@@ -94,8 +85,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for line in MARKERS:
-        config.addinivalue_line("markers", line)
     try:
         budget.set_sample_scale(config.getoption("--dspark-budget"))
     except ValueError as exc:

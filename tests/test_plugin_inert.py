@@ -12,6 +12,7 @@ plugin can add are CPU work (importing torch alone is over a second of it).
 
 from __future__ import annotations
 
+import os
 import resource
 
 import pytest
@@ -90,3 +91,22 @@ def test_a_foreign_run_costs_no_measurable_time(foreign, monkeypatch):
     runs = [(cpu_seconds(), cpu_seconds(*NO_PLUGIN)) for _ in range(RUNS)]
     with_plugin, without = min(r[0] for r in runs), min(r[1] for r in runs)
     assert with_plugin - without < MAX_OVERHEAD_S, f"{with_plugin:.2f} CPU s with the plugin, {without:.2f} without"
+
+
+def test_the_suites_markers_stay_out_of_a_foreign_strict_run(pytester: pytest.Pytester):
+    """The generic names the suite marks its cases with (gpu, slow, statistical, ...) are
+    registered by the suite's own conftest, not the plugin: a foreign --strict-markers run
+    still rejects them, as it would without the package installed."""
+    pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.slow\ndef test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*'slow' not found in `markers` configuration option*"])
+    assert "latency_bound" not in pytester.runpytest_subprocess("--markers").stdout.str()
+
+
+def test_the_suite_collects_under_strict_markers(pytester: pytest.Pytester):
+    from conformance.runner import PACKAGE_PARENT, SUITE_DIR
+
+    result = pytester.runpytest_subprocess(str(SUITE_DIR / "test_simulated.py"), "-c", os.devnull,
+                                           f"--rootdir={PACKAGE_PARENT}", "--strict-markers", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
