@@ -19,6 +19,7 @@ import gzip
 import json
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -94,6 +95,17 @@ def _stat_pvalues(cli: list[str], cwd: Path, report: Path) -> list[float]:
 
 
 @pytest.mark.slow
+def _lend_site_packages(python: str) -> None:
+    """Put this interpreter's site-packages on the path of the venv of ``python``, after its
+    own: ``system_site_packages`` lends the base interpreter's, which lacks this venv's torch.
+    Plain path lines, so the editable install's hooks there stay off (``fixtures`` and the
+    checkout's ``conformance`` stay unimportable) and the wheel's copy comes first."""
+    own = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    lent = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    Path(own, "_lent_by_the_test.pth").write_text("".join(f"{path}\n" for path in sorted(lent)))
+
+
 def test_an_installed_wheel_has_the_same_keys_and_seeds(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
@@ -102,6 +114,8 @@ def test_an_installed_wheel_has_the_same_keys_and_seeds(tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
     python = str(env_dir / "bin" / "python")
+    if sys.prefix != sys.base_prefix:  # this pytest runs in a venv: lend its packages (torch) too
+        _lend_site_packages(python)
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
                    capture_output=True, timeout=300)
     elsewhere = tmp_path / "project"
