@@ -386,7 +386,7 @@ def merge_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         parser.error(f"out: expected a directory, got the file {args.out}")
     try:
         counts = calibration.merge_logs(args.out, args.sources)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a missing or unreadable source, a bad line, OUT not writable
         print(f"dspark-conformance: merge-runs: {exc}", file=sys.stderr)
         return EXIT_INFRA
     print(f"{args.out / calibration.RUNS_FILE}: {counts['added']} records added, {counts['duplicates']} already "

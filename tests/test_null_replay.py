@@ -253,3 +253,23 @@ def test_merge_runs_reads_an_archive_and_names_a_missing_source(tmp_path):
     assert counts == {"added": 1, "duplicates": 0, "conflicts": 0}
     proc = _cli("merge-runs", str(tmp_path / "out"), str(tmp_path / "missing.jsonl"))
     assert proc.returncode == 3 and "no such run log" in proc.stderr
+
+
+def test_merge_runs_that_fails_leaves_no_directory_and_appends_nothing(tmp_path):
+    """Every source is read before OUT is made or appended to: a missing source after a good
+    one leaves no OUT behind (nor its parents); a bad line in a later source leaves an
+    existing OUT's runs.jsonl as it was, the good source's records not half-merged."""
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(_run("exact", 1)) + "\n")
+    out = tmp_path / "new" / "out"
+    proc = _cli("merge-runs", str(out), str(good), str(tmp_path / "missing.jsonl"))
+    assert proc.returncode == cli.EXIT_INFRA and "no such run log" in proc.stderr, proc.stderr
+    assert not (tmp_path / "new").exists()
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "runs.jsonl").write_text(json.dumps(_run("exact", 2)) + "\n")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n" + json.dumps(_run("exact", 3)) + "\n")
+    proc = _cli("merge-runs", str(held), str(good), str(bad))
+    assert proc.returncode == cli.EXIT_INFRA and f"{bad}:1: not a JSON record" in proc.stderr, proc.stderr
+    assert (held / "runs.jsonl").read_text() == json.dumps(_run("exact", 2)) + "\n"

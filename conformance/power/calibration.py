@@ -168,23 +168,26 @@ def merge_logs(out_dir: Path, sources: list[Path]) -> dict[str, int]:
     ``conflicts`` (duplicates whose tests differ from the record kept: the same run gave
     another result, e.g. on other hardware; the first is kept).
 
+    Every source is read before anything is written: on an error ``out_dir`` is left as it
+    was (not created, nothing appended).
+
     Raises:
         FileNotFoundError / ValueError: a missing source, or a line that is not a JSON record.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
+    incoming = [record for source in sources for record in source_log(source).records()]
     out = RunLog(out_dir / RUNS_FILE)
     held = {_record_key(r): r for r in out.records()}
+    out_dir.mkdir(parents=True, exist_ok=True)
     counts = {"added": 0, "duplicates": 0, "conflicts": 0}
-    for source in sources:
-        for record in source_log(source).records():
-            kept = held.get(_record_key(record))
-            if kept is None:
-                held[_record_key(record)] = record
-                out.append(record)
-                counts["added"] += 1
-            else:
-                counts["duplicates"] += 1
-                counts["conflicts"] += kept != record
+    for record in incoming:
+        kept = held.get(_record_key(record))
+        if kept is None:
+            held[_record_key(record)] = record
+            out.append(record)
+            counts["added"] += 1
+        else:
+            counts["duplicates"] += 1
+            counts["conflicts"] += kept != record
     return counts
 
 
