@@ -103,6 +103,24 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+_MUTANT_FIXTURES = ("the mutant fixtures, which are not part of the wheel: the module fixtures.mutants of a "
+                    "checkout (its fixtures/mutants), importable where the checkout is installed "
+                    "(pip install -e CHECKOUT)")
+
+
+def _mutants_missing(command: str, needed_by: str = "") -> bool:
+    """Whether the mutant fixtures cannot be imported (:func:`loading.mutants_module`),
+    said in one line on stderr naming ``command`` and what needs them."""
+    from .loading import AdapterLoadError, mutants_module
+
+    try:
+        mutants_module()
+    except AdapterLoadError as exc:
+        print(f"dspark-conformance {command}: {needed_by}{exc}", file=sys.stderr)
+        return True
+    return False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dspark-conformance", description=_DESCRIPTION, epilog=_exit_codes_epilog(),
                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,21 +141,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--case", dest="cases", action="append", default=None, metavar="KEY",
                      help="run only the case with this key (repeatable; as a failure's replay line names it)")
     run.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest after '--'")
-    mut = sub.add_parser("mutants", help="kill matrix: each mutant against the tests of its section")
+    mut = sub.add_parser("mutants", help="kill matrix: each mutant against the tests of its section",
+                         description="The kill matrix: each mutant (the reference with one known fault) against "
+                         f"the tests of its SPEC section. Needs {_MUTANT_FIXTURES}.")
     mut.add_argument("ids", nargs="*", help="mutant ids (default: all)")
     mut.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     mut.add_argument("--report", type=Path, default=Path("reports/mutants"))
     mut.add_argument("--jobs", type=_positive, default=None, help="mutants run in parallel (default: CPU count)")
     cal = sub.add_parser("calibrate",
                          help="exact tests over many seeds, false failures of the statistical tests on the "
-                         "reference, power at the declared effect and on mutants")
+                         "reference, power at the declared effect and on mutants",
+                         description="Exact tests over many seeds, false failures of the statistical tests on "
+                         "the reference, power at the declared effect and on mutants. The power on mutants "
+                         f"(--power-seeds > 0, the default) needs {_MUTANT_FIXTURES}; --power-seeds 0 "
+                         "calibrates without them.")
     cal.add_argument("--seeds", type=_count, default=200,
                      help="reference runs of the statistical tests (base seeds FIRST..FIRST+SEEDS-1)")
     cal.add_argument("--exact-seeds", type=_count, default=0,
                      help="reference runs of the exact (non-statistical) tests (base seeds FIRST..FIRST+N-1); "
                      "any failure is a suite defect")
     cal.add_argument("--first-seed", type=_count, default=1, help="first reference base seed (to split a calibration)")
-    cal.add_argument("--power-seeds", type=_count, default=20, help="runs of each mutant's statistical killers")
+    cal.add_argument("--power-seeds", type=_count, default=20,
+                     help="runs of each mutant's statistical killers; > 0 needs the mutant fixtures of a "
+                     "checkout (0: no mutant runs)")
     cal.add_argument("--replicates", type=_count, default=2000,
                      help="simulated data sets per assertion for the power at the declared effect (0: skip)")
     cal.add_argument("--replay-results", type=Path, default=None,
@@ -305,11 +331,15 @@ def calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                      f"even if every replicate rejects), got {args.replicates}")
     if args.report.exists() and not args.report.is_dir():
         parser.error(f"--report: expected a directory, got the file {args.report}")
+    replay_payload = _replay_results(args, parser)
+    if args.power_seeds and _mutants_missing(
+            "calibrate", f"--power-seeds {args.power_seeds} runs the mutants (--power-seeds 0 runs none): "):
+        return EXIT_INFRA
     log = calibration.calibrate(
         args.report, seeds=list(range(args.first_seed, args.first_seed + args.seeds)),
         power_seeds=list(range(1, args.power_seeds + 1)), replicates=args.replicates,
         exact_seeds=range(args.first_seed, args.first_seed + args.exact_seeds),
-        device=args.device, jobs=args.jobs, replay_payload=_replay_results(args, parser),
+        device=args.device, jobs=args.jobs, replay_payload=replay_payload,
     )
     cal = calibration_numbers.aggregate(log.records())
     previous = args.report / "calibration.json"
@@ -402,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "mutants":
         from .power import kill_matrix as mutation
 
+        if _mutants_missing("mutants"):
+            return EXIT_INFRA
         records = mutation.kill_matrix(args.ids, device=args.device, jobs=args.jobs)
         mutation.write_reports(records, args.report)
         print(mutation.format_matrix(records))

@@ -74,7 +74,7 @@ def mutants_module():
         if not (MUTANTS_MODULE + ".").startswith(f"{exc.name}."):  # a missing import inside the mutants
             raise
         raise AdapterLoadError(
-            f"mutants: {MUTANTS_MODULE} is not importable; the mutants ship with a checkout of "
+            f"the mutant fixtures ({MUTANTS_MODULE}) are not importable; the mutants ship with a checkout of "
             "dspark-conformance, not with the wheel: install the checkout itself (pip install -e CHECKOUT), or "
             "put a directory holding a copy of the checkout's fixtures/ (not the checkout's root: its "
             "conformance/ would shadow the wheel's) on PYTHONPATH") from exc
@@ -89,7 +89,7 @@ def load_adapter(spec: str) -> Adapter:
     if spec.startswith("mutant:"):
         try:
             adapter = mutants_module().make_mutant(spec.removeprefix("mutant:"))
-        except ValueError as exc:
+        except (AdapterLoadError, ValueError) as exc:
             raise AdapterLoadError(f"--dspark-impl {spec!r}: {exc}") from exc
         return _checked(spec, adapter)
     if spec.split("==")[0] in _BUILTINS:

@@ -203,6 +203,48 @@ def test_mutants_outside_a_checkout_are_a_clear_error(monkeypatch):
         load_adapter("mutant:simulated-rounded-once")
 
 
+class _Started(Exception):
+    """Raised by a stand-in for the work of a subcommand: it got that far."""
+
+
+def _started(*args, **kwargs):
+    raise _Started
+
+
+def test_mutant_commands_outside_a_checkout_say_so_in_one_line(monkeypatch, capsys, tmp_path):
+    """Installed from the wheel (no fixtures/mutants), ``mutants`` and ``calibrate`` with its
+    default --power-seeds end before any run with one line naming the missing fixtures and
+    exit 3; ``calibrate --power-seeds 0`` needs no mutant and goes on."""
+    from conformance import loading
+    from conformance.power import calibration, kill_matrix
+
+    monkeypatch.setattr(loading, "MUTANTS_MODULE", "no_such_checkout.mutants")
+    monkeypatch.setattr(kill_matrix, "kill_matrix", _started)
+    monkeypatch.setattr(calibration, "calibrate", _started)
+    for argv, needed_by in ((["mutants"], ""),
+                            (["calibrate", "--report", str(tmp_path / "cal")], "--power-seeds 20 runs the mutants")):
+        assert cli.main(argv) == cli.EXIT_INFRA
+        captured = capsys.readouterr()
+        [line] = captured.err.splitlines()
+        assert line.startswith(f"dspark-conformance {argv[0]}: {needed_by}"), line
+        assert ("the mutant fixtures (no_such_checkout.mutants) are not importable; the mutants ship with a "
+                "checkout of dspark-conformance, not with the wheel") in line and captured.out == "", captured
+    assert not (tmp_path / "cal").exists()
+    with pytest.raises(_Started):
+        cli.main(["calibrate", "--power-seeds", "0", "--report", str(tmp_path / "cal")])
+
+
+@pytest.mark.parametrize("command", ["mutants", "calibrate"])
+def test_help_of_mutant_commands_says_they_need_the_fixtures(command, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "needs the mutant fixtures, which are not part of the wheel: the module fixtures.mutants" in text.lower()
+    if command == "calibrate":
+        assert "(--power-seeds > 0, the default) needs the mutant fixtures" in text, text
+        assert "> 0 needs the mutant fixtures of a checkout (0: no mutant runs)" in text, text
+
+
 def test_budget_trades_power_for_runtime_and_the_report_says_so(tmp_path):
     code, out = _run(tmp_path, "-k", "test_S6_", "--budget", "0.1")
     assert code == cli.EXIT_PASS, out
