@@ -430,10 +430,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return run(args)
     if args.command == "mutants":
+        from .loading import mutants_module
         from .power import kill_matrix as mutation
 
         if _mutants_missing("mutants"):
             return EXIT_INFRA
+        known = mutants_module().load_all()
+        unknown = [i for i in args.ids if i not in known]
+        if unknown:
+            parser.error(f"ids: unknown mutant id {unknown[0]!r}; known: {', '.join(sorted(known))}")
         records = mutation.kill_matrix(args.ids, device=args.device, jobs=args.jobs)
         mutation.write_reports(records, args.report)
         print(mutation.format_matrix(records))

@@ -234,6 +234,18 @@ def test_mutant_commands_outside_a_checkout_say_so_in_one_line(monkeypatch, caps
         cli.main(["calibrate", "--power-seeds", "0", "--report", str(tmp_path / "cal")])
 
 
+def test_an_unknown_mutant_id_is_a_usage_error_before_any_run(monkeypatch, capsys):
+    from conformance.power import kill_matrix
+
+    monkeypatch.setattr(kill_matrix, "kill_one", _started)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["mutants", "simulated-rounded-once", "no-such-mutant"])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert stop.value.code == cli.EXIT_INFRA, err
+    assert err.startswith("dspark-conformance: error: ids: unknown mutant id 'no-such-mutant'; known: "), err
+    assert "simulated-rounded-once" in err
+
+
 @pytest.mark.parametrize("command", ["mutants", "calibrate"])
 def test_help_of_mutant_commands_says_they_need_the_fixtures(command, capsys):
     with pytest.raises(SystemExit):
