@@ -36,21 +36,36 @@ class AdapterLoadError(RuntimeError):
 
 
 def _resolve_object(target: str) -> object:
+    """The object ``module:attr`` names, called if it is a factory.
+
+    Raises:
+        AdapterLoadError: the module fails to import (whatever it raises: a third-party
+            module's failure is a load error, not a crash of the run), lacks ``attr``, or the
+            factory raises.
+    """
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise AdapterLoadError(f"--dspark-impl {target!r}: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - any failure of a third-party module's import is a load error
+        raise AdapterLoadError(f"--dspark-impl {target!r}: importing {module_name!r} raised "
+                               f"{type(exc).__name__}: {exc}") from exc
     try:
         obj = getattr(module, attr)
     except AttributeError as exc:
         raise AdapterLoadError(f"--dspark-impl {target!r}: {module_name} has no attribute {attr!r}") from exc
+    return _called(target, attr, obj)
+
+
+def _called(spec: str, attr: str, obj: object) -> object:
+    """``obj`` itself if it is an Adapter or not callable, else what the factory returns."""
     if not callable(obj) or isinstance(obj, Adapter):
         return obj
     try:
         return obj()
     except Exception as exc:  # noqa: BLE001 - any failure of a third-party factory is a load error
-        raise AdapterLoadError(f"--dspark-impl {target!r}: {attr}() raised {type(exc).__name__}: {exc}") from exc
+        raise AdapterLoadError(f"--dspark-impl {spec!r}: {attr}() raised {type(exc).__name__}: {exc}") from exc
 
 
 def _checked(spec: str, obj: object) -> Adapter:
@@ -102,8 +117,13 @@ def load_adapter(spec: str) -> Adapter:
         return _checked(spec, _resolve_object(spec))
     found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
     if found:
-        obj = found[0].load()
-        return _checked(spec, obj() if callable(obj) and not isinstance(obj, Adapter) else obj)
+        ep = found[0]
+        try:
+            obj = ep.load()
+        except Exception as exc:  # noqa: BLE001 - an installed plugin's broken entry point is a load error
+            raise AdapterLoadError(f"--dspark-impl {spec!r}: the entry point {ep.name} = {ep.value} of "
+                                   f"{ENTRY_POINT_GROUP} does not load: {type(exc).__name__}: {exc}") from exc
+        return _checked(spec, _called(spec, ep.attr or ep.value, obj))
     known = sorted(_BUILTINS) + ["mutant:<id>"] + sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
     raise AdapterLoadError(
         f"--dspark-impl {spec!r}: unknown implementation; expected one of {known} or 'module:attr'"

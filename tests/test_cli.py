@@ -23,9 +23,11 @@ from conformance.loading import AdapterLoadError, load_adapter
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(tmp_path, *args, workers="0"):
+def _run(tmp_path, *args, workers="0", pythonpath=None):
     cmd = [sys.executable, "-m", "conformance.cli", "run", "--workers", workers, "--report", str(tmp_path), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    env = None if pythonpath is None else {
+        **os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(pythonpath), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -444,10 +446,48 @@ def test_cuda_without_cuda_is_one_usage_error_before_any_case(tmp_path):
     assert out.count("--dspark-device cuda: CUDA is not available on this machine") == 1, out
 
 
-def test_an_adapter_factory_that_raises_is_a_load_error_naming_it(tmp_path):
-    code, out = _run(tmp_path, "--impl", "json:loads", "-k", "test_S6_")
+def _broken_adapters(site: Path) -> Path:
+    """A folder for PYTHONPATH with broken adapters: a module that raises on import, a
+    factory that raises, and a distribution whose entry points (group
+    ``dspark_conformance.adapters``) name them and what does not exist."""
+    site.mkdir()
+    (site / "broken_at_import.py").write_text("raise RuntimeError('broken at import')\n")
+    (site / "failing_factory.py").write_text("def make():\n    raise RuntimeError('factory failed')\n")
+    dist = site / "toy_broken_adapters-0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-broken-adapters\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text(
+        "[dspark_conformance.adapters]\nunresolved = no_such_module_anywhere:make\n"
+        "missing-attr = failing_factory:no_such_attr\nfailing = failing_factory:make\n"
+        "broken = broken_at_import:make\n")
+    return site
+
+
+_EP = "of dspark_conformance.adapters does not load"
+
+
+@pytest.mark.parametrize("impl, message, workers", [
+    ("json:loads", "--dspark-impl 'json:loads': loads() raised TypeError", "0"),
+    ("broken_at_import:make",
+     "--dspark-impl 'broken_at_import:make': importing 'broken_at_import' raised RuntimeError: broken at import", "0"),
+    ("broken_at_import:make", "importing 'broken_at_import' raised RuntimeError: broken at import", "2"),
+    ("unresolved", f"--dspark-impl 'unresolved': the entry point unresolved = no_such_module_anywhere:make {_EP}: "
+     "ModuleNotFoundError: No module named 'no_such_module_anywhere'", "0"),
+    ("missing-attr", f"the entry point missing-attr = failing_factory:no_such_attr {_EP}: AttributeError", "0"),
+    ("broken", f"the entry point broken = broken_at_import:make {_EP}: RuntimeError: broken at import", "0"),
+    ("failing", "--dspark-impl 'failing': make() raised RuntimeError: factory failed", "0"),
+], ids=["factory", "module-raises", "module-raises-xdist", "entry-point-unresolved", "entry-point-attr",
+        "entry-point-module-raises", "entry-point-factory"])
+def test_an_adapter_that_fails_to_load_is_one_usage_error_naming_it(tmp_path, impl, message, workers):
+    """A broken adapter (its module raises on import, an entry point names what does not
+    exist, its factory raises) ends pytest's session with one usage error naming it, and
+    the run exits 3: no INTERNALERROR flood (a fresh-user trial saw ~34 lines), no traceback."""
+    code, out = _run(tmp_path / "report", "--impl", impl, "-k", "test_S6_", workers=workers,
+                     pythonpath=_broken_adapters(tmp_path / "site"))
     assert code == cli.EXIT_INFRA, out
-    assert "--dspark-impl 'json:loads': loads() raised TypeError" in out and "INTERNALERROR" not in out, out
+    assert "INTERNALERROR" not in out and "Traceback" not in out, out
+    [line] = [line for line in out.splitlines() if message in line]
+    assert line.startswith("ERROR: --dspark-impl "), out
 
 
 def test_a_project_around_the_installed_suite_leaves_it_alone(tmp_path):
