@@ -40,33 +40,41 @@ key won by a uniform token in ``V / 2^24`` of the rows: the TV of 0.007-0.009 at
 ``rng_state[1]``, on the device: a CUDA-graph replay therefore draws fresh noise (SPEC S3
 "fresh noise", also under replay), and no host value enters the kernel.
 
-Rounding bound (SPEC S0), the explicit-noise path against the untiled float32 keys: the
-scaled logits are the same value (``L / T`` rounded to nearest; on the GPU ``q = L *
-RN(1/T)`` and two fused remainder corrections ``q + RN(L - T q) RN(1/T)``, Markstein's
-scheme: the first makes ``q`` faithful, the second rounds it correctly, bit-identical to
-IEEE division wherever ``|L| >= 2^-100`` and the quotient is normal. Below that the remainder
-underflows and the last bits of a quotient ``s`` below ``2^-83`` may differ, which no key
-sees: ``s - max`` rounds to ``-max`` when ``|s|`` is below half an ulp of ``max``, and is
-otherwise below ``2^-25``, where ``expf`` returns 1. ``tests/test_tiled_sampling.py`` checks
-both on the GPU.) A key is one ``exp`` of a rounded difference of scaled logits divided by
-``E`` (``div.approx``: 2 ulp for ``E`` in ``[2^-126, 2^126]``), then multiplied by at most
-``t = ceil(n_tiles / S) + 2`` rounded factors ``exp(a_i)`` (one per rise of its group's
-maximum, then group to program, program to row). Each factor and the key's own ``exp`` cost
-at most ``2`` ulp (libdevice ``expf``) plus ``1/2`` ulp (the product), and the rounding of
-the arguments sums to at most ``2^-24 * 2 * 104`` (a key whose argument falls below ``-104``
-is 0 in float32, as in the untiled race). So a key's relative error is below ``2.5 * (t + 2)
-* 2^-23 + 208 * 2^-24 <= 3.0e-7 * t + 1.3e-5``. The launch keeps ``t <= 258`` (``S >=
-n_tiles / 256``): the error stays below ``1e-4``, the near-tie margin of
-``tests/test_tiled_sampling.py``, and far below the ``1e-3`` relative margin of the S3 exact
-cases. Outside such near-ties the token is exactly the untiled one. (An ``E`` outside
-``[2^-126, 2^126]``, probability below ``2^-126`` per Exp(1) draw and never made by the
-counter path, whose ``E`` lies in ``[2^-33, 17]``, may get the key ``inf`` or ``0`` where
-IEEE division gives a huge or tiny finite one.) Greedy rows compare the float32 ``L``
-themselves: exactly ``greedy_argmax`` (lowest index among ties).
+Weights: an element's weight against a running maximum ``m`` of the raw logits is
+``2^((L - m) r)`` with the row's ``r = RN(log2(e) / T)`` (IEEE division), so ``exp((L - m) /
+T)`` with one subtraction, one multiplication and one ``ex2.approx.ftz`` per element (the
+scaled logits ``L / T`` are never formed); a running key is rescaled by ``2^((m - m') r)``.
+(Until session 16: ``L / T`` rounded to nearest by Markstein's scheme, 5 instructions, and
+libdevice's ``expf``, 9: the loop was 149 SASS instructions per 4 elements of explicit
+noise, the kernel issue-bound; now 82.)
+
+Rounding bound (SPEC S0), the explicit-noise path against the exact keys ``exp((L - M) / T)
+/ E`` (``M`` the row maximum): the arguments of a key's exponentials, its own ``(L - m_1) r``
+and one ``(m_i - m_(i+1)) r`` per rescale, are each computed with a relative error below
+``3.3 * 2^-24`` (the difference, ``r`` and the product), and, all of one sign, they add up to
+``(L - M) log2(e) / T``; a key that is not flushed to zero has that sum above ``-127``, so the
+arguments cost at most ``127 * 3.3 * 2^-24 * ln 2 < 1.8e-5`` relative. A key is one ``exp2``
+divided by ``E`` (``div.approx``: 2 ulp for ``E`` in ``[2^-126, 2^126]``), then multiplied by
+at most ``t = ceil(n_tiles / S) + 2`` rounded factors (one per rise of its group's maximum,
+then group to program, program to row), each ``2`` ulp (``ex2.approx``: the bound of CUDA's
+``exp2f``, which is that instruction) plus ``1/2`` ulp (the product). So a key's relative
+error is ``eps <= 2.5 * (t + 2) * 2^-23 + 1.8e-5 <= 3.0e-7 * t + 1.9e-5``, and two keys keep
+their order when their exact keys differ by more than ``2 eps``. The launch keeps ``t <= 66``
+(``S >= n_tiles / 64``): ``2 eps < 8e-5``, below the ``1e-4`` near-tie margin of
+``tests/test_tiled_sampling.py`` and far below the ``1e-3`` relative margin of the S3 exact
+cases. Outside such near-ties the token is exactly the untiled one. (A weight below
+``2^-126``, a token whose probability is below ``2^-126`` times the row maximum's, is flushed
+to zero and cannot win, where the untiled race keeps the subnormal and picks it only for an
+``E`` below ``2^-126``; an ``E`` outside ``[2^-126, 2^126]``, probability below ``2^-126``
+per Exp(1) draw and never made by the counter path, whose ``E`` lies in ``[2^-33, 17]``, may
+get the key ``inf`` or ``0`` where IEEE division gives a huge or tiny finite one.) Greedy
+rows compare the float32 ``L`` themselves: exactly ``greedy_argmax`` (lowest index among
+ties).
 
 Value checks: the kernel flags NaN / +inf logits (they survive a NaN-propagating running
-maximum), all ``-inf`` rows, bad noise (a NaN-propagating running minimum and a running
-maximum of ``E``) and bad temperatures in a device word; on a flag an eager call re-runs the
+maximum), all ``-inf`` rows, bad noise (a running maximum of the bit patterns of ``E``: from
+``0x7F800000`` up, ``+inf``, NaN or negative, ``-0.0`` included, whose re-run checks pass)
+and bad temperatures in a device word; on a flag an eager call re-runs the
 ``sampling`` checks to raise their message. An eager call on CUDA passes a launch id ``>=
 2``: the launch's last program (found with the launch counter) swaps the word for 0 and
 writes ``launch_id << 32 | flags`` to an int64 in pinned host memory in one 8-byte store, and
@@ -124,7 +132,7 @@ _REUSE_LAUNCHER = (triton is not None and not KERNEL_INTERPRETED
 _MIN_TILE = 16
 _DEFAULT_TILE = 512  # the largest default tile (H200 sweep, docs/performance.md)
 _PROGRAMS_PER_SM = 16  # programs a launch aims to keep per SM (grid B * S; the same sweep)
-_MAX_TILES_PER_PROGRAM = 256  # bounds the rescales of a group key (module note)
+_MAX_TILES_PER_PROGRAM = 64  # bounds the rescales of a group key (module note)
 _INTERPRETED_PROGRAMS = 8  # the interpreter's stand-in for the GPU's program count
 # Bits of the kernel's value-check word: 1 NaN/+inf logit, 2 all -inf row, 4 bad noise,
 # 8 bad temperature (any bit: the host re-runs the sampling checks for the message).
@@ -139,26 +147,6 @@ if triton is not None:
             return libdevice.log(x)
         else:
             return tl.log(x)
-
-    @triton.jit
-    def _exp(x, LIBDEVICE: tl.constexpr):
-        if LIBDEVICE:
-            return libdevice.exp(x)
-        else:
-            return tl.exp(x)
-
-    @triton.jit
-    def _scaled(logits, temperature, inverse, LIBDEVICE: tl.constexpr):
-        """``L / T`` rounded to nearest (module note): ``q = L * RN(1/T)``, then two
-        remainder corrections ``q += RN(L - T q) * RN(1/T)`` (fused multiply-adds; the
-        second one rounds correctly). Non-finite ``q`` (``-inf`` logits, overflow) is kept."""
-        if LIBDEVICE:
-            q = logits * inverse
-            once = tl.fma(tl.fma(-temperature, q, logits), inverse, q)
-            twice = tl.fma(tl.fma(-temperature, once, logits), inverse, once)
-            return tl.where(tl.abs(q) < float("inf"), twice, q)
-        else:
-            return tl.math.div_rn(logits, temperature)
 
     @triton.jit
     def _ratio(x, y, LIBDEVICE: tl.constexpr):
@@ -196,10 +184,6 @@ if triton is not None:
         return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
     @triton.jit
-    def _min_nan(a, b):
-        return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-    @triton.jit
     def _or(a, b):
         return a | b
 
@@ -231,8 +215,8 @@ if triton is not None:
         raw_temperature = tl.load(temps_ptr + row)
         bad_temperature = (raw_temperature != raw_temperature) | (raw_temperature < 0.0)
         bad_temperature = bad_temperature | (raw_temperature == float("inf"))
-        temperature = tl.maximum(raw_temperature, 1e-5)
-        inverse = tl.math.div_rn(1.0, temperature)
+        # Weights are 2^((L - m) * rate), rate = log2(e) / T: exp((L - m) / T) (module note).
+        rate = tl.math.div_rn(1.4426950408889634, tl.maximum(raw_temperature, 1e-5))
         # A tile is GROUPS groups of 4 consecutive columns, one group per thread slot: the
         # reductions over a group's axis stay inside a thread (no shuffles in the loop).
         GROUPS: tl.constexpr = BLOCK // 4
@@ -249,8 +233,8 @@ if triton is not None:
             call_hi = ((call >> 32) & 0xFFFFFFFF).to(tl.uint32)
             zero = tl.zeros([GROUPS], tl.uint32)
         else:
-            noise_lo = tl.full([GROUPS], 1.0, tl.float32)  # NaN / negative noise propagate
-            noise_hi = tl.full([GROUPS], 1.0, tl.float32)  # +inf noise
+            # The largest bit pattern read: from 0x7F800000 up, +inf, NaN or a negative value.
+            noise_bits = tl.zeros([GROUPS], tl.uint32)
         if greedy:  # the argmax of L itself; strict > keeps a group's lowest index
             for base in range(start, stop, BLOCK):
                 cols = base + within
@@ -267,11 +251,10 @@ if triton is not None:
                 cols = base + within
                 in_vocab = cols < vocab_size
                 logits = tl.load(logits_row + cols, mask=in_vocab, other=-float("inf")).to(tl.float32)
-                scaled = _scaled(logits, temperature, inverse, LIBDEVICE)
-                # The group's weights against the raised running maximum (one exp per element);
+                # The group's weights against the raised running maximum (one exp2 per element);
                 # below, the running key is rescaled by exp(old max - new max), 1 while it stays.
-                top = _max_nan(run_max, tl.reduce(scaled, 1, _max_nan))
-                weight = _exp(scaled - top[:, None], LIBDEVICE)  # NaN only for -inf - -inf: weight 0
+                top = _max_nan(run_max, tl.reduce(logits, 1, _max_nan))
+                weight = tl.math.exp2((logits - top[:, None]) * rate)  # NaN only for -inf - -inf: weight 0
                 if COUNTER_NOISE:  # the group races as one: its total weight / E, then its token
                     group = (base // 4 + tl.arange(0, GROUPS)).to(tl.uint32)
                     r0, r1, _, _ = tl.philox(seed, group, zero + row.to(tl.uint32), zero + call_lo, zero + call_hi)
@@ -280,12 +263,11 @@ if triton is not None:
                     first = _pick_in_group(weight, total, _uniform_from_bits(r1), cols, vocab_size)
                 else:
                     noise = tl.load(noise_ptr + row * noise_row_stride + cols, mask=in_vocab, other=1.0)
-                    noise_lo = _min_nan(noise_lo, tl.reduce(noise, 1, _min_nan))
-                    noise_hi = tl.maximum(noise_hi, tl.max(noise, axis=1))
+                    noise_bits = tl.maximum(noise_bits, tl.max(noise.to(tl.uint32, bitcast=True), axis=1))
                     key = tl.where(weight > 0.0, _ratio(weight, noise, LIBDEVICE), -1.0)
                     best = tl.max(key, axis=1)
                     first = tl.min(tl.where(key == best[:, None], cols, vocab_size), axis=1)
-                factor = _exp(run_max - top, LIBDEVICE)
+                factor = tl.math.exp2((run_max - top) * rate)
                 kept = tl.where((run_key >= 0.0) & (factor > 0.0), run_key * factor, -1.0)
                 take = best > kept  # ties keep the group's earlier, lower index
                 run_key = tl.where(take, best, kept)
@@ -303,13 +285,12 @@ if triton is not None:
             lane_key = run_key
         else:
             arg = tl.where(run_max > -float("inf"), run_max - part_max, -float("inf"))
-            scale = _exp(arg, LIBDEVICE)
+            scale = tl.math.exp2(arg * rate)
             lane_key = tl.where((run_key >= 0.0) & (scale > 0.0), run_key * scale, -1.0)
         part_key, part_idx = tl.reduce((lane_key, run_idx), 0, _argmax_lowest)
         flag_word = tl.reduce(lane_flag, 0, _or) | tl.where(bad_temperature & (split == 0), 8, 0)
         if not COUNTER_NOISE:
-            lowest = tl.reduce(noise_lo, 0, _min_nan)
-            bad_noise = (lowest != lowest) | (lowest < 0.0) | (tl.max(noise_hi, axis=0) == float("inf"))
+            bad_noise = tl.max(noise_bits, axis=0) >= 0x7F800000
             flag_word = flag_word | tl.where(bad_noise, 4, 0)
         if flag_word != 0:
             tl.atomic_or(sync_ptr, flag_word)
@@ -329,7 +310,7 @@ if triton is not None:
                 rescaled = keys
             else:
                 arg = tl.where(maxima > -float("inf"), maxima - global_max, -float("inf"))
-                scale = _exp(arg, LIBDEVICE)
+                scale = tl.math.exp2(arg * rate)
                 rescaled = tl.where((keys >= 0.0) & (scale > 0.0), keys * scale, -1.0)
             rescaled = tl.where(here, rescaled, -float("inf"))
             best, winner = tl.reduce((rescaled, idx), 0, _argmax_lowest)
