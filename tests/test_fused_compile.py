@@ -41,7 +41,9 @@ def _compile(counter_noise: bool, has_greedy: bool, dtype: str):
     signature |= dict.fromkeys(constants, "constexpr")
     aligned = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
     source = ASTSource(fused_sampling._fused_race_kernel, signature, constants, aligned)
-    return triton.compile(source, target=GPUTarget("cuda", _SM90, 32), options=dict(num_warps=4))
+    # enable_fp_fusion: a launch's default through triton 3.9, which warns when it is left unset.
+    options = dict(num_warps=4, enable_fp_fusion=True)
+    return triton.compile(source, target=GPUTarget("cuda", _SM90, 32), options=options)
 
 
 @needs_ptxas
