@@ -8,6 +8,11 @@ sampling) and float32 Exp(1) noise, all made once, untimed:
   ``NoiseStepSampler`` runs on CUDA, and ``tiled_exponential_race(backend="triton")``);
 * ``ref fused race, counter noise``: the same kernel making Philox noise in registers,
   its state advanced on the device (the reference ``StepSampler`` on CUDA);
+* ``..., deferred check`` (both noise paths, ``[call]`` only): ``check="deferred"``, the
+  eager call that returns once its kernel is launched and leaves its value-check flags to
+  the next call (``dspark_ref/fused_checks.py``), as SGLang's call returns before its kernel
+  ends; the rows above wait for their flags (one device-to-host round trip) before they
+  return. A replay checks nothing either way, so these rows have no ``[graph]`` twin;
 * ``ref fused race + noise refresh``: ``noise.exponential_()`` then ``ref fused race``,
   which is what the folded draft does every step (fresh noise in place);
 * ``eager sample_step`` (the baseline of the speedup column) and ``eager
@@ -53,7 +58,7 @@ from dspark_ref.fused_sampling import fused_exponential_race, philox_state
 from dspark_ref.sampling import exponential_noise, exponential_race, sample_step
 
 from .common import CopyBandwidth, Row, Timing, describe, measure, measure_steady, roofline_row, skipped_row, steady_sets
-from .summary import COPY_SAME_BYTES
+from .summary import COPY_SAME_BYTES, DEFERRED
 
 __all__ = ["BATCHES", "VOCABS", "DTYPES", "run"]
 
@@ -115,6 +120,7 @@ class _Impl(NamedTuple):
     bytes_moved: int
     skip: str | None = None  # why it cannot run here
     baseline: bool = False
+    replayed: bool = True  # also timed as a CUDA-graph replay
 
 
 def _impls(logits, temps, noise, sglang: _SGLangStep, device) -> list[_Impl]:
@@ -124,12 +130,12 @@ def _impls(logits, temps, noise, sglang: _SGLangStep, device) -> list[_Impl]:
     greedy = torch.zeros(batch, dtype=torch.bool, device=device)
     no_triton = _triton_unavailable(device)
 
-    def fused_race():
-        return fused_exponential_race(logits, temps, noise)
+    def fused_race(check="sync"):
+        return fused_exponential_race(logits, temps, noise, check=check)
 
-    def counter_race():
+    def counter_race(check="sync"):
         state = philox_state(SGLANG_NOISE_KEY, device)
-        return lambda: fused_exponential_race(logits, temps, rng_state=state)
+        return lambda: fused_exponential_race(logits, temps, rng_state=state, check=check)
 
     def refreshed_fused_race():
         noise.exponential_()
@@ -141,6 +147,10 @@ def _impls(logits, temps, noise, sglang: _SGLangStep, device) -> list[_Impl]:
         _Impl("eager exponential_race", lambda: lambda: exponential_race(logits, temps, noise), race_bytes),
         _Impl("ref fused race", lambda: fused_race, race_bytes, no_triton),
         _Impl("ref fused race, counter noise", counter_race, logit_bytes, no_triton),
+        _Impl(f"ref fused race{DEFERRED}", lambda: lambda: fused_race("deferred"), race_bytes, no_triton,
+              replayed=False),
+        _Impl(f"ref fused race, counter noise{DEFERRED}", lambda: counter_race("deferred"), logit_bytes, no_triton,
+              replayed=False),
         _Impl("ref fused race + noise refresh", lambda: refreshed_fused_race, race_bytes + batch * vocab * 4,
               no_triton),
         # SGLang reads a float32 bias [B, V] instead of noise: the same byte count.
@@ -198,6 +208,8 @@ def _shape_rows(batch: int, vocab: int, dtype: torch.dtype, timing: Timing, copy
     modes = ("call", "graph") if timing.use_graphs else ("call",)
     rows = []
     for impl, mode in itertools.product(_impls(logits, temps, noise, sglang, device), modes):
+        if mode == "graph" and not impl.replayed:
+            continue
         name = f"{impl.name} [{mode}]"
         if impl.skip is not None:
             rows.append(skipped_row(BENCHMARK, shape, name, params, impl.skip))

@@ -11,6 +11,7 @@ module                SPEC   what
 ``sampling``          S3     greedy rule, temperature clamp, exponential race
 ``tiled_sampling``    S3     tiled race (Triton kernel, torch fallback)
 ``fused_sampling``    S3     one-launch Triton race (explicit or counter noise)
+``fused_checks``      S3     its value checks, read at once or deferred
 ``folded``            S4     folded draft sampler, memory gate
 ``verify``            S5     chain / greedy verification, cap, seeded uniforms
 ``simulated``         S6     simulated acceptance and its verify executor
@@ -69,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "fused_exponential_race": "fused_sampling",
     "philox_state": "fused_sampling",
     "splits_for": "fused_sampling",
+    "check_deferred": "fused_checks",
     "FoldingMode": "folded",
     "GIB": "folded",
     "HEADROOM_GIB": "folded",

@@ -72,19 +72,18 @@ rows compare the float32 ``L`` themselves: exactly ``greedy_argmax`` (lowest ind
 ties).
 
 Value checks: the kernel flags NaN / +inf logits (they survive a NaN-propagating running
-maximum), all ``-inf`` rows, bad noise (a running maximum of the bit patterns of ``E``: from
-``0x7F800000`` up, ``+inf``, NaN or negative, ``-0.0`` included, whose re-run checks pass)
-and bad temperatures in a device word; on a flag an eager call re-runs the
-``sampling`` checks to raise their message. An eager call on CUDA passes a launch id ``>=
-2``: the launch's last program (found with the launch counter) swaps the word for 0 and
-writes ``launch_id << 32 | flags`` to an int64 in pinned host memory in one 8-byte store, and
-the host polls that word (at most 20,000 reads, then a stream synchronization without the
-GIL), instead of a stream synchronization and a device-to-host copy of the word (H200, B=1:
-the host time of an eager call 45-52 us, SGLang's ``MarkovSampleStep`` 121-136 us). While a
-CUDA graph is being captured the launch id is 0 and nothing is read (as in ``sampling``), so
-a replay's flags stay in the word until the next eager call, which then re-runs the checks
-on its own arguments (they pass, and nothing is raised, when those are good). Under the
-interpreter the host reads the device word.
+maximum), all ``-inf`` rows, bad noise (NaN-propagating running extremes of ``E``: NaN, a
+negative value or ``+inf``; ``-0.0`` is not below 0 and passes, as in ``sampling``) and bad
+temperatures in a device word, exactly what the ``sampling`` checks reject. An eager call on
+CUDA passes a launch id ``>= 2``: the launch's last program (found with the launch counter)
+swaps the word for 0 and writes ``launch_id << 32 | flags`` to a ring of int64 words in
+pinned host memory in one 8-byte store, which the host reads instead of synchronizing the
+stream and copying the word (H200, B=1: the host time of an eager call 45-52 us, SGLang's
+``MarkovSampleStep`` 121-136 us); ``check="sync"`` waits for it and re-runs the ``sampling``
+checks on a flag to raise their message, ``check="deferred"`` leaves it to a later call
+(``fused_checks``). A launch captured in a CUDA graph passes ``-1`` and records no flags (as
+``sampling`` reads none while capturing). Under the interpreter the host reads the device
+word after the launch.
 
 Launches: the grid, the integer arguments and the constexprs of a call are cached per
 argument signature (each tensor's shape, strides, dtype, device and 16-byte alignment, which
@@ -109,6 +108,7 @@ from typing import NamedTuple
 
 import torch
 
+from dspark_ref import fused_checks
 from dspark_ref._checks import FLOAT_DTYPES, check_int, check_same_device, check_tensor
 from dspark_ref.sampling import _check_logits, _check_noise, _check_temperatures
 
@@ -184,6 +184,10 @@ if triton is not None:
         return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
     @triton.jit
+    def _min_nan(a, b):
+        return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+    @triton.jit
     def _or(a, b):
         return a | b
 
@@ -193,19 +197,23 @@ if triton is not None:
         take_a = (key_a > key_b) | ((key_a == key_b) & (idx_a < idx_b))
         return tl.where(take_a, key_a, key_b), tl.where(take_a, idx_a, idx_b)
 
-    @triton.jit
+    # launch_id is not specialized: a first launch whose id is a multiple of 16 would build a
+    # kernel that assumes it of every later id, and the ring slot is launch_id % SIGNAL_SLOTS.
+    @triton.jit(do_not_specialize=["launch_id"])
     def _fused_race_kernel(
         logits_ptr, temps_ptr, greedy_ptr, noise_ptr, rng_ptr,
         part_max_ptr, part_key_ptr, part_idx_ptr, sync_ptr, out_ptr, signal_ptr,
         rows, vocab_size, chunk, splits, logits_row_stride, noise_row_stride, launch_id,
         BLOCK: tl.constexpr, SPLITS_POW2: tl.constexpr, COUNTER_NOISE: tl.constexpr,
-        HAS_GREEDY: tl.constexpr, LIBDEVICE: tl.constexpr,
+        HAS_GREEDY: tl.constexpr, LIBDEVICE: tl.constexpr, SIGNAL_SLOTS: tl.constexpr,
     ):
         """Program (row, split): the running race of each thread's groups over its chunk,
         then the row combine (module note). ``sync_ptr``: int32 ``[2 + rows]``: the flag
         word, the launch counter, row counters; ``part_*``: ``[rows * splits]`` partials;
-        ``launch_id > 0``: the launch's last program moves the flag word to ``signal_ptr``
-        (an int64 in pinned host memory) as ``launch_id << 32 | flags``, one 8-byte store."""
+        ``launch_id > 0`` (an eager CUDA call): the launch's last program moves the flag word
+        to word ``launch_id % SIGNAL_SLOTS`` of ``signal_ptr`` (a ring of int64 in pinned host
+        memory) as ``launch_id << 32 | flags``, one 8-byte store; ``0`` (the interpreter): the
+        flags stay in the word for the host; ``-1`` (a captured launch): none are recorded."""
         row = tl.program_id(0).to(tl.int64)
         split = tl.program_id(1)
         if HAS_GREEDY:
@@ -233,8 +241,10 @@ if triton is not None:
             call_hi = ((call >> 32) & 0xFFFFFFFF).to(tl.uint32)
             zero = tl.zeros([GROUPS], tl.uint32)
         else:
-            # The largest bit pattern read: from 0x7F800000 up, +inf, NaN or a negative value.
-            noise_bits = tl.zeros([GROUPS], tl.uint32)
+            # NaN-propagating running extremes of E: NaN, a negative value or +inf shows in them;
+            # -0.0 does not (it is not below 0.0), as in the sampling checks.
+            noise_lo = tl.full([GROUPS], 1.0, tl.float32)
+            noise_hi = tl.full([GROUPS], 1.0, tl.float32)
         if greedy:  # the argmax of L itself; strict > keeps a group's lowest index
             for base in range(start, stop, BLOCK):
                 cols = base + within
@@ -263,7 +273,8 @@ if triton is not None:
                     first = _pick_in_group(weight, total, _uniform_from_bits(r1), cols, vocab_size)
                 else:
                     noise = tl.load(noise_ptr + row * noise_row_stride + cols, mask=in_vocab, other=1.0)
-                    noise_bits = tl.maximum(noise_bits, tl.max(noise.to(tl.uint32, bitcast=True), axis=1))
+                    noise_lo = _min_nan(noise_lo, tl.reduce(noise, 1, _min_nan))
+                    noise_hi = _max_nan(noise_hi, tl.reduce(noise, 1, _max_nan))
                     key = tl.where(weight > 0.0, _ratio(weight, noise, LIBDEVICE), -1.0)
                     best = tl.max(key, axis=1)
                     first = tl.min(tl.where(key == best[:, None], cols, vocab_size), axis=1)
@@ -290,9 +301,11 @@ if triton is not None:
         part_key, part_idx = tl.reduce((lane_key, run_idx), 0, _argmax_lowest)
         flag_word = tl.reduce(lane_flag, 0, _or) | tl.where(bad_temperature & (split == 0), 8, 0)
         if not COUNTER_NOISE:
-            bad_noise = tl.max(noise_bits, axis=0) >= 0x7F800000
-            flag_word = flag_word | tl.where(bad_noise, 4, 0)
-        if flag_word != 0:
+            # Each running extreme has one use here (triton 3.6, above); NaN fails >= 0.
+            lowest = tl.reduce(noise_lo, 0, _min_nan)
+            highest = tl.reduce(noise_hi, 0, _max_nan)
+            flag_word = flag_word | tl.where(lowest >= 0.0, 0, 4) | tl.where(highest == float("inf"), 4, 0)
+        if (flag_word != 0) & (launch_id >= 0):  # a captured launch (-1) records no flags
             tl.atomic_or(sync_ptr, flag_word)
         part = row * splits + split
         tl.store(part_max_ptr + part, part_max)
@@ -318,7 +331,7 @@ if triton is not None:
             if global_max == -float("inf"):
                 tl.atomic_or(sync_ptr, 2)
             tl.store(sync_ptr + 2 + row, 0)
-            if (launch_id != 0) | COUNTER_NOISE:
+            if (launch_id > 0) | COUNTER_NOISE:
                 done = rows - 1  # one row: its last program is the launch's last (triton specializes 1)
                 if rows > 1:
                     done = tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel")
@@ -327,9 +340,10 @@ if triton is not None:
                         tl.store(sync_ptr + 1, 0)
                     if COUNTER_NOISE:
                         tl.store(rng_ptr + 1, call + 1)
-                    if launch_id != 0:
+                    if launch_id > 0:
                         flags = tl.atomic_xchg(sync_ptr, 0)
-                        tl.store(signal_ptr, (launch_id.to(tl.int64) << 32) | flags.to(tl.int64))
+                        slot = signal_ptr + (launch_id & (SIGNAL_SLOTS - 1))
+                        tl.store(slot, (launch_id.to(tl.int64) << 32) | flags.to(tl.int64))
 
 
 class _Workspace(NamedTuple):
@@ -435,53 +449,10 @@ def _plan(logits, noise, greedy_mask, tile, splits, num_warps) -> _Plan:
     splits = -(-n_tiles // per_program)
     scalars = (rows, vocab, per_program * tile, splits, logits.stride(0), 0 if noise is None else noise.stride(0))
     constexprs = dict(BLOCK=tile, SPLITS_POW2=triton.next_power_of_2(splits), COUNTER_NOISE=noise is None,
-                      HAS_GREEDY=greedy_mask is not None, LIBDEVICE=not KERNEL_INTERPRETED)
+                      HAS_GREEDY=greedy_mask is not None, LIBDEVICE=not KERNEL_INTERPRETED,
+                      SIGNAL_SLOTS=fused_checks.SLOTS)
     return _Plan(rows, splits, (rows, splits, 1), scalars, constexprs,
                  num_warps or max(1, min(8, tile // 128)), [])
-
-
-_SPINS = 20_000  # polls of the pinned word (well under a millisecond) before a blocking wait
-
-
-class _Signal:
-    """An int64 in pinned host memory that an eager launch's last program writes ``launch_id
-    << 32 | flags`` to (module note): the host polls it instead of a stream synchronization
-    and a device-to-host copy of the flag word."""
-
-    def __init__(self) -> None:
-        self.word = torch.zeros(1, dtype=torch.int64, pin_memory=True)
-        self._view = self.word.numpy()
-        self._launch_id = 1
-
-    def next_id(self) -> int:
-        # From 2: triton turns an int argument equal to 1 into a constant even under
-        # do_not_specialize (triton 3.6, H200), which would build a second kernel.
-        self._launch_id = self._launch_id + 1 if self._launch_id < 2**31 - 1 else 2
-        return self._launch_id
-
-    def wait(self, launch_id: int, device: torch.device) -> int:
-        """The flags of launch ``launch_id``: poll, then (a long queue ahead of the kernel)
-        wait on the stream without holding the GIL. Raises RuntimeError if it never wrote."""
-        for _ in range(_SPINS):
-            value = int(self._view[0])
-            if value >> 32 == launch_id:
-                return value & 0xFFFFFFFF
-        torch.cuda.current_stream(device).synchronize()
-        value = int(self._view[0])
-        if value >> 32 != launch_id:
-            raise RuntimeError(f"fused_exponential_race: launch {launch_id} did not write its flags "
-                               f"(the pinned word holds launch {value >> 32})")
-        return value & 0xFFFFFFFF
-
-
-_SIGNALS: dict[torch.device, _Signal] = {}
-
-
-def _signal(device: torch.device) -> _Signal:
-    signal = _SIGNALS.get(device)
-    if signal is None:
-        signal = _SIGNALS[device] = _Signal()
-    return signal
 
 
 def philox_state(seed: int, device: torch.device | str) -> torch.Tensor:
@@ -532,12 +503,14 @@ def _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, spli
                          f"got device {logits.device}")
 
 
-def _raise_flagged(logits, temperatures, noise) -> None:
-    """A launch flagged bad values: raise the ``sampling`` checks' message."""
+def _raise_flagged(logits, temperatures, noise, launch_id: int, flags: int) -> None:
+    """A launch flagged bad values: raise the ``sampling`` checks' message (the flags are
+    exact, ``fused_checks``; the flags' own message if those checks pass all the same)."""
     _check_logits("logits", logits)
     _check_temperatures(temperatures)
     if noise is not None:
         _check_noise(noise, logits.shape)
+    raise fused_checks.flagged_error(launch_id, flags, deferred=False)
 
 
 def fused_exponential_race(
@@ -550,6 +523,7 @@ def fused_exponential_race(
     tile: int | None = None,
     splits: int | None = None,
     num_warps: int | None = None,
+    check: str = "sync",
 ) -> torch.Tensor:
     """One-launch exponential race over ``[B, V]`` logits (SPEC S3; module note).
 
@@ -566,6 +540,10 @@ def fused_exponential_race(
         num_warps: warps per program (default ``tile / 128`` within ``[1, 8]``); ``splits``,
             ``tile`` and ``num_warps`` change the speed, never the law (the token only within
             the rounding bound of the module note).
+        check: when an eager call reads its launch's value-check flags
+            (``dspark_ref.fused_checks``): ``"sync"`` before it returns, raising there;
+            ``"deferred"`` at the next call on the device or ``fused_checks.check_deferred``, which
+            raise for it (the call itself returns once the kernel is launched).
 
     Returns:
         ``[B]`` int64 token ids in ``[0, V)``.
@@ -573,15 +551,18 @@ def fused_exponential_race(
     Raises:
         TypeError: wrong dtype, a non-int ``tile`` / ``splits``.
         ValueError: wrong rank or shape, devices differ, both or neither of ``noise`` and
-            ``rng_state``, a bad ``tile``, no triton or neither CUDA nor the interpreter; on
-            an eager call also NaN/+inf logits or an all ``-inf`` row, NaN/inf/negative
-            noise, NaN/inf/negative temperatures (the ``sampling`` messages).
+            ``rng_state``, a bad ``tile`` or ``check``, no triton or neither CUDA nor the
+            interpreter; on an eager ``"sync"`` call also NaN/+inf logits or an all ``-inf``
+            row, NaN/inf/negative noise, NaN/inf/negative temperatures (the ``sampling``
+            messages); on any eager call, those of an earlier ``"deferred"`` call on the device.
 
     Example:
         >>> logits = torch.tensor([[0.0, 1.0, 4.0, 2.0]])  # doctest: +SKIP (needs CUDA or the interpreter)
         >>> fused_exponential_race(logits, torch.ones(1), torch.ones(1, 4), tile=16)  # doctest: +SKIP
         tensor([2])
     """
+    if check not in fused_checks.CHECKS:
+        raise ValueError(f"check: expected one of {fused_checks.CHECKS}, got {check!r}")
     signature = _signature(logits, temperatures, noise, rng_state, greedy_mask, tile, splits, num_warps)
     plan = _PLANS.get(signature)
     if plan is None:
@@ -599,16 +580,20 @@ def fused_exponential_race(
                 _PLANS.clear()
             _PLANS[signature] = plan
     device = logits.device
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    # A captured launch writes no flags and nothing reads them (as in ``sampling``).
+    signal = None if capturing else fused_checks.signal_for(device, pinned=not KERNEL_INTERPRETED)
+    if signal is not None and signal.deferred:  # earlier deferred launches raise first
+        signal.collect(wait_for=len(signal.deferred) - (fused_checks.SLOTS - 2))
+    launch_id = -1 if signal is None else signal.next_id()
     work = _workspace(device, plan.rows, plan.splits)
     out = torch.empty(plan.rows, dtype=torch.int64, device=device)
-    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-    signal = None if capturing or KERNEL_INTERPRETED else _signal(device)
-    launch_id = 0 if signal is None else signal.next_id()
+    ring = work.sync if signal is None or signal.words is None else signal.words
     args = (
         logits, temperatures, logits if greedy_mask is None else greedy_mask.view(torch.int8),
         logits if noise is None else noise, work.sync if rng_state is None else rng_state,
-        work.part_max, work.part_key, work.part_idx, work.sync, out, work.sync if signal is None else signal.word,
-        *plan.scalars, launch_id,
+        work.part_max, work.part_key, work.part_idx, work.sync, out, ring,
+        *plan.scalars, 0 if signal is not None and signal.words is None else launch_id,
     )
     if plan.launcher:
         plan.launcher[0](*args, *plan.constexprs.values())
@@ -616,14 +601,20 @@ def fused_exponential_race(
         kernel = _fused_race_kernel[plan.grid](*args, **plan.constexprs, num_warps=plan.num_warps)
         if _REUSE_LAUNCHER:  # the compiled kernel's own launcher: no re-specialization next time
             plan.launcher.append(kernel[plan.grid])
-    if signal is not None:
-        flags = signal.wait(launch_id, device)
-    elif not capturing:
+    if signal is None:
+        return out
+    flags = None
+    if signal.words is None:  # the interpreter: the device word, read now
         flags = int(work.flag)
         if flags:
             work.flag.zero_()
-    else:
-        flags = 0  # nothing is read while a graph is captured (as in ``sampling``)
+    if check == "deferred":
+        signal.deferred.append((launch_id, flags))
+        return out
+    if flags is None:
+        flags = signal.wait(launch_id)
+    if signal.deferred:  # launched before this one, on the same stream: their words are written
+        signal.collect()
     if flags:
-        _raise_flagged(logits, temperatures, noise)
+        _raise_flagged(logits, temperatures, noise, launch_id, flags)
     return out

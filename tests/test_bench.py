@@ -111,6 +111,9 @@ def _step_rows(shape, ours_graph_ms, sglang_graph_ms):
         {"benchmark": "step", "shape": shape, "impl": "ref fused race, counter noise [graph]", "median_ms": 0.01},
         {"benchmark": "step", "shape": shape, "impl": "ref fused race [call]", "median_ms": 0.05},
         {"benchmark": "step", "shape": shape, "impl": "ref fused race, counter noise [call]", "median_ms": 0.04},
+        {"benchmark": "step", "shape": shape, "impl": "ref fused race, deferred check [call]", "median_ms": 0.03},
+        {"benchmark": "step", "shape": shape, "impl": "ref fused race, counter noise, deferred check [call]",
+         "median_ms": 0.02},
         {"benchmark": "step", "shape": shape, "impl": "roofline logits+noise", "median_ms": 0.008},
         {"benchmark": "step", "shape": shape, "impl": "roofline logits only", "median_ms": 0.004},
         {"benchmark": "step", "shape": shape, "impl": "sglang MarkovSampleStep [call]", "median_ms": 0.08},
@@ -130,18 +133,21 @@ def test_bench_summary_ratios_side_by_side():
     records = summary.ratios(rows)
     assert [(r["mode"], r["impl"]) for r in records] == [
         ("call", "ref fused race"), ("call", "ref fused race, counter noise"),
+        ("call", "ref fused race, deferred check"), ("call", "ref fused race, counter noise, deferred check"),
         ("graph", "ref fused race"), ("graph", "ref fused race, counter noise"), ("graph", summary.COPY_SAME_BYTES),
     ]
-    graph = records[2]
+    graph = records[4]
     assert graph["ours_over_sglang"] == pytest.approx(0.01 / 0.0454)
     assert graph["ours_over_roofline"] == pytest.approx(0.01 / 0.008)
     assert graph["pct_roofline"] == pytest.approx(80.0)
-    assert records[4]["ours_over_sglang"] is None and records[4]["pct_roofline"] == pytest.approx(800 / 9.5)
+    assert records[6]["ours_over_sglang"] is None and records[6]["pct_roofline"] == pytest.approx(800 / 9.5)
+    assert records[3]["ours_over_sglang"] == pytest.approx(0.25) and records[3]["pct_roofline"] == pytest.approx(20.0)
     met = summary.targets(records)
     assert met["roofline_met"] and met["compared"] == 2 and met["slower_than_sglang"] == []
+    assert met["sync_call_compared"] == 1 and met["sync_call_slower"] == []
     assert met["copy_pct"] == pytest.approx(800 / 9.5)
     assert "a copy of the same bytes: 84.2%" in summary.format_ratios(records)
-    assert summary.markdown(records).count("\n") == 7
+    assert summary.markdown(records).count("\n") == 9
 
 
 def test_bench_summary_reports_steady_state_beside_the_single_replay():
@@ -161,6 +167,23 @@ def test_bench_summary_reports_steady_state_beside_the_single_replay():
     assert met["roofline_pct"] == pytest.approx(64.0) and not met["roofline_met"]
     assert met["steady_pct"] == pytest.approx(800 / 9) and met["steady_copy_pct"] == pytest.approx(800 / 8.5)
     assert "steady state: 88.9%, the copy 94.1%" in summary.format_ratios(records)
+
+
+def test_bench_summary_judges_the_deferred_eager_call_and_reports_the_sync_one():
+    # Eagerly, the check="deferred" call (returns before its kernel ends, as SGLang's does) is
+    # judged; the check="sync" call, which waits for its flags, is reported beside it.
+    shape = "B=1 V=129280 float32"
+    rows = [dict(r, median_ms=0.09) if r["impl"] == "ref fused race, counter noise [call]" else r
+            for r in _step_rows(shape, 0.01, 0.0454)]
+    met = summary.targets(summary.ratios(rows))
+    assert met["judged"]["call"] == "ref fused race, counter noise, deferred check"
+    assert met["compared"] == 2 and met["slower_than_sglang"] == []
+    assert met["sync_call_compared"] == 1 and met["sync_call_slower"] == [f"{shape} [call]"]
+    slow = [dict(r, median_ms=0.1) if "deferred" in r["impl"] else r for r in rows]
+    met = summary.targets(summary.ratios(slow))
+    assert met["slower_than_sglang"] == [f"{shape} [call]"]
+    assert "1 of 2 shapes/modes faster, slower at B=1 V=129280 float32 [call]" in summary.format_ratios(
+        summary.ratios(slow))
 
 
 def test_bench_steady_sets_cover_the_flush_size():

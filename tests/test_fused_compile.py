@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from dspark_ref import fused_sampling
+from dspark_ref import fused_checks, fused_sampling
 
 triton = pytest.importorskip("triton")
 if fused_sampling.triton is None:
@@ -37,7 +37,8 @@ def _compile(counter_noise: bool, has_greedy: bool, dtype: str):
     signature = {name: "*" + kind for name, kind in pointers.items()}
     signature |= dict.fromkeys(("rows", "vocab_size", "chunk", "splits", "logits_row_stride",
                                 "noise_row_stride", "launch_id"), "i32")
-    constants = dict(BLOCK=512, SPLITS_POW2=32, COUNTER_NOISE=counter_noise, HAS_GREEDY=has_greedy, LIBDEVICE=True)
+    constants = dict(BLOCK=512, SPLITS_POW2=32, COUNTER_NOISE=counter_noise, HAS_GREEDY=has_greedy, LIBDEVICE=True,
+                     SIGNAL_SLOTS=fused_checks.SLOTS)
     signature |= dict.fromkeys(constants, "constexpr")
     aligned = {(index,): [["tt.divisibility", 16]] for index in range(len(pointers))}
     source = ASTSource(fused_sampling._fused_race_kernel, signature, constants, aligned)

@@ -30,6 +30,7 @@ from hypothesis import given, settings, strategies as st
 from dspark_ref.sampling import TEMPERATURE_FLOOR, exponential_noise, exponential_race, greedy_argmax
 from conformance import stats
 from dspark_ref import fused_sampling
+from dspark_ref.fused_checks import CHECKS, SLOTS, check_deferred
 from dspark_ref.fused_sampling import fused_exponential_race, philox_state, splits_for
 from dspark_ref.tiled_sampling import KERNEL_INTERPRETED, tile_partials, tiled_exponential_race
 
@@ -437,13 +438,46 @@ def test_s3_interpreted_fused_flags_bad_values_then_recovers(bad, match):
 
 
 @needs_interpreter
-def test_s3_interpreted_fused_negative_zero_noise_is_not_an_error():
-    # -0.0 sets the sign bit the kernel's noise check reads (a flag), and the re-run checks pass it.
+@pytest.mark.parametrize("check", CHECKS)
+def test_s3_interpreted_fused_negative_zero_noise_is_not_an_error(check):
+    # -0.0 is not below 0 (the sampling checks pass it): the kernel's flags leave it out, so a
+    # deferred call, which has no checks to re-run, raises nothing for it either.
     logits = torch.zeros(1, 32)
     logits[0, 9] = 3.0
     noise = torch.ones(1, 32)
     noise[0, 4] = -0.0
-    assert fused_exponential_race(logits, torch.ones(1), noise, tile=16).tolist() == [9]
+    assert fused_exponential_race(logits, torch.ones(1), noise, tile=16, check=check).tolist() == [9]
+    check_deferred()
+
+
+@needs_interpreter
+@pytest.mark.parametrize("bad, match", _BAD_VALUES)
+def test_s3_interpreted_fused_deferred_check_raises_at_the_next_call(bad, match):
+    # The flagged call returns; the next call on the device raises for it before it launches
+    # (so it returns nothing), once; the one after runs.
+    args = dict(logits=torch.zeros(2, 32), temperatures=torch.ones(2), noise=torch.ones(2, 32)) | bad
+    good = (torch.zeros(2, 32), torch.ones(2), torch.ones(2, 32))
+    tokens = fused_exponential_race(args["logits"], args["temperatures"], args["noise"], tile=16, check="deferred")
+    assert tokens.shape == (2,)
+    with pytest.raises(ValueError, match=rf"check='deferred' \(launch \d+\) read bad values: {match}"):
+        fused_exponential_race(*good, tile=16, check="deferred")
+    assert fused_exponential_race(*good, tile=16).tolist() == [0, 0]
+    check_deferred()
+
+
+@needs_interpreter
+def test_s3_interpreted_fused_deferred_flags_reach_check_deferred_and_sync_calls():
+    nan_logits = torch.zeros(2, 32)
+    nan_logits[1, 3] = math.nan
+    good = (torch.zeros(2, 32), torch.ones(2), torch.ones(2, 32))
+    fused_exponential_race(nan_logits, *good[1:], tile=16, check="deferred")
+    with pytest.raises(ValueError, match="check='deferred'.*logits: NaN or \\+inf"):
+        check_deferred("cpu")
+    check_deferred("cpu")  # raised once
+    fused_exponential_race(nan_logits, *good[1:], tile=16, check="deferred")
+    with pytest.raises(ValueError, match="check='deferred'"):  # a sync call reads the earlier launch first
+        fused_exponential_race(*good, tile=16)
+    assert fused_exponential_race(*good, tile=16).tolist() == [0, 0]
 
 
 @pytest.mark.parametrize(
@@ -455,6 +489,7 @@ def test_s3_interpreted_fused_negative_zero_noise_is_not_an_error():
         (dict(rng_state=torch.zeros(2, dtype=torch.int32)), TypeError, "rng_state"),
         (dict(noise=torch.ones(2, 4), tile=24), ValueError, "tile"),
         (dict(noise=torch.ones(2, 4), splits=0), ValueError, "splits"),
+        (dict(noise=torch.ones(2, 4), check="lazy"), ValueError, "check: expected one of"),
     ],
 )
 def test_s3_fused_rejects_bad_arguments(kwargs, error, match):
@@ -542,6 +577,40 @@ def test_s3_gpu_fused_flags_bad_values_then_recovers(bad, match):
     good = fused_exponential_race(torch.zeros(2, 32, device="cuda"), torch.ones(2, device="cuda"),
                                   torch.ones(2, 32, device="cuda"))
     assert good.tolist() == [0, 0]
+
+
+@pytest.mark.gpu
+@needs_compiled_kernel
+@pytest.mark.parametrize("bad, match", _BAD_VALUES)
+def test_s3_gpu_fused_deferred_flags_raise_at_check_deferred(bad, match):
+    args = dict(logits=torch.zeros(2, 32), temperatures=torch.ones(2), noise=torch.ones(2, 32)) | bad
+    args = {name: value.cuda() for name, value in args.items()}
+    fused_exponential_race(args["logits"], args["temperatures"], args["noise"], check="deferred")
+    with pytest.raises(ValueError, match=f"check='deferred'.*{match}"):
+        check_deferred("cuda")
+    good = fused_exponential_race(torch.zeros(2, 32, device="cuda"), torch.ones(2, device="cuda"),
+                                  torch.ones(2, 32, device="cuda"), check="deferred")
+    check_deferred()
+    assert good.tolist() == [0, 0]
+
+
+@pytest.mark.gpu
+@needs_compiled_kernel
+def test_s3_gpu_fused_deferred_launches_past_the_ring_lose_no_flag():
+    # Three rings' worth of deferred launches, one flagged: its word is read (and raised) by a
+    # later call, at the latest once the ring is full and the oldest launch is waited for.
+    temperatures, noise = torch.ones(2, device="cuda"), torch.ones(2, 32, device="cuda")
+    good, bad = torch.zeros(2, 32, device="cuda"), torch.zeros(2, 32, device="cuda")
+    bad[0, 7] = math.inf
+    flagged, raised = SLOTS + 5, None
+    for call in range(3 * SLOTS):
+        try:
+            fused_exponential_race(bad if call == flagged else good, temperatures, noise, check="deferred")
+        except ValueError as error:
+            assert raised is None and "logits: NaN or +inf" in str(error)
+            raised = call
+    check_deferred()
+    assert raised is not None and flagged < raised < flagged + SLOTS, raised
 
 
 @pytest.mark.gpu
