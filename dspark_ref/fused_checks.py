@@ -122,23 +122,35 @@ def flagged_error(launch_id: int, flags: int, *, deferred: bool) -> ValueError:
     return ValueError(f"fused_exponential_race: {call} (launch {launch_id}) read bad values: {causes}")
 
 
+def _device_key(device: object) -> torch.device:
+    """``device`` as the key its tensors' launches are queued under (``"cpu:0"`` is ``"cpu"``,
+    ``"cuda"`` the current CUDA device). Raises TypeError / ValueError naming ``device``."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device: expected a str or torch.device, got {type(device).__name__}")
+    try:
+        key = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"device: expected a device such as 'cuda:0' or 'cpu', got {device!r}") from error
+    if key.type == "cpu":
+        return torch.device("cpu")
+    if key.type == "cuda" and key.index is None:
+        return torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return key
+
+
 def check_deferred(device: torch.device | str | None = None) -> None:
     """Wait for the ``check="deferred"`` calls of ``fused_exponential_race`` on ``device``
     (default: every device) and raise for the first that flagged bad values (module note).
+    A device with no deferred call returns at once.
 
     Raises:
+        TypeError / ValueError: ``device`` not None, a str or a torch.device naming a device.
         ValueError: a deferred call read NaN / +inf logits, an all ``-inf`` row, NaN, infinite
             or negative noise or temperatures; the message names its launch id and causes.
         RuntimeError: a launch never wrote its flags (the device failed).
     """
-    if device is None:
-        devices = list(_SIGNALS)
-    else:
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:  # "cuda": the current device, as tensors are
-            device = torch.device("cuda", torch.cuda.current_device())
-        devices = [device]
-    for name in devices:
-        signal = _SIGNALS.get(name)
+    devices = list(_SIGNALS) if device is None else [_device_key(device)]
+    for key in devices:
+        signal = _SIGNALS.get(key)
         if signal is not None:
             signal.collect()

@@ -103,7 +103,6 @@ Backends: CUDA tensors, or CPU tensors when the kernel was built under
 from __future__ import annotations
 
 import functools
-import os
 from typing import NamedTuple
 
 import torch
@@ -121,13 +120,6 @@ except ImportError:  # CPU-only installs: tiled_sampling's torch backend still w
 
 __all__ = ["KERNEL_INTERPRETED", "fused_exponential_race", "philox_state", "splits_for"]
 
-#: Whether the kernels were built for the Triton interpreter (CPU tensors): ``triton.jit``
-#: decides that when the module is imported, from ``TRITON_INTERPRET``.
-KERNEL_INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") == "1"
-# A compiled kernel's launcher takes every argument, constexprs included, from triton 3.6 (the
-# H200's; 3.9 alike); older versions re-launch through the JIT function on every call.
-_REUSE_LAUNCHER = (triton is not None and not KERNEL_INTERPRETED
-                   and tuple(int(part) for part in triton.__version__.split(".")[:2]) >= (3, 6))
 
 _MIN_TILE = 16
 _DEFAULT_TILE = 512  # the largest default tile (H200 sweep, docs/performance.md)
@@ -327,7 +319,9 @@ if triton is not None:
                 rescaled = tl.where((keys >= 0.0) & (scale > 0.0), keys * scale, -1.0)
             rescaled = tl.where(here, rescaled, -float("inf"))
             best, winner = tl.reduce((rescaled, idx), 0, _argmax_lowest)
-            tl.store(out_ptr + row, winner.to(tl.int64))
+            # A row with no finite key (all -inf, NaN: flagged) gets token 0: an id in [0, V) for a
+            # caller that indexes with it before a deferred check raises.
+            tl.store(out_ptr + row, tl.where(winner < vocab_size, winner, 0).to(tl.int64))
             if global_max == -float("inf"):
                 tl.atomic_or(sync_ptr, 2)
             tl.store(sync_ptr + 2 + row, 0)
@@ -344,6 +338,16 @@ if triton is not None:
                         flags = tl.atomic_xchg(sync_ptr, 0)
                         slot = signal_ptr + (launch_id & (SIGNAL_SLOTS - 1))
                         tl.store(slot, (launch_id.to(tl.int64) << 32) | flags.to(tl.int64))
+
+
+#: Whether the kernels were built for the Triton interpreter (CPU tensors): ``triton.jit``
+#: decided that when this module was imported, from ``TRITON_INTERPRET`` (any spelling triton
+#: takes for true), so the kernel object itself says which it is.
+KERNEL_INTERPRETED = triton is not None and not isinstance(_fused_race_kernel, triton.runtime.JITFunction)
+# A compiled kernel's launcher takes every argument, constexprs included, from triton 3.6 (the
+# H200's; 3.9 alike); older versions re-launch through the JIT function on every call.
+_REUSE_LAUNCHER = (triton is not None and not KERNEL_INTERPRETED
+                   and tuple(int(part) for part in triton.__version__.split(".")[:2]) >= (3, 6))
 
 
 class _Workspace(NamedTuple):
@@ -529,7 +533,9 @@ def fused_exponential_race(
 
     Args:
         logits: ``[B, V]`` float32 / bf16 / fp16 tensor (unit row stride; a column slice
-            ``logits[:, :V]`` of padded logits is fine), computed in float32.
+            ``logits[:, :V]`` of padded logits is fine), computed in float32 (float64 is
+            rounded to float32 on load: a value beyond its range becomes ``inf`` and raises).
+            ``B = 0`` returns an empty result.
         temperatures: ``[B]`` float tensor, values ``>= 0``, clamped to ``1e-5``.
         noise: ``[B, V]`` float32 iid Exp(1) (explicit noise), or None with ``rng_state``.
         rng_state: int64 ``[2]`` from :func:`philox_state` (counter noise; advanced in place).
@@ -546,7 +552,8 @@ def fused_exponential_race(
             raise for it (the call itself returns once the kernel is launched).
 
     Returns:
-        ``[B]`` int64 token ids in ``[0, V)``.
+        ``[B]`` int64 token ids in ``[0, V)`` (a row with bad values, which a ``"deferred"``
+        call returns before its check raises, gets some id in that range).
 
     Raises:
         TypeError: wrong dtype, a non-int ``tile`` / ``splits``.
@@ -569,6 +576,8 @@ def fused_exponential_race(
         if tile is None and isinstance(logits, torch.Tensor) and logits.ndim == 2:
             tile = min(_DEFAULT_TILE, max(_MIN_TILE, 1 << max(0, logits.shape[1] - 1).bit_length()))
         _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, splits, num_warps)
+        if logits.shape[0] == 0:  # no program to launch (nor a plan: the grid would be empty)
+            return torch.empty(0, dtype=torch.int64, device=logits.device)
         converted = (logits.stride(1) != 1 or temperatures.dtype != torch.float32
                      or (noise is not None and noise.stride(1) != 1))
         if converted:  # this call's copies: a plan for their layout, not cached under the caller's

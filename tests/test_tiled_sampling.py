@@ -466,6 +466,35 @@ def test_s3_interpreted_fused_deferred_check_raises_at_the_next_call(bad, match)
 
 
 @needs_interpreter
+def test_s3_interpreted_fused_deferred_dead_row_token_is_in_range_and_empty_batch_is_empty():
+    # Returned before its check raises, a flagged row's token must still index [0, V).
+    logits = torch.zeros(2, 32)
+    logits[1] = -INF
+    assert fused_exponential_race(logits, torch.ones(2), torch.ones(2, 32), tile=16, check="deferred").tolist()[1] == 0
+    with pytest.raises(ValueError, match="all -inf"):
+        check_deferred(torch.device("cpu", 0))  # the same queue as "cpu"
+    empty = fused_exponential_race(torch.zeros(0, 32), torch.ones(0), torch.ones(0, 32), tile=16)
+    assert empty.dtype == torch.int64 and empty.shape == (0,)
+
+
+@pytest.mark.parametrize("device, error", [(42, TypeError), (b"cpu", TypeError), ("garbage", ValueError),
+                                           ("", ValueError)])
+def test_s3_check_deferred_rejects_what_is_not_a_device(device, error):
+    with pytest.raises(error, match="^device: expected"):
+        check_deferred(device)
+
+
+@pytest.mark.skipif(triton is None, reason="no triton")
+def test_s3_kernel_interpreted_follows_triton_not_one_spelling():
+    # triton takes TRITON_INTERPRET=true as on; the module must then know its kernel is interpreted.
+    code = "from dspark_ref.fused_sampling import KERNEL_INTERPRETED as k; print(k)"
+    for value, expected in [("true", "True"), ("0", "False")]:
+        child = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TRITON_INTERPRET=value),
+                               capture_output=True, text=True, timeout=120)
+        assert child.stdout.strip() == expected, child.stdout + child.stderr
+
+
+@needs_interpreter
 def test_s3_interpreted_fused_deferred_flags_reach_check_deferred_and_sync_calls():
     nan_logits = torch.zeros(2, 32)
     nan_logits[1, 3] = math.nan
