@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18 on one H200: the step bench (ours vs SGLang vs roofline), the GPU tier (TV 0.002)
+# Issue 18 on one H200: the step bench (ours vs SGLang vs roofline), the read-only ceiling, the GPU tier (TV 0.002)
 # on the reference and on SGLang, the S3 tiled tests on CUDA, and a tuning sweep of the
 # fused kernel, each under its own time limit, 8 minutes in all.
 #
@@ -9,7 +9,7 @@
 # hypothesis), SGLANG_PATH (a directory holding sglang/ and msgspec/ for the device's Python, e.g. the unpacked
 # pkgs/sglang-0.5.23; unset or missing: the SGLang bench columns and tier are skipped),
 # WORKERS (xdist workers of the tier runs, default 4). Runs from the checkout's root.
-# Writes to OUTDIR: bench_step.json (+ .txt; ratios in bench_ratios.md), gpu_tier_reference/
+# Writes to OUTDIR: bench_step.json (+ .txt; ratios in bench_ratios.md), bench_ceiling.json (+ .txt), gpu_tier_reference/
 # and gpu_tier_sglang/ (dspark-conformance reports), power_replay/ (power of the reference
 # tier's assertions at TV 0.002 on simulated data), tiled_cuda.txt, fused_sweep.json,
 # steps.json (per step: exit code, wall seconds) and summary.txt. Regenerate the tables from
@@ -56,6 +56,10 @@ sg=(); [ -n "$sglang" ] && sg=(--sglang-path "$sglang")
 step bench 240 "$out/bench_step.txt" \
   "$py" -m bench step --device cuda --warmup-ms 10 --rep-ms 50 --json "$out/bench_step.json" "${sg[@]}"
 [ -f "$out/bench_step.json" ] && "$py" -m bench.summary "$out/bench_step.json" --markdown "$out/bench_ratios.md" >> "$S" 2>&1
+
+# What kernels that only read the step's bytes reach (bench/ceiling.py): the race's own ceiling.
+step ceiling 90 "$out/bench_ceiling.txt" \
+  "$py" -m bench ceiling --device cuda --warmup-ms 10 --rep-ms 50 --json "$out/bench_ceiling.json"
 
 step gpu-tier-reference 110 "$out/gpu_tier_reference.txt" \
   "$py" -m conformance.cli run --impl reference --device cuda --workers "$workers" \

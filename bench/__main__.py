@@ -1,6 +1,7 @@
-"""Command line: ``python -m bench {all,step,folded,throughput,tiers} [options]``.
+"""Command line: ``python -m bench {all,step,ceiling,folded,throughput,tiers} [options]``.
 
-``all`` runs ``step``, ``folded`` and ``throughput`` in one process, side by side after one
+``all`` runs ``step``, ``ceiling`` (what kernels that only read the step's bytes reach),
+``folded`` and ``throughput`` in one process, side by side after one
 copy-bandwidth measurement, prints one table and with ``--json PATH`` writes it with the
 environment (device name, torch / triton / sglang versions, timer). Columns: median ms;
 GB/s = bytes moved / median (GB = 1e9 B; each benchmark's note says which bytes);
@@ -35,11 +36,11 @@ from pathlib import Path
 
 import torch
 
-from . import folded, step_sampler, summary, throughput
+from . import ceiling, folded, step_sampler, summary, throughput
 from .common import Timing, copy_bandwidth, environment, finalize, format_table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = {"step": step_sampler.run, "folded": folded.run, "throughput": throughput.run}
+BENCHMARKS = {"step": step_sampler.run, "ceiling": ceiling.run, "folded": folded.run, "throughput": throughput.run}
 MIB = 2**20
 # (warmup ms, rep ms, copy MiB): full runs, and --quick smoke runs.
 FULL_BUDGET = (25.0, 100.0, {"cuda": 1024, "cpu": 256})
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m bench", description="Benchmarks of the reference DSpark kernels: a table, and JSON."
     )
     parser.add_argument("benchmark", choices=("all", *BENCHMARKS, "tiers"),
-                        help="all = step + folded + throughput; tiers times the test tiers")
+                        help="all = step + ceiling + folded + throughput; tiers times the test tiers")
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available")
     parser.add_argument("--json", metavar="PATH", help="write environment and rows as JSON")
     parser.add_argument("--quick", action="store_true", help="tiny shapes and budgets (CPU smoke run)")

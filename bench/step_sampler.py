@@ -60,7 +60,7 @@ from dspark_ref.sampling import exponential_noise, exponential_race, sample_step
 from .common import CopyBandwidth, Row, Timing, describe, measure, measure_steady, roofline_row, skipped_row, steady_sets
 from .summary import COPY_SAME_BYTES, DEFERRED
 
-__all__ = ["BATCHES", "VOCABS", "DTYPES", "run"]
+__all__ = ["BATCHES", "VOCABS", "DTYPES", "run", "triton_unavailable"]
 
 BENCHMARK = "step"
 BATCHES = (1, 64, 256)
@@ -106,7 +106,8 @@ def _sglang_step(device: torch.device) -> _SGLangStep:
     return _SGLangStep(factory, None)
 
 
-def _triton_unavailable(device: torch.device) -> str | None:
+def triton_unavailable(device: torch.device) -> str | None:
+    """Why the reference's Triton kernels cannot run on ``device`` (None: they can)."""
     if fused_sampling.triton is None:
         return "triton is not installed"
     if device.type != "cuda" and not fused_sampling.KERNEL_INTERPRETED:
@@ -128,7 +129,7 @@ def _impls(logits, temps, noise, sglang: _SGLangStep, device) -> list[_Impl]:
     logit_bytes = batch * vocab * logits.dtype.itemsize
     race_bytes = logit_bytes + batch * vocab * 4  # logits + float32 noise
     greedy = torch.zeros(batch, dtype=torch.bool, device=device)
-    no_triton = _triton_unavailable(device)
+    no_triton = triton_unavailable(device)
 
     def fused_race(check="sync"):
         return fused_exponential_race(logits, temps, noise, check=check)

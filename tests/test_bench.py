@@ -6,16 +6,21 @@ never speed: timings on a shared CPU mean nothing.
 """
 
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from bench import common, folded, summary
+from bench import ceiling, common, folded, summary
 from bench.__main__ import main, tier_commands
 from bench.common import CopyBandwidth, Row, Timing
+from dspark_ref.fused_sampling import KERNEL_INTERPRETED, splits_for, triton
 
 CPU = Timing(torch.device("cpu"), warmup_ms=0.0, rep_ms=1.0)
+needs_interpreter = pytest.mark.skipif(not KERNEL_INTERPRETED, reason="needs TRITON_INTERPRET=1 at import")
 
 
 @pytest.fixture
@@ -249,7 +254,7 @@ def test_bench_all_quick_smoke(tmp_path, capsys, one_thread):
     assert {"device_name", "torch", "triton", "timer", "command"} <= set(record["environment"])
     assert record["copy_bandwidth"]["gbs"] > 0
     rows = record["rows"]
-    assert {r["benchmark"] for r in rows} == {"step", "folded", "throughput"}
+    assert {r["benchmark"] for r in rows} == {"step", "ceiling", "folded", "throughput"}
     for r in rows:
         if r["status"] == "ok":
             assert r["median_ms"] > 0, r
@@ -263,3 +268,59 @@ def test_bench_all_quick_smoke(tmp_path, capsys, one_thread):
     assert {"eager sample_step [call]", "eager exponential_race [call]", "roofline logits+noise",
             "FoldedDraftSampler.replay [graph]", "FoldedDraftSampler.propose [eager]",
             "sample_block, fresh sampler [eager]", "reference StepSampler + bincount", "stats.goodness_of_fit"} <= timed
+
+
+def _check_ceiling_reads(rows, vocab, device):
+    """Each read program's maximum is exactly that of the tiles its order gives it: the race
+    order a chunk of ceil(n_tiles / S) tiles, interleaved tiles s, s + S, ...; the flat read
+    blocks p, p + P, ... (module note of bench/ceiling.py): no value is skipped or read twice."""
+    gen = torch.Generator().manual_seed(rows * vocab)
+    logits = torch.randn(rows, vocab, generator=gen).to(device)
+    noise = torch.rand(rows, vocab, generator=gen).to(device)
+    tile, n_tiles = ceiling.TILE, -(-vocab // ceiling.TILE)
+    splits = splits_for(rows, vocab, tile, torch.device(device))
+    per = -(-n_tiles // splits)
+    padded = torch.nn.functional.pad(logits.float() + noise, (0, n_tiles * tile - vocab), value=-float("inf"))
+    tile_max = padded.view(rows, n_tiles, tile).amax(dim=2)
+    for order, owner in [("race", lambda t: t // per), ("interleaved", lambda t: t % splits)]:
+        expected = torch.full((rows, splits), -float("inf"), device=device)
+        for t in range(n_tiles):
+            expected[:, owner(t)] = torch.maximum(expected[:, owner(t)], tile_max[:, t])
+        got = ceiling.read_partials(logits, noise, order=order)().view(rows, splits)
+        assert torch.equal(got, expected), order
+    got = ceiling.read_partials(None, noise, order="flat")()
+    blocks = -(-noise.numel() // 512)
+    flat = torch.nn.functional.pad(noise.reshape(-1), (0, blocks * 512 - noise.numel()), value=-float("inf"))
+    block_max = flat.view(blocks, 512).amax(dim=1)
+    expected = torch.full_like(got, -float("inf"))
+    for b in range(blocks):
+        expected[b % got.numel()] = torch.maximum(expected[b % got.numel()], block_max[b])
+    assert torch.equal(got, expected)
+
+
+@needs_interpreter
+def test_bench_interpreted_ceiling_reads_cover_their_tiles():
+    _check_ceiling_reads(3, 5000, "cpu")
+
+
+@pytest.mark.skipif(KERNEL_INTERPRETED or triton is None, reason="already interpreted, or no triton")
+def test_bench_ceiling_interpreter_subprocess():
+    """Re-run this module's ``interpreted`` tests in a child with TRITON_INTERPRET=1."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "-k", "interpreted",
+               str(Path(__file__).resolve())]
+    child = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], env=dict(os.environ, TRITON_INTERPRET="1"),
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0 and " passed" in child.stdout and "skipped" not in child.stdout, (
+        child.stdout + child.stderr)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or triton is None or KERNEL_INTERPRETED,
+                    reason="needs CUDA, triton, and the compiled kernels")
+def test_bench_gpu_ceiling_reads_cover_their_tiles():
+    _check_ceiling_reads(64, 129_280, "cuda")
+
+
+def test_bench_ceiling_rejects_an_unknown_order():
+    with pytest.raises(ValueError, match="order"):
+        ceiling.read_partials(torch.zeros(1, 4), torch.zeros(1, 4), order="backwards")
