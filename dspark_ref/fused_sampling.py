@@ -74,7 +74,8 @@ ties).
 Value checks: the kernel flags NaN / +inf logits (they survive a NaN-propagating running
 maximum), all ``-inf`` rows, bad noise (NaN-propagating running extremes of ``E``: NaN, a
 negative value or ``+inf``; ``-0.0`` is not below 0 and passes, as in ``sampling``) and bad
-temperatures in a device word, exactly what the ``sampling`` checks reject. An eager call on
+temperatures in a device word: what the ``sampling`` checks reject, in the values the kernel
+reads (a greedy row reads no noise, so its noise is not checked). An eager call on
 CUDA passes a launch id ``>= 2``: the launch's last program (found with the launch counter)
 swaps the word for 0 and writes ``launch_id << 32 | flags`` to a ring of int64 words in
 pinned host memory in one 8-byte store, which the host reads instead of synchronizing the
