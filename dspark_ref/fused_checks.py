@@ -83,6 +83,13 @@ class LaunchSignal:
             raise RuntimeError(f"fused_exponential_race: launch {launch_id} did not write its flags")
         return flags
 
+    def make_room(self) -> None:
+        """Before a launch: read the deferred launches whose words are written, and wait for
+        the oldest while more than ``SLOTS - 2`` stay unread, so that no launch's word is
+        overwritten before it is read. Raises as :meth:`collect`."""
+        if self.deferred:
+            self.collect(wait_for=len(self.deferred) - (SLOTS - 2))
+
     def collect(self, *, wait_for: int | None = None) -> None:
         """Read the deferred launches, oldest first: wait for the first ``wait_for`` (all if
         None), then read the others whose words are written. Raises ValueError

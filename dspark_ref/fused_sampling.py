@@ -593,17 +593,18 @@ def fused_exponential_race(
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     # A captured launch writes no flags and nothing reads them (as in ``sampling``).
     signal = None if capturing else fused_checks.signal_for(device, pinned=not KERNEL_INTERPRETED)
-    if signal is not None and signal.deferred:  # earlier deferred launches raise first
-        signal.collect(wait_for=len(signal.deferred) - (fused_checks.SLOTS - 2))
+    if signal is not None:
+        signal.make_room()  # earlier deferred launches raise first
     launch_id = -1 if signal is None else signal.next_id()
+    # The kernel's id: -1 captured, 0 interpreted (the host reads the device word), else the ring's.
+    kernel_id = 0 if signal is not None and signal.words is None else launch_id
     work = _workspace(device, plan.rows, plan.splits)
     out = torch.empty(plan.rows, dtype=torch.int64, device=device)
-    ring = work.sync if signal is None or signal.words is None else signal.words
     args = (
         logits, temperatures, logits if greedy_mask is None else greedy_mask.view(torch.int8),
         logits if noise is None else noise, work.sync if rng_state is None else rng_state,
-        work.part_max, work.part_key, work.part_idx, work.sync, out, ring,
-        *plan.scalars, 0 if signal is not None and signal.words is None else launch_id,
+        work.part_max, work.part_key, work.part_idx, work.sync, out,
+        signal.words if kernel_id > 0 else work.sync, *plan.scalars, kernel_id,
     )
     if plan.launcher:
         plan.launcher[0](*args, *plan.constexprs.values())
