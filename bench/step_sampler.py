@@ -112,6 +112,8 @@ def triton_unavailable(device: torch.device) -> str | None:
         return "triton is not installed"
     if device.type != "cuda" and not fused_sampling.KERNEL_INTERPRETED:
         return f"the Triton kernel needs CUDA tensors (or TRITON_INTERPRET=1), device is {device}"
+    if device.type != "cuda" and fused_sampling.INTERPRETER_DEFECT is not None:
+        return fused_sampling.INTERPRETER_DEFECT
     return None
 
 

@@ -130,6 +130,13 @@ def _cells(s: dict[str, Any]) -> list[str]:
             _num(s["pct_roofline"], ".1f")]
 
 
+def _versus(compared: int, slower: list[str], unit: str) -> str:
+    if not compared:  # SGLang was skipped (its rows say why): nothing was compared, nothing was won
+        return "not compared (no SGLang times)"
+    text = f"{compared - len(slower)} of {compared} {unit} faster"
+    return text + (f", slower at {', '.join(slower)}" if slower else "")
+
+
 def format_ratios(summary: Sequence[dict[str, Any]]) -> str:
     """The ratios as a fixed-width table, then the targets line."""
     cells = [_cells(s) for s in summary]
@@ -143,11 +150,9 @@ def format_ratios(summary: Sequence[dict[str, Any]]) -> str:
             f"roofline (>= {TARGET_PCT:g}%: {'met' if met['roofline_met'] else 'NOT met'}; a copy of the same bytes: "
             f"{_num(met['copy_pct'], '.1f') or '-'}%; steady state: {_num(met['steady_pct'], '.1f') or '-'}%, "
             f"the copy {_num(met['steady_copy_pct'], '.1f') or '-'}%); counter noise vs SGLang (replays, and "
-            f"eager calls with check='deferred'): {met['compared'] - len(met['slower_than_sglang'])} of "
-            f"{met['compared']} shapes/modes faster"
-            + (f", slower at {', '.join(met['slower_than_sglang'])}" if met["slower_than_sglang"] else "")
-            + f"; eager with check='sync' (waits for its flags): "
-            f"{met['sync_call_compared'] - len(met['sync_call_slower'])} of {met['sync_call_compared']} faster")
+            f"eager calls with check='deferred'): " + _versus(met['compared'], met['slower_than_sglang'], "shapes/modes")
+            + "; eager with check='sync' (waits for its flags): "
+            + _versus(met["sync_call_compared"], met["sync_call_slower"], "shapes"))
     return "\n".join([line(_HEAD), line(["-" * w for w in widths])] + [line(c) for c in cells] + ["", tail])
 
 

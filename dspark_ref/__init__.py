@@ -69,6 +69,8 @@ _EXPORTS: dict[str, str] = {
     "tiled_exponential_race": "tiled_sampling",
     "fused_exponential_race": "fused_sampling",
     "philox_state": "fused_sampling",
+    "INTERPRETER_DEFECT": "fused_sampling",
+    "interpreter_defect": "fused_sampling",
     "splits_for": "fused_sampling",
     "check_deferred": "fused_checks",
     "FoldingMode": "folded",

@@ -104,6 +104,8 @@ Backends: CUDA tensors, or CPU tensors when the kernel was built under
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import re
 from typing import NamedTuple
 
 import torch
@@ -119,7 +121,8 @@ try:
 except ImportError:  # CPU-only installs: tiled_sampling's torch backend still works.
     triton = None
 
-__all__ = ["KERNEL_INTERPRETED", "fused_exponential_race", "philox_state", "splits_for"]
+__all__ = ["INTERPRETER_DEFECT", "KERNEL_INTERPRETED", "fused_exponential_race", "interpreter_defect", "philox_state",
+           "splits_for"]
 
 
 _MIN_TILE = 16
@@ -341,14 +344,51 @@ if triton is not None:
                         tl.store(slot, (launch_id.to(tl.int64) << 32) | flags.to(tl.int64))
 
 
+def _release(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a version string such as ``"3.6.0"``, ``"2.4.0rc1"``, ``"3.7.0+git1a2b"``."""
+    parts = [re.match(r"\d*", part).group() for part in version.split(".")[:2]]
+    if len(parts) < 2 or not all(parts):
+        raise ValueError(f"version: expected 'MAJOR.MINOR[...]', got {version!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def interpreter_defect(triton_version: str, numpy_version: str | None) -> str | None:
+    """Why Triton's interpreter cannot run this package's kernels with these versions, as a
+    message naming them and the fix; ``None`` if it can (``numpy_version`` None: NumPy is not
+    installed, and the interpreter's own import says so).
+
+    Triton before 3.7 turns a scalar tensor, such as the fused race's loop bound, into an
+    index with ``int()`` of a one-element array, which NumPy 2.4 refuses (deprecated since
+    NumPy 1.25); triton 3.7 squeezes the array first. Seen with triton 3.6.0 (torch 2.11's)
+    and NumPy 2.4.6 / 2.5.2: every interpreted launch raised ``InterpreterError``.
+
+    Raises:
+        ValueError: a version string without a numeric major and minor.
+    """
+    if numpy_version is None or _release(triton_version) >= (3, 7) or _release(numpy_version) < (2, 4):
+        return None
+    return (f"the Triton interpreter of triton {triton_version} cannot run with NumPy {numpy_version} "
+            f"(triton < 3.7 converts a loop bound with int() of a one-element array, which NumPy >= 2.4 "
+            f"refuses): install triton >= 3.7 or numpy < 2.4, or run on CUDA")
+
+
+def _installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 #: Whether the kernels were built for the Triton interpreter (CPU tensors): ``triton.jit``
 #: decided that when this module was imported, from ``TRITON_INTERPRET`` (any spelling triton
 #: takes for true), so the kernel object itself says which it is.
 KERNEL_INTERPRETED = triton is not None and not isinstance(_fused_race_kernel, triton.runtime.JITFunction)
+#: Why the interpreter cannot run the kernels in this environment (``interpreter_defect``);
+#: None: it can, or triton is not installed. Interpreted calls raise it as a RuntimeError.
+INTERPRETER_DEFECT = None if triton is None else interpreter_defect(triton.__version__, _installed_version("numpy"))
 # A compiled kernel's launcher takes every argument, constexprs included, from triton 3.6 (the
 # H200's; 3.9 alike); older versions re-launch through the JIT function on every call.
-_REUSE_LAUNCHER = (triton is not None and not KERNEL_INTERPRETED
-                   and tuple(int(part) for part in triton.__version__.split(".")[:2]) >= (3, 6))
+_REUSE_LAUNCHER = triton is not None and not KERNEL_INTERPRETED and _release(triton.__version__) >= (3, 6)
 
 
 class _Workspace(NamedTuple):
@@ -506,6 +546,8 @@ def _check_fused(logits, temperatures, noise, greedy_mask, rng_state, tile, spli
     if logits.device.type != "cuda" and not KERNEL_INTERPRETED:
         raise ValueError(f"logits: the fused kernel needs CUDA tensors or TRITON_INTERPRET=1 at import, "
                          f"got device {logits.device}")
+    if logits.device.type != "cuda" and INTERPRETER_DEFECT is not None:
+        raise RuntimeError(f"fused_exponential_race: {INTERPRETER_DEFECT}")
 
 
 def _raise_flagged(logits, temperatures, noise, launch_id: int, flags: int) -> None:
@@ -563,6 +605,7 @@ def fused_exponential_race(
             interpreter; on an eager ``"sync"`` call also NaN/+inf logits or an all ``-inf``
             row, NaN/inf/negative noise, NaN/inf/negative temperatures (the ``sampling``
             messages); on any eager call, those of an earlier ``"deferred"`` call on the device.
+        RuntimeError: CPU tensors where the interpreter cannot run (``INTERPRETER_DEFECT``).
 
     Example:
         >>> logits = torch.tensor([[0.0, 1.0, 4.0, 2.0]])  # doctest: +SKIP (needs CUDA or the interpreter)

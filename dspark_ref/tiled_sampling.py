@@ -29,7 +29,8 @@ Backends: ``"triton"`` runs the race in one launch, combine included
 module note gives), and :func:`tile_partials` runs ``_race_tile_kernel`` (one program per
 (row, tile)); ``"torch"`` computes the partials with tensor ops and combines them in torch;
 ``"auto"`` picks Triton for CUDA tensors, or for any tensors when the kernels were built
-under ``TRITON_INTERPRET=1`` (the Triton interpreter, which runs on CPU tensors).
+under ``TRITON_INTERPRET=1`` (the Triton interpreter, which runs on CPU tensors) and the
+interpreter can run them here (``fused_sampling.INTERPRETER_DEFECT``; else torch).
 ``TRITON_INTERPRET`` is read once, when ``fused_sampling`` is imported, because
 ``triton.jit`` decides there whether the kernels are compiled or interpreted.
 """
@@ -41,7 +42,7 @@ import math
 import torch
 
 from dspark_ref._checks import check_choice, check_int, check_same_device, check_tensor
-from dspark_ref.fused_sampling import KERNEL_INTERPRETED, fused_exponential_race, triton
+from dspark_ref.fused_sampling import INTERPRETER_DEFECT, KERNEL_INTERPRETED, fused_exponential_race, triton
 from dspark_ref.sampling import (
     TEMPERATURE_FLOOR,
     _check_logits,
@@ -169,7 +170,7 @@ def _partials(logits, temperatures, noise, greedy, tile, backend):
 
 def _resolve_backend(backend: str, device: torch.device) -> str:
     if backend == "auto":
-        usable = triton is not None and (device.type == "cuda" or KERNEL_INTERPRETED)
+        usable = triton is not None and (device.type == "cuda" or (KERNEL_INTERPRETED and INTERPRETER_DEFECT is None))
         return "triton" if usable else "torch"
     if backend == "triton":
         if triton is None:
@@ -263,6 +264,8 @@ def tiled_exponential_race(
         ValueError: wrong rank or shape, devices differ, bad logits, temperatures or noise
             values (as ``exponential_race``), a bad ``tile``, an unknown ``backend``, or
             ``"triton"`` without triton or without CUDA / the interpreter.
+        RuntimeError: ``"triton"`` on CPU tensors where the interpreter cannot run the fused
+            race (``fused_sampling.INTERPRETER_DEFECT``, raised by it).
 
     Example:
         >>> logits = torch.tensor([[0.0, 1.0, 4.0, 2.0]])

@@ -17,10 +17,11 @@ import torch
 from bench import ceiling, common, folded, summary
 from bench.__main__ import main, tier_commands
 from bench.common import CopyBandwidth, Row, Timing
-from dspark_ref.fused_sampling import KERNEL_INTERPRETED, splits_for, triton
+from dspark_ref.fused_sampling import INTERPRETER_DEFECT, KERNEL_INTERPRETED, splits_for, triton
 
 CPU = Timing(torch.device("cpu"), warmup_ms=0.0, rep_ms=1.0)
-needs_interpreter = pytest.mark.skipif(not KERNEL_INTERPRETED, reason="needs TRITON_INTERPRET=1 at import")
+needs_interpreter = pytest.mark.skipif(not KERNEL_INTERPRETED or INTERPRETER_DEFECT is not None,
+                                       reason=INTERPRETER_DEFECT or "needs TRITON_INTERPRET=1 at import")
 
 
 @pytest.fixture
@@ -191,6 +192,16 @@ def test_bench_summary_judges_the_deferred_eager_call_and_reports_the_sync_one()
         summary.ratios(slow))
 
 
+def test_bench_summary_without_sglang_times_compares_nothing():
+    # A run whose SGLang rows were skipped (an import error, say) must not read as a result.
+    rows = [dict(r, median_ms=None, status="skipped: AdapterLoadError") if r["impl"].startswith("sglang") else r
+            for r in _step_rows("B=64 V=129280 float32", 0.01, None)]
+    records = summary.ratios(rows)
+    line = summary.format_ratios(records).splitlines()[-1]
+    assert "0 of 0" not in line
+    assert line.count("not compared (no SGLang times)") == 2
+
+
 def test_bench_steady_sets_cover_the_flush_size():
     assert common.steady_sets(2**30) == 2
     assert common.steady_sets(66_191_360) == 5  # B=64 V=129,280 fp32 logits + noise
@@ -304,6 +315,7 @@ def test_bench_interpreted_ceiling_reads_cover_their_tiles():
 
 
 @pytest.mark.skipif(KERNEL_INTERPRETED or triton is None, reason="already interpreted, or no triton")
+@pytest.mark.skipif(INTERPRETER_DEFECT is not None, reason=str(INTERPRETER_DEFECT))
 def test_bench_ceiling_interpreter_subprocess():
     """Re-run this module's ``interpreted`` tests in a child with TRITON_INTERPRET=1."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "-k", "interpreted",

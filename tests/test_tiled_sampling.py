@@ -45,7 +45,8 @@ INF = math.inf
 NEAR_TIE = 1e-4
 
 needs_interpreter = pytest.mark.skipif(
-    not KERNEL_INTERPRETED, reason="needs TRITON_INTERPRET=1 at import (run by the subprocess test)"
+    not KERNEL_INTERPRETED or fused_sampling.INTERPRETER_DEFECT is not None,
+    reason=fused_sampling.INTERPRETER_DEFECT or "needs TRITON_INTERPRET=1 at import (run by the subprocess test)",
 )
 needs_compiled_kernel = pytest.mark.skipif(
     not torch.cuda.is_available() or triton is None or KERNEL_INTERPRETED,
@@ -236,6 +237,7 @@ def test_s3_triton_backend_on_cpu_without_interpreter_is_an_error():
 
 
 @pytest.mark.skipif(KERNEL_INTERPRETED or triton is None, reason="already interpreted, or no triton")
+@pytest.mark.skipif(fused_sampling.INTERPRETER_DEFECT is not None, reason=str(fused_sampling.INTERPRETER_DEFECT))
 def test_s3_triton_interpreter_subprocess():
     """Re-run this module's ``interpreted`` tests in a child with TRITON_INTERPRET=1."""
     root = Path(__file__).resolve().parents[1]
@@ -492,6 +494,47 @@ def test_s3_kernel_interpreted_follows_triton_not_one_spelling():
         child = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TRITON_INTERPRET=value),
                                capture_output=True, text=True, timeout=120)
         assert child.stdout.strip() == expected, child.stdout + child.stderr
+
+
+@pytest.mark.parametrize("triton_version, numpy_version, broken", [
+    ("3.6.0", "2.4.6", True), ("3.6.0", "2.5.2", True), ("3.5.1", "2.4.0rc1", True),
+    ("3.6.0", "2.3.5", False), ("3.6.0", "1.26.4", False), ("3.7.0", "2.4.6", False),
+    ("3.9.0+git1a2b3c4", "2.5.2", False), ("3.6.0", None, False),
+])
+def test_s3_interpreter_defect_is_triton_before_3_7_with_numpy_2_4(triton_version, numpy_version, broken):
+    message = fused_sampling.interpreter_defect(triton_version, numpy_version)
+    if not broken:
+        assert message is None
+        return
+    assert f"triton {triton_version}" in message and f"NumPy {numpy_version}" in message
+    assert "triton >= 3.7 or numpy < 2.4" in message
+
+
+@pytest.mark.parametrize("version", ["", "3", "three.six", ".6"])
+def test_s3_interpreter_defect_rejects_a_version_without_major_and_minor(version):
+    with pytest.raises(ValueError, match="^version: expected"):
+        fused_sampling.interpreter_defect(version, "2.4.6")
+
+
+def test_s3_interpreter_defect_is_a_clear_error_and_auto_falls_back_to_torch(monkeypatch):
+    # Where the interpreter cannot run (triton < 3.7 with NumPy >= 2.4), a CPU call must say
+    # so, not fail deep inside triton; "auto" takes the torch backend, whose tokens are exact.
+    from bench.step_sampler import triton_unavailable
+    from dspark_ref import tiled_sampling
+
+    defect = fused_sampling.interpreter_defect("3.6.0", "2.4.6")
+    for module in (fused_sampling, tiled_sampling):
+        monkeypatch.setattr(module, "KERNEL_INTERPRETED", True)
+        monkeypatch.setattr(module, "INTERPRETER_DEFECT", defect)
+    logits, temperatures, noise, greedy = _case(3, 3, 40)
+    with pytest.raises(RuntimeError, match="^fused_exponential_race: the Triton interpreter of triton 3.6.0"):
+        fused_exponential_race(logits, temperatures, noise, greedy_mask=greedy, tile=16)
+    with pytest.raises(RuntimeError, match="NumPy 2.4.6"):
+        tiled_exponential_race(logits, temperatures, noise, greedy_mask=greedy, tile=16, backend="triton")
+    auto = tiled_exponential_race(logits, temperatures, noise, greedy_mask=greedy, tile=16)
+    assert torch.equal(auto, tiled_exponential_race(logits, temperatures, noise, greedy_mask=greedy, tile=16,
+                                                    backend="torch"))
+    assert triton_unavailable(torch.device("cpu")) == defect
 
 
 @needs_interpreter
