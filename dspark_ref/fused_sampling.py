@@ -103,6 +103,7 @@ Backends: CUDA tensors, or CPU tensors when the kernel was built under
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import re
@@ -121,8 +122,8 @@ try:
 except ImportError:  # CPU-only installs: tiled_sampling's torch backend still works.
     triton = None
 
-__all__ = ["INTERPRETER_DEFECT", "KERNEL_INTERPRETED", "fused_exponential_race", "interpreter_defect", "philox_state",
-           "splits_for"]
+__all__ = ["INTERPRETER_DEFECT", "KERNEL_INTERPRETED", "fused_exponential_race", "interpreter_defect",
+           "interpreter_errstate", "philox_state", "splits_for"]
 
 
 _MIN_TILE = 16
@@ -344,12 +345,20 @@ if triton is not None:
                         tl.store(slot, (launch_id.to(tl.int64) << 32) | flags.to(tl.int64))
 
 
-def _release(version: str) -> tuple[int, int]:
+# A PEP 440 public version with a release of at least MAJOR.MINOR (no epoch), and a local part.
+_VERSION = re.compile(r"([0-9]+)\.([0-9]+)(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?"
+                      r"(?:\+[0-9A-Za-z.]+)?")
+
+
+def _release(name: str, version: object) -> tuple[int, int]:
     """``(major, minor)`` of a version string such as ``"3.6.0"``, ``"2.4.0rc1"``, ``"3.7.0+git1a2b"``."""
-    parts = [re.match(r"\d*", part).group() for part in version.split(".")[:2]]
-    if len(parts) < 2 or not all(parts):
-        raise ValueError(f"version: expected 'MAJOR.MINOR[...]', got {version!r}")
-    return int(parts[0]), int(parts[1])
+    if not isinstance(version, str):
+        raise TypeError(f"{name}: expected a version string, got {type(version).__name__}")
+    match = _VERSION.fullmatch(version)
+    if match is None:
+        raise ValueError(f"{name}: expected a version 'MAJOR.MINOR[.PATCH][aN|bN|rcN][.postN][.devN][+local]', "
+                         f"got {version!r}")
+    return int(match[1]), int(match[2])
 
 
 def interpreter_defect(triton_version: str, numpy_version: str | None) -> str | None:
@@ -363,9 +372,13 @@ def interpreter_defect(triton_version: str, numpy_version: str | None) -> str | 
     and NumPy 2.4.6 / 2.5.2: every interpreted launch raised ``InterpreterError``.
 
     Raises:
-        ValueError: a version string without a numeric major and minor.
+        TypeError: a version that is not a string (``numpy_version`` may be None).
+        ValueError: a version string that is not ``MAJOR.MINOR[.PATCH...]`` (PEP 440, no epoch).
     """
-    if numpy_version is None or _release(triton_version) >= (3, 7) or _release(numpy_version) < (2, 4):
+    triton_release = _release("triton_version", triton_version)
+    if numpy_version is None:
+        return None
+    if _release("numpy_version", numpy_version) < (2, 4) or triton_release >= (3, 7):
         return None
     return (f"the Triton interpreter of triton {triton_version} cannot run with NumPy {numpy_version} "
             f"(triton < 3.7 converts a loop bound with int() of a one-element array, which NumPy >= 2.4 "
@@ -379,16 +392,41 @@ def _installed_version(distribution: str) -> str | None:
         return None
 
 
+def _leading_release(version: str) -> tuple[int, int]:
+    """``(major, minor)`` from a version's leading digits; ``(0, 0)`` where it has none."""
+    match = re.match(r"([0-9]+)\.([0-9]+)", version)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+def _installed_defect() -> str | None:
+    try:
+        return interpreter_defect(triton.__version__, _installed_version("numpy"))
+    except ValueError:  # a version this check cannot read (a local build): no known defect
+        return None
+
+
+def interpreter_errstate() -> contextlib.AbstractContextManager:
+    """The context to launch a kernel in: under the interpreter, NumPy's floating-point
+    warnings off, since the kernels rely on IEEE results that NumPy reports (the NaN of
+    ``-inf - -inf``, whose weight fails ``> 0``; the ``inf`` of ``x / 0``), and a caller's
+    ``-W error`` would turn them into ``InterpreterError``; compiled: nothing."""
+    if not KERNEL_INTERPRETED:
+        return contextlib.nullcontext()
+    import numpy  # the interpreter's own dependency
+
+    return numpy.errstate(all="ignore")
+
+
 #: Whether the kernels were built for the Triton interpreter (CPU tensors): ``triton.jit``
 #: decided that when this module was imported, from ``TRITON_INTERPRET`` (any spelling triton
 #: takes for true), so the kernel object itself says which it is.
 KERNEL_INTERPRETED = triton is not None and not isinstance(_fused_race_kernel, triton.runtime.JITFunction)
 #: Why the interpreter cannot run the kernels in this environment (``interpreter_defect``);
 #: None: it can, or triton is not installed. Interpreted calls raise it as a RuntimeError.
-INTERPRETER_DEFECT = None if triton is None else interpreter_defect(triton.__version__, _installed_version("numpy"))
+INTERPRETER_DEFECT = None if triton is None else _installed_defect()
 # A compiled kernel's launcher takes every argument, constexprs included, from triton 3.6 (the
 # H200's; 3.9 alike); older versions re-launch through the JIT function on every call.
-_REUSE_LAUNCHER = triton is not None and not KERNEL_INTERPRETED and _release(triton.__version__) >= (3, 6)
+_REUSE_LAUNCHER = triton is not None and not KERNEL_INTERPRETED and _leading_release(triton.__version__) >= (3, 6)
 
 
 class _Workspace(NamedTuple):
@@ -578,7 +616,8 @@ def fused_exponential_race(
         logits: ``[B, V]`` float32 / bf16 / fp16 tensor (unit row stride; a column slice
             ``logits[:, :V]`` of padded logits is fine), computed in float32 (float64 is
             rounded to float32 on load: a value beyond its range becomes ``inf`` and raises).
-            ``B = 0`` returns an empty result.
+            ``B = 0`` returns an empty result (on a device the kernel can run on: the
+            device checks come first).
         temperatures: ``[B]`` float tensor, values ``>= 0``, clamped to ``1e-5``.
         noise: ``[B, V]`` float32 iid Exp(1) (explicit noise), or None with ``rng_state``.
         rng_state: int64 ``[2]`` from :func:`philox_state` (counter noise; advanced in place).
@@ -652,7 +691,8 @@ def fused_exponential_race(
     if plan.launcher:
         plan.launcher[0](*args, *plan.constexprs.values())
     else:
-        kernel = _fused_race_kernel[plan.grid](*args, **plan.constexprs, num_warps=plan.num_warps)
+        with interpreter_errstate():
+            kernel = _fused_race_kernel[plan.grid](*args, **plan.constexprs, num_warps=plan.num_warps)
         if _REUSE_LAUNCHER:  # the compiled kernel's own launcher: no re-specialization next time
             plan.launcher.append(kernel[plan.grid])
     if signal is None:

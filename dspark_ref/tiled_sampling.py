@@ -42,7 +42,8 @@ import math
 import torch
 
 from dspark_ref._checks import check_choice, check_int, check_same_device, check_tensor
-from dspark_ref.fused_sampling import INTERPRETER_DEFECT, KERNEL_INTERPRETED, fused_exponential_race, triton
+from dspark_ref.fused_sampling import (INTERPRETER_DEFECT, KERNEL_INTERPRETED, fused_exponential_race, interpreter_errstate,
+                                       triton)
 from dspark_ref.sampling import (
     TEMPERATURE_FLOOR,
     _check_logits,
@@ -115,11 +116,12 @@ def _triton_partials(logits, temps, noise, greedy, tile):
     tile_key = torch.empty_like(tile_max)
     tile_idx = torch.empty(rows, n_tiles, dtype=torch.int32, device=logits.device)
     logits, noise = logits.contiguous(), noise.contiguous()
-    _race_tile_kernel[(rows, n_tiles)](
-        logits, temps, noise, greedy.to(torch.int8), tile_max, tile_key, tile_idx,
-        vocab, n_tiles, logits.stride(0), noise.stride(0),
-        TILE=tile, LIBDEVICE_EXP=not KERNEL_INTERPRETED,
-    )
+    with interpreter_errstate():
+        _race_tile_kernel[(rows, n_tiles)](
+            logits, temps, noise, greedy.to(torch.int8), tile_max, tile_key, tile_idx,
+            vocab, n_tiles, logits.stride(0), noise.stride(0),
+            TILE=tile, LIBDEVICE_EXP=not KERNEL_INTERPRETED,
+        )
     return tile_max, tile_key, tile_idx.to(torch.int64)
 
 

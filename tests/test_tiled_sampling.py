@@ -21,6 +21,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -510,10 +511,20 @@ def test_s3_interpreter_defect_is_triton_before_3_7_with_numpy_2_4(triton_versio
     assert "triton >= 3.7 or numpy < 2.4" in message
 
 
-@pytest.mark.parametrize("version", ["", "3", "three.six", ".6"])
-def test_s3_interpreter_defect_rejects_a_version_without_major_and_minor(version):
-    with pytest.raises(ValueError, match="^version: expected"):
-        fused_sampling.interpreter_defect(version, "2.4.6")
+@pytest.mark.parametrize("triton_version, numpy_version, error, name", [
+    ("", "2.4.6", ValueError, "triton_version"), ("3", "2.4.6", ValueError, "triton_version"),
+    ("three.six", "2.4.6", ValueError, "triton_version"), (".6", "2.4.6", ValueError, "triton_version"),
+    ("1!3.7.0", "2.4.6", ValueError, "triton_version"), ("3.6x.0", "2.4.6", ValueError, "triton_version"),
+    ("\u0663.\u0666.\u0660", "2.4.6", ValueError, "triton_version"), ("", None, ValueError, "triton_version"),
+    # Both versions are read whatever the other says: a bad one is never hidden by a good one.
+    ("3.7.0", "abc", ValueError, "numpy_version"), ("3.7.0", "", ValueError, "numpy_version"),
+    (None, "2.4.6", TypeError, "triton_version"), (None, None, TypeError, "triton_version"),
+    (3.6, "2.4.6", TypeError, "triton_version"), ("3.6.0", 2.4, TypeError, "numpy_version"),
+    ("3.7.0", b"2.4.6", TypeError, "numpy_version"),
+])
+def test_s3_interpreter_defect_rejects_what_is_not_a_version(triton_version, numpy_version, error, name):
+    with pytest.raises(error, match=f"^{name}: expected a version"):
+        fused_sampling.interpreter_defect(triton_version, numpy_version)
 
 
 def test_s3_interpreter_defect_is_a_clear_error_and_auto_falls_back_to_torch(monkeypatch):
@@ -535,6 +546,20 @@ def test_s3_interpreter_defect_is_a_clear_error_and_auto_falls_back_to_torch(mon
     assert torch.equal(auto, tiled_exponential_race(logits, temperatures, noise, greedy_mask=greedy, tile=16,
                                                     backend="torch"))
     assert triton_unavailable(torch.device("cpu")) == defect
+
+
+@needs_interpreter
+def test_s3_interpreted_kernels_raise_no_numpy_warning():
+    # The interpreter runs the kernels in NumPy, which warns on the IEEE results they rely on
+    # (-inf - -inf in a padded or masked group, x / 0 for a zero noise value); under a caller's
+    # -W error those warnings became InterpreterError.
+    logits, temperatures, noise, greedy = _case(4, 2, 20, masked_fraction=0.3, greedy_fraction=0.0)
+    noise[0, 3] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fused_exponential_race(logits, temperatures, noise, greedy_mask=greedy, tile=16)
+        fused_exponential_race(logits, temperatures, rng_state=philox_state(4, "cpu"), tile=16)
+        tile_partials(logits, temperatures, noise, greedy_mask=greedy, tile=16, backend="triton")
 
 
 @needs_interpreter
