@@ -301,6 +301,10 @@ def run(args: argparse.Namespace) -> int:
             if returncode == ExitCode.TESTS_FAILED:
                 returncode = ExitCode.OK
                 payload["exit_status"] = int(ExitCode.OK)
+    # What a CI reading the file needs: the verdict and this command's exit code ("exit_status"
+    # stays pytest's: 2 is its INTERRUPTED where the gate's 2 is INCONCLUSIVE).
+    payload["overall"] = report.overall(report.summarize(payload["tests"]), payload)
+    payload["exit_code"] = exit_code(returncode, payload)
     json_path.write_text(json.dumps(payload, indent=1))
     print(report.format_matrix(payload))
     markdown.write_markdown(payload, report_dir / "report.md")
@@ -309,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
     written = ", junit.xml" if _write_junit(report_dir, sessions + reruns, junit_copy) else ""
     print(f"report: {report_dir}/report.md, report.html, results.json{written}"
           + (f" (junit.xml also at {junit_copy})" if written and junit_copy else ""))
-    return exit_code(returncode, payload)
+    return payload["exit_code"]
 
 
 def _replay_results(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict | None:

@@ -180,6 +180,7 @@ def test_a_run_whose_lost_cases_all_ran_again_exits_by_its_records(tmp_path):
     assert code == cli.EXIT_PASS, out
     # results.json says what the run ended with (session 9: PASS gates recorded exit_status 1)
     assert payload["exit_status"] == 0, payload["exit_status"]
+    assert (payload["overall"], payload["exit_code"]) == ("PASS", cli.EXIT_PASS)
 
 
 def test_unmatched_ledger_entry_is_an_infrastructure_error(tmp_path):
@@ -319,6 +320,8 @@ def test_a_deadline_signal_ends_the_run_with_reports_marked_interrupted(tmp_path
     assert "overall: INTERRUPTED" in out and "interrupting the run" in out, out
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["exit_status"] == 2 and payload["tests"], payload.get("exit_status")
+    # pytest's 2 (interrupted) is not the gate's 2 (inconclusive): the file says which it was.
+    assert (payload["overall"], payload["exit_code"]) == ("INTERRUPTED", cli.EXIT_INFRA)
     assert "overall **INTERRUPTED**" in (tmp_path / "report.md").read_text()
     junit = tmp_path / "junit.xml"  # the serial phase never started: no second testsuite
     assert not junit.exists() or len(ET.parse(junit).getroot().findall("testsuite")) == 1
