@@ -253,6 +253,11 @@ def test_merge_runs_reads_an_archive_and_names_a_missing_source(tmp_path):
     assert counts == {"added": 1, "duplicates": 0, "conflicts": 0}
     proc = _cli("merge-runs", str(tmp_path / "out"), str(tmp_path / "missing.jsonl"))
     assert proc.returncode == 3 and "no such run log" in proc.stderr
+    # A directory that holds no run log is a wrong path, not an empty shard (it read "0 records added").
+    (tmp_path / "not_a_report").mkdir()
+    proc = _cli("merge-runs", str(tmp_path / "out2"), str(tmp_path / "not_a_report"))
+    assert proc.returncode == 3 and "a directory without runs.jsonl" in proc.stderr, proc.stdout + proc.stderr
+    assert not (tmp_path / "out2").exists()
 
 
 def test_merge_runs_that_fails_leaves_no_directory_and_appends_nothing(tmp_path):

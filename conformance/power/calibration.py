@@ -150,10 +150,15 @@ def source_log(path: Path) -> RunLog:
     ``runs.jsonl`` file, or a ``runs.jsonl.gz`` archive.
 
     Raises:
-        FileNotFoundError: nothing at ``path``.
+        FileNotFoundError: nothing at ``path``, or a directory with neither ``runs.jsonl`` nor
+            its archive (a shard's report directory that was never written is not an empty log).
     """
     if path.is_dir():
-        return RunLog(path / RUNS_FILE)
+        log = path / RUNS_FILE
+        if not log.exists() and not log.with_name(log.name + ".gz").exists():
+            raise FileNotFoundError(f"{path}: a directory without {RUNS_FILE} or {RUNS_FILE}.gz "
+                                    f"(expected a report directory of calibration runs)")
+        return RunLog(log)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such run log (expected a report directory, runs.jsonl or runs.jsonl.gz)")
     return RunLog(path.with_suffix("") if path.suffix == ".gz" else path)
