@@ -190,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("out", type=Path, help="report directory whose runs.jsonl receives the records")
     merge.add_argument("sources", type=Path, nargs="+",
                        help="report directories, runs.jsonl files or runs.jsonl.gz archives")
+    for command in sub.choices.values():
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -360,7 +362,10 @@ def calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not calibration_numbers.measured_anything(cal):
         print(f"dspark-conformance: nothing measured: {args.report}/runs.jsonl holds no run", file=sys.stderr)
         return EXIT_INFRA
-    return EXIT_PASS if calibration_numbers.acceptable(cal) else EXIT_FAIL
+    defects = calibration_numbers.calibration_defects(cal)
+    for defect in defects:
+        print(f"dspark-conformance: calibration defect: {defect}", file=sys.stderr)
+    return EXIT_FAIL if defects else EXIT_PASS
 
 
 def _results_payload(path: Path, option: str, parser: argparse.ArgumentParser) -> dict:
@@ -429,8 +434,8 @@ def merge_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    parser = args.command_parser  # a usage error after parsing shows the command's usage
     if args.command == "run":
         return run(args)
     if args.command == "mutants":

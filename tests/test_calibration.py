@@ -318,6 +318,23 @@ def test_cli_exits_3_when_nothing_was_measured(tmp_path):
 def test_cli_bad_arguments_are_named(tmp_path, args, message):
     proc = _cli("--report", str(tmp_path), *args)
     assert proc.returncode == cli.EXIT_INFRA and message in proc.stderr, proc.stderr
+    # The command's usage, not the top-level one (a fresh-user trial saw `dspark-conformance [-h] ...`).
+    assert "usage: dspark-conformance calibrate" in proc.stderr, proc.stderr
+
+
+def test_cli_names_each_defect_behind_exit_1(tmp_path):
+    records = _records()
+    records[0]["replayed"][0]["power_lower95"] = 0.95
+    broken = [dict(r) for r in records]
+    broken[5] = {**broken[5], "tests": {**broken[5]["tests"],
+                                        "c/t.py::test_S3_a": {**broken[5]["tests"]["c/t.py::test_S3_a"],
+                                                              "outcome": "suite-error"}}}
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in broken))
+    proc = _cli("--seeds", "0", "--power-seeds", "0", "--replicates", "0", "--report", str(tmp_path))
+    assert proc.returncode == cli.EXIT_FAIL, proc.stdout + proc.stderr
+    defects = [line for line in proc.stderr.splitlines() if line.startswith("dspark-conformance: calibration defect: ")]
+    assert len(defects) == 2, proc.stderr
+    assert "replayed power has a lower end below 0.99" in defects[-1] and "suite errors" in defects[0], defects
 
 
 def test_cli_rejects_a_replay_file_that_is_not_a_results_json(tmp_path):

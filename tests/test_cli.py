@@ -245,7 +245,7 @@ def test_an_unknown_mutant_id_is_a_usage_error_before_any_run(monkeypatch, capsy
         cli.main(["mutants", "simulated-rounded-once", "no-such-mutant"])
     err = capsys.readouterr().err.splitlines()[-1]
     assert stop.value.code == cli.EXIT_INFRA, err
-    assert err.startswith("dspark-conformance: error: ids: unknown mutant id 'no-such-mutant'; known: "), err
+    assert err.startswith("dspark-conformance mutants: error: ids: unknown mutant id 'no-such-mutant'; known: "), err
     assert "simulated-rounded-once" in err
 
 

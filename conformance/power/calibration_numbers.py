@@ -242,21 +242,40 @@ def measured_anything(cal: dict[str, Any]) -> bool:
     return bool(cal["runs"] or cal["declared_power"] or cal["power"] or cal["exact"]["runs"])
 
 
-def acceptable(cal: dict[str, Any]) -> bool:
-    """False when the numbers show a defect: a whole-run false-failure rate or a family-wise
-    rate whose interval lies above its level, a suite error on the reference, p-values of a
-    test significantly smaller than U(0, 1) (Bonferroni over the tests, at
-    ``KS_DEFECT_LEVEL``), a replayed power whose lower end is below 0.99, or any exact test
-    that did not pass the reference on some seed."""
+def calibration_defects(cal: dict[str, Any]) -> list[str]:
+    """What the numbers show wrong, one line each (none: acceptable): a whole-run
+    false-failure rate or a family-wise rate whose interval lies above its level, a suite
+    error on the reference, p-values of a test significantly smaller than U(0, 1)
+    (Bonferroni over the tests, at ``KS_DEFECT_LEVEL``), a replayed power whose lower end is
+    below ``TARGET_REPLAYED_POWER``, or an exact test that did not pass the reference on some
+    seed."""
+    found = []
     if cal["exact"]["defects"]:
-        return False
+        found.append(f"exact tests failed the reference on seeds {_first(cal['exact']['defect_seeds'])}")
     if cal["runs"] and ci95(cal["failed_runs"], cal["runs"])[0] > cal["budget"]:
-        return False
-    if cal["suite_error_seeds"] or any(row["rate_low95"] > row["level"] for row in cal["family_wise"]):
-        return False
+        found.append(f"{cal['failed_runs']}/{cal['runs']} reference runs false-failed: the rate's 95% interval "
+                     f"lies above the budget {cal['budget']:g}")
+    if cal["suite_error_seeds"]:
+        found.append(f"suite errors on the reference at seeds {_first(cal['suite_error_seeds'])}")
+    above = [row for row in cal["family_wise"] if row["rate_low95"] > row["level"]]
+    if above:
+        found.append(f"{len(above)} family-wise rates above their level")
     if cal["ks_min_p_bonferroni"] is not None and cal["ks_min_p_bonferroni"] < KS_DEFECT_LEVEL:
-        return False
-    return not cal["declared_power"] or cal["declared_power_ok"]
+        found.append(f"p-values skewed below U(0, 1) (Bonferroni KS p = {cal['ks_min_p_bonferroni']:.2g})")
+    if cal["declared_power"] and not cal["declared_power_ok"]:
+        low = sum(d["power_lower95"] < TARGET_REPLAYED_POWER for d in cal["declared_power"].values())
+        found.append(f"{low} of {len(cal['declared_power'])} assertions' replayed power has a lower end below "
+                     f"{TARGET_REPLAYED_POWER}")
+    return found
+
+
+def _first(seeds: list[int], shown: int = 10) -> str:
+    return ", ".join(map(str, seeds[:shown])) + (f" and {len(seeds) - shown} more" if len(seeds) > shown else "")
+
+
+def acceptable(cal: dict[str, Any]) -> bool:
+    """No :func:`calibration_defects`."""
+    return not calibration_defects(cal)
 
 
 def summary(cal: dict[str, Any]) -> str:
