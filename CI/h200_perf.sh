@@ -13,7 +13,7 @@
 # and gpu_tier_sglang/ (dspark-conformance reports), power_replay/ (power of the reference
 # tier's assertions at TV 0.002 on simulated data), tiled_cuda.txt, fused_sweep.json,
 # steps.json (per step: exit code, wall seconds) and summary.txt. Regenerate the tables from
-# the JSON later with `python -m bench.summary OUTDIR/bench_step.json --markdown FILE`.
+# the JSON later with `python -m bench.summary OUTDIR/bench_step.json OUTDIR/bench_ceiling.json --markdown FILE`.
 # A step is skipped when less time is left than its limit. Exit: 0 if every step that ran
 # exited 0, else 1.
 set -uo pipefail
@@ -55,11 +55,13 @@ step() {
 sg=(); [ -n "$sglang" ] && sg=(--sglang-path "$sglang")
 step bench 240 "$out/bench_step.txt" \
   "$py" -m bench step --device cuda --warmup-ms 10 --rep-ms 50 --json "$out/bench_step.json" "${sg[@]}"
-[ -f "$out/bench_step.json" ] && "$py" -m bench.summary "$out/bench_step.json" --markdown "$out/bench_ratios.md" >> "$S" 2>&1
 
 # What kernels that only read the step's bytes reach (bench/ceiling.py): the race's own ceiling.
 step ceiling 90 "$out/bench_ceiling.txt" \
   "$py" -m bench ceiling --device cuda --warmup-ms 10 --rep-ms 50 --json "$out/bench_ceiling.json"
+ceiling_json=(); [ -f "$out/bench_ceiling.json" ] && ceiling_json=("$out/bench_ceiling.json")
+[ -f "$out/bench_step.json" ] && "$py" -m bench.summary "$out/bench_step.json" "${ceiling_json[@]}" \
+  --markdown "$out/bench_ratios.md" >> "$S" 2>&1
 
 step gpu-tier-reference 110 "$out/gpu_tier_reference.txt" \
   "$py" -m conformance.cli run --impl reference --device cuda --workers "$workers" \

@@ -22,11 +22,14 @@ reported beside it. Beside
 the first, the ``% roofline`` that a plain device copy of the same bytes reaches at that
 shape (``copy, logits+noise bytes``): the ceiling a kernel of that size can approach; and
 both again in steady state, the regime of the copy that measures the roofline's bandwidth
-(``bench/common.py``). The target is judged on the single replay; the steady-state figures
+(``bench/common.py``). Where the rows include the ``ceiling`` benchmark's (``bench all``, or
+its JSON given too), the ``% roofline`` of ``read, race order``, a kernel that reads exactly
+the race's bytes in its grid and does nothing else, is reported the same way: what any read
+of those bytes reaches. The target is judged on the single replay; the steady-state figures
 are reported beside it, never in its place.
 
-Command line (regenerates the tables from a bench JSON, e.g. the H200 run's):
-``python -m bench.summary OUTDIR/bench_step.json [--markdown PATH]``.
+Command line (regenerates the tables from bench JSONs, e.g. the H200 run's):
+``python -m bench.summary OUTDIR/bench_step.json [OUTDIR/bench_ceiling.json] [--markdown PATH]``.
 """
 
 from __future__ import annotations
@@ -37,13 +40,15 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["OURS", "OURS_DEFERRED", "DEFERRED", "SGLANG", "ROOFLINES", "COPY_SAME_BYTES", "ratios", "targets", "format_ratios", "markdown", "main"]
+__all__ = ["OURS", "OURS_DEFERRED", "DEFERRED", "SGLANG", "ROOFLINES", "COPY_SAME_BYTES", "READ_SAME_BYTES", "ratios",
+           "targets", "format_ratios", "markdown", "main"]
 
 OURS = ("ref fused race", "ref fused race, counter noise")
 DEFERRED = ", deferred check"  # suffix of the check="deferred" rows, [call] only (bench/step_sampler.py)
 OURS_DEFERRED = tuple(impl + DEFERRED for impl in OURS)
 SGLANG = "sglang MarkovSampleStep"
 COPY_SAME_BYTES = "copy, logits+noise bytes"  # a device copy moving the explicit-noise race's bytes
+READ_SAME_BYTES = "read, race order"  # the ceiling benchmark's read of those bytes (bench/ceiling.py)
 ROOFLINES = {"ref fused race": "roofline logits+noise", "ref fused race, counter noise": "roofline logits only"}
 ROOFLINES |= {impl + DEFERRED: roofline for impl, roofline in ROOFLINES.items()}
 MODES = ("call", "graph", "steady")
@@ -59,8 +64,11 @@ def ratios(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     JSON), and one for the same-bytes copy per shape and replayed mode: ``shape``, ``mode``,
     ``impl``, ``ours_ms``, ``sglang_ms``, ``ours_over_sglang``, ``roofline_ms``, ``ours_over_roofline``, ``pct_roofline`` (None where a row is missing,
     skipped or failed)."""
+    rows = list(rows)
     step = [r for r in rows if r["benchmark"] == "step"]
     index = {(r["shape"], r["impl"]): r for r in step}
+    index |= {(r["shape"], r["impl"]): r for r in rows if r["benchmark"] == "ceiling"
+              and r["impl"].startswith(READ_SAME_BYTES + " [")}
     shapes = list(dict.fromkeys(r["shape"] for r in step))
     out = []
     for shape in shapes:
@@ -71,12 +79,13 @@ def ratios(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             if mode != "call":  # the copy is timed like the graph replays (bench/step_sampler.py)
                 copy = COPY_SAME_BYTES if mode == "graph" else f"{COPY_SAME_BYTES} [{mode}]"
                 names.append((COPY_SAME_BYTES, copy, ROOFLINES[OURS[0]]))
+                names.append((READ_SAME_BYTES, f"{READ_SAME_BYTES} [{mode}]", ROOFLINES[OURS[0]]))
             for impl, name, roofline in names:
                 ours = _ms(index.get((shape, name)))
                 if ours is None and (shape, name) not in index:
                     continue
                 roof = _ms(index.get((shape, roofline)))
-                versus = sglang if impl != COPY_SAME_BYTES else None  # the copy is a ceiling, not a rival
+                versus = sglang if impl in OURS + OURS_DEFERRED else None  # the copy and the read are ceilings
                 out.append({
                     "shape": shape, "mode": mode, "impl": impl, "ours_ms": ours, "sglang_ms": versus,
                     "ours_over_sglang": ours / versus if ours and versus else None,
@@ -90,8 +99,9 @@ def ratios(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def targets(summary: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The issue 18 targets (module note): ``roofline_pct`` at the target shape (single
     replay), whether it is met, ``copy_pct`` (the same-bytes copy's ``% roofline`` there),
-    ``steady_pct`` and ``steady_copy_pct`` (the same in steady state; each None without its
-    row); against SGLang, per mode, the counter-noise row that is judged (``judged``: graph
+    ``read_pct`` (the ceiling benchmark's read of those bytes), ``steady_pct``,
+    ``steady_copy_pct`` and ``steady_read_pct`` (the same in steady state; each None without
+    its row); against SGLang, per mode, the counter-noise row that is judged (``judged``: graph
     and steady the replayed row, call the ``check="deferred"`` row, which like SGLang's call
     returns before its kernel ends), how many of its shapes had an SGLang time
     (``compared``) and which were not faster (``slower_than_sglang``), and the same for the
@@ -110,8 +120,9 @@ def targets(summary: Sequence[dict[str, Any]]) -> dict[str, Any]:
     sync, sync_slower = versus(OURS[1], ("call",))
     single = pct(OURS[0], "graph")
     return {"roofline_pct": single, "roofline_met": single is not None and single >= TARGET_PCT,
-            "copy_pct": pct(COPY_SAME_BYTES, "graph"),
+            "copy_pct": pct(COPY_SAME_BYTES, "graph"), "read_pct": pct(READ_SAME_BYTES, "graph"),
             "steady_pct": pct(OURS[0], "steady"), "steady_copy_pct": pct(COPY_SAME_BYTES, "steady"),
+            "steady_read_pct": pct(READ_SAME_BYTES, "steady"),
             "judged": {"graph": OURS[1], "steady": OURS[1], "call": OURS_DEFERRED[1]},
             "compared": replayed + deferred, "slower_than_sglang": replayed_slower + deferred_slower,
             "sync_call_compared": sync, "sync_call_slower": sync_slower}
@@ -148,8 +159,12 @@ def format_ratios(summary: Sequence[dict[str, Any]]) -> str:
     met = targets(summary)
     tail = (f"targets: {TARGET_SHAPE} [graph] explicit noise at {_num(met['roofline_pct'], '.1f') or '-'}% of the "
             f"roofline (>= {TARGET_PCT:g}%: {'met' if met['roofline_met'] else 'NOT met'}; a copy of the same bytes: "
-            f"{_num(met['copy_pct'], '.1f') or '-'}%; steady state: {_num(met['steady_pct'], '.1f') or '-'}%, "
-            f"the copy {_num(met['steady_copy_pct'], '.1f') or '-'}%); counter noise vs SGLang (replays, and "
+            f"{_num(met['copy_pct'], '.1f') or '-'}%"
+            + (f", a kernel that only reads them: {_num(met['read_pct'], '.1f')}%" if met["read_pct"] else "")
+            + f"; steady state: {_num(met['steady_pct'], '.1f') or '-'}%, "
+            f"the copy {_num(met['steady_copy_pct'], '.1f') or '-'}%"
+            + (f", the read {_num(met['steady_read_pct'], '.1f')}%" if met["steady_read_pct"] else "")
+            + "); counter noise vs SGLang (replays, and "
             f"eager calls with check='deferred'): " + _versus(met['compared'], met['slower_than_sglang'], "shapes/modes")
             + "; eager with check='sync' (waits for its flags): "
             + _versus(met["sync_call_compared"], met["sync_call_slower"], "shapes"))
@@ -170,20 +185,23 @@ def markdown(summary: Sequence[dict[str, Any]], environment: dict[str, Any] | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.summary JSON [--markdown PATH]``: print the ratios of a bench JSON."""
+    """``python -m bench.summary JSON [JSON ...] [--markdown PATH]``: print the ratios of the
+    rows of bench JSONs of one run (``step``, and ``ceiling`` beside it)."""
     parser = argparse.ArgumentParser(prog="python -m bench.summary", description=__doc__.split("\n\n")[0])
-    parser.add_argument("json", help="a bench JSON (python -m bench step --json PATH)")
+    parser.add_argument("json", nargs="+", help="bench JSONs (python -m bench step|ceiling|all --json PATH)")
     parser.add_argument("--markdown", metavar="PATH", help="also write the markdown table here")
     args = parser.parse_args(argv)
-    with open(args.json, encoding="utf-8") as handle:
-        payload = json.load(handle)
-    summary = ratios(payload["rows"])
+    payloads = []
+    for path in args.json:
+        with open(path, encoding="utf-8") as handle:
+            payloads.append(json.load(handle))
+    summary = ratios(row for payload in payloads for row in payload["rows"])
     if not summary:
-        parser.error(f"{args.json}: no step rows of the fused race")
+        parser.error(f"{', '.join(args.json)}: no step rows of the fused race")
     print(format_ratios(summary))
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as handle:
-            handle.write(markdown(summary, payload.get("environment")))
+            handle.write(markdown(summary, payloads[0].get("environment")))
     return 0
 
 

@@ -175,6 +175,32 @@ def test_bench_summary_reports_steady_state_beside_the_single_replay():
     assert "steady state: 88.9%, the copy 94.1%" in summary.format_ratios(records)
 
 
+def test_bench_summary_reports_the_read_only_ceiling_beside_the_copy(tmp_path, capsys):
+    # The ceiling benchmark's read of the race's bytes is a ceiling like the copy: its % roofline
+    # is reported, never compared with SGLang, and the CLI takes its JSON beside the step's.
+    shape = "B=64 V=129280 float32"
+    reads = [{"benchmark": "ceiling", "shape": shape, "impl": f"{summary.READ_SAME_BYTES} [graph]", "median_ms": 0.01},
+             {"benchmark": "ceiling", "shape": shape, "impl": f"{summary.READ_SAME_BYTES} [steady]",
+              "median_ms": 0.0089},
+             {"benchmark": "ceiling", "shape": shape, "impl": "read, flat [graph]", "median_ms": 0.001}]
+    step = _step_rows(shape, 0.0125, 0.0454)
+    records = summary.ratios(step + reads)
+    by_mode = {(r["mode"], r["impl"]): r for r in records}
+    read = by_mode[("graph", summary.READ_SAME_BYTES)]
+    assert read["pct_roofline"] == pytest.approx(80.0) and read["ours_over_sglang"] is None
+    assert not any(r["impl"] == "read, flat" for r in records)
+    met = summary.targets(records)
+    assert met["read_pct"] == pytest.approx(80.0) and met["steady_read_pct"] == pytest.approx(800 / 8.9)
+    assert "a kernel that only reads them: 80.0%" in summary.format_ratios(records)
+    assert "only reads" not in summary.format_ratios(summary.ratios(step))  # no ceiling rows: nothing said
+    paths = []
+    for name, rows in (("step.json", step), ("ceiling.json", reads)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps({"environment": {}, "rows": rows}))
+    assert summary.main([str(p) for p in paths]) == 0
+    assert "a kernel that only reads them: 80.0%" in capsys.readouterr().out
+
+
 def test_bench_summary_judges_the_deferred_eager_call_and_reports_the_sync_one():
     # Eagerly, the check="deferred" call (returns before its kernel ends, as SGLang's does) is
     # judged; the check="sync" call, which waits for its flags, is reported beside it.
