@@ -346,19 +346,25 @@ if triton is not None:
 
 
 # A PEP 440 public version with a release of at least MAJOR.MINOR (no epoch), and a local part.
-_VERSION = re.compile(r"([0-9]+)\.([0-9]+)(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?"
+_VERSION = re.compile(r"[0-9]+\.[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?"
                       r"(?:\+[0-9A-Za-z.]+)?")
 
 
+def _leading_release(version: str) -> tuple[int, int]:
+    """``(major, minor)`` from a version's leading digits; ``(0, 0)`` where it has none."""
+    match = re.match(r"([0-9]+)\.([0-9]+)", version)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
 def _release(name: str, version: object) -> tuple[int, int]:
-    """``(major, minor)`` of a version string such as ``"3.6.0"``, ``"2.4.0rc1"``, ``"3.7.0+git1a2b"``."""
+    """``(major, minor)`` of a version string such as ``"3.6.0"``, ``"2.4.0rc1"``, ``"3.7.0+git1a2b"``,
+    checked: TypeError / ValueError naming ``name`` for anything else."""
     if not isinstance(version, str):
         raise TypeError(f"{name}: expected a version string, got {type(version).__name__}")
-    match = _VERSION.fullmatch(version)
-    if match is None:
+    if _VERSION.fullmatch(version) is None:
         raise ValueError(f"{name}: expected a version 'MAJOR.MINOR[.PATCH][aN|bN|rcN][.postN][.devN][+local]', "
                          f"got {version!r}")
-    return int(match[1]), int(match[2])
+    return _leading_release(version)
 
 
 def interpreter_defect(triton_version: str, numpy_version: str | None) -> str | None:
@@ -390,12 +396,6 @@ def _installed_version(distribution: str) -> str | None:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _leading_release(version: str) -> tuple[int, int]:
-    """``(major, minor)`` from a version's leading digits; ``(0, 0)`` where it has none."""
-    match = re.match(r"([0-9]+)\.([0-9]+)", version)
-    return (int(match[1]), int(match[2])) if match else (0, 0)
 
 
 def _installed_defect() -> str | None:
