@@ -18,7 +18,11 @@ bytes pays (launch, ramp-up, tail, DRAM) and what the race adds:
   8) in a grid-stride loop, the order of a plain streaming kernel;
 * ``copy, both halves``: ``dst.copy_(src)`` of a buffer of the race's bytes (read ``N``,
   write ``N``, ``2N`` counted), beside the step benchmark's ``copy, logits+noise bytes``
-  (``N / 2`` each way).
+  (``N / 2`` each way);
+* ``empty kernel``: one Triton program that stores one float32 and reads nothing, timed like
+  the others: what the timer charges any launch (the event, the graph's launch, the kernel's
+  start and end) besides its bytes. A single replay of a kernel that moved the race's bytes
+  at the copy bandwidth would take about the roofline time plus this (``bench/summary.py``).
 
 Each row runs as called and, on CUDA, as a CUDA-graph replay (``[graph]``) and in steady state
 (``[steady]``, ``bench/common.py``), at the step benchmark's shapes. The Triton rows need CUDA
@@ -38,13 +42,14 @@ from dspark_ref.fused_sampling import splits_for
 from .common import CopyBandwidth, Row, Timing, measure, measure_steady, skipped_row, steady_sets
 from .step_sampler import BATCHES, DTYPES, QUICK_BATCHES, QUICK_VOCABS, VOCABS, triton_unavailable
 
-__all__ = ["TILE", "read_partials", "run"]
+__all__ = ["EMPTY_KERNEL", "TILE", "empty_kernel", "read_partials", "run"]
 
 BENCHMARK = "ceiling"
 TILE = 512  # the fused race's default tile at the step's vocabularies
 _FLAT_TILE = 512
 _FLAT_PROGRAMS_PER_SM = 16
 _INTERPRETED_PROGRAMS = 8
+EMPTY_KERNEL = "empty kernel"
 
 if fused_sampling.triton is not None:
     triton, tl = fused_sampling.triton, fused_sampling.tl
@@ -70,6 +75,11 @@ if fused_sampling.triton is not None:
             noise = tl.load(noise_ptr + row * noise_row_stride + cols, mask=valid, other=0.0)
             best = tl.maximum(best, logits.to(tl.float32) + noise)
         tl.store(out_ptr + row * splits + split, tl.max(tl.max(best, axis=1), axis=0))
+
+    @triton.jit
+    def _empty(out_ptr):
+        """One program: one store, no read."""
+        tl.store(out_ptr, 0.0)
 
     @triton.jit
     def _read_flat(data_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -120,6 +130,14 @@ def read_partials(logits: torch.Tensor, noise: torch.Tensor, *, order: str) -> C
     return call
 
 
+def empty_kernel(device: torch.device) -> Callable[[], torch.Tensor]:
+    """The ``empty kernel`` row's call (module note): one program storing ``0.0`` into a
+    ``[1]`` float32 tensor on ``device``, which it returns. Needs CUDA or the interpreter
+    (``triton_unavailable``)."""
+    out = torch.ones(1, dtype=torch.float32, device=device)
+    return lambda: (_empty[(1,)](out), out)[1]
+
+
 _READS = (("read, race order", "race"), ("read, interleaved", "interleaved"), ("read, flat", "flat"))
 
 
@@ -144,6 +162,11 @@ def _shape_rows(batch: int, vocab: int, dtype: torch.dtype, timing: Timing) -> l
         logits, noise = inputs[0] if order != "flat" else (None, flats[0])
         rows.append(measure(BENCHMARK, shape, label, params, lambda: read_partials(logits, noise, order=order),
                             timing, bytes_moved=race_bytes, graph=mode == "graph"))
+    for mode in modes:
+        label = f"{EMPTY_KERNEL} [{mode}]"
+        rows.append(skipped_row(BENCHMARK, shape, label, params, no_triton) if no_triton is not None else
+                    measure(BENCHMARK, shape, label, params, lambda: empty_kernel(device), timing,
+                            graph=mode == "graph", note="one program, one 4-byte store"))
     whole = [(torch.zeros(race_bytes, dtype=torch.uint8, device=device),) for _ in range(sets)]
     copies = [lambda src=src, dst=torch.empty_like(src): dst.copy_(src) for (src,) in whole]
     for mode in modes:

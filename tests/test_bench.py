@@ -201,6 +201,22 @@ def test_bench_summary_reports_the_read_only_ceiling_beside_the_copy(tmp_path, c
     assert "a kernel that only reads them: 80.0%" in capsys.readouterr().out
 
 
+def test_bench_summary_adds_an_empty_launch_to_the_roofline_beside_the_single_replay():
+    # What the timer charges a launch with no bytes, added to the roofline time: the % roofline
+    # a kernel at the copy bandwidth would show under a single replay; not formed in steady state.
+    shape = "B=64 V=129280 float32"
+    empty = [{"benchmark": "ceiling", "shape": shape, "impl": f"{summary.EMPTY_KERNEL} [{mode}]", "median_ms": 0.002}
+             for mode in ("call", "graph")]
+    records = summary.ratios(_step_rows(shape, 0.0125, 0.0454) + empty)
+    plus = [r for r in records if r["impl"] == summary.ROOFLINE_PLUS_EMPTY]
+    assert [r["mode"] for r in plus] == ["graph"]
+    assert plus[0]["ours_ms"] == pytest.approx(0.010) and plus[0]["pct_roofline"] == pytest.approx(80.0)
+    assert plus[0]["ours_over_sglang"] is None
+    assert summary.targets(records)["floor_pct"] == pytest.approx(80.0)
+    assert "the copy bandwidth plus an empty launch: 80.0%" in summary.format_ratios(records)
+    assert summary.targets(summary.ratios(_step_rows(shape, 0.0125, 0.0454)))["floor_pct"] is None
+
+
 def test_bench_summary_judges_the_deferred_eager_call_and_reports_the_sync_one():
     # Eagerly, the check="deferred" call (returns before its kernel ends, as SGLang's does) is
     # judged; the check="sync" call, which waits for its flags, is reported beside it.
@@ -333,6 +349,7 @@ def _check_ceiling_reads(rows, vocab, device):
     for b in range(blocks):
         expected[b % got.numel()] = torch.maximum(expected[b % got.numel()], block_max[b])
     assert torch.equal(got, expected)
+    assert ceiling.empty_kernel(torch.device(device))().tolist() == [0.0]  # it ran: its store landed
 
 
 @needs_interpreter
