@@ -106,10 +106,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
-import re
 from typing import NamedTuple
 
 import torch
+from packaging.version import InvalidVersion, Version
 
 from dspark_ref import fused_checks
 from dspark_ref._checks import FLOAT_DTYPES, check_int, check_same_device, check_tensor
@@ -345,26 +345,28 @@ if triton is not None:
                         tl.store(slot, (launch_id.to(tl.int64) << 32) | flags.to(tl.int64))
 
 
-# A PEP 440 public version with a release of at least MAJOR.MINOR (no epoch), and a local part.
-_VERSION = re.compile(r"[0-9]+\.[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?"
-                      r"(?:\+[0-9A-Za-z.]+)?")
-
-
 def _leading_release(version: str) -> tuple[int, int]:
-    """``(major, minor)`` from a version's leading digits; ``(0, 0)`` where it has none."""
-    match = re.match(r"([0-9]+)\.([0-9]+)", version)
-    return (int(match[1]), int(match[2])) if match else (0, 0)
+    """``(major, minor)`` of a PEP 440 version; ``(0, 0)`` where it is not one (a local build)."""
+    try:
+        return (Version(version).release + (0,))[:2]
+    except InvalidVersion:
+        return (0, 0)
 
 
 def _release(name: str, version: object) -> tuple[int, int]:
-    """``(major, minor)`` of a version string such as ``"3.6.0"``, ``"2.4.0rc1"``, ``"3.7.0+git1a2b"``,
-    checked: TypeError / ValueError naming ``name`` for anything else."""
+    """``(major, minor)`` of a version string such as ``"3.6.0"``, ``"2.4.0rc1"``, ``"3.7.0+git1a2b"``
+    (PEP 440, read by ``packaging``), checked: TypeError / ValueError naming ``name`` for
+    anything else, and for a version without a minor part or with an epoch."""
     if not isinstance(version, str):
         raise TypeError(f"{name}: expected a version string, got {type(version).__name__}")
-    if _VERSION.fullmatch(version) is None:
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        parsed = None
+    if parsed is None or parsed.epoch or len(parsed.release) < 2:
         raise ValueError(f"{name}: expected a version 'MAJOR.MINOR[.PATCH][aN|bN|rcN][.postN][.devN][+local]', "
                          f"got {version!r}")
-    return _leading_release(version)
+    return parsed.release[:2]
 
 
 def interpreter_defect(triton_version: str, numpy_version: str | None) -> str | None:

@@ -22,6 +22,7 @@ import torch
 from conformance import contract as c
 from conformance.adapters.vllm import engine_inputs, ledger, loader
 from conformance.adapters.vllm.sampling import cache_is_processed, gumbel_kwargs
+from conformance.adapters.versions import release_of
 from conformance.loading import AdapterLoadError, load_adapter
 
 V, RANK = 40, 6
@@ -42,12 +43,6 @@ def vllm() -> loader.VLLMModules:
 
 
 # --------------------------------------------------------------------------- loader, no vLLM
-@pytest.mark.parametrize("text, release", [("0.33.0", (0, 33, 0)), ("0.29.1rc2", (0, 29, 1)),
-                                           ("0.25.0+cu129", (0, 25, 0)), ("1.0", (1, 0))])
-def test_loader_release_of(text, release):
-    assert loader.release_of(text) == release
-
-
 def test_loader_names_how_to_install_when_missing(monkeypatch):
     def missing(name):
         raise loader.PackageNotFoundError(name)
@@ -199,7 +194,7 @@ def test_adapter_builds_with_its_capabilities(vllm):
     assert adapter.name == f"vllm=={vllm.version}"
     # adaptive verification (ProductionScheduler) first shipped in 0.28.0; it needs CUDA before 0.33.0;
     # the confidence head ships from 0.28.0 too (0.25.0's model file skips its weights).
-    release = loader.release_of(vllm.version)
+    release = release_of("vllm", vllm.version)
     from_0_28 = {c.ProductionScheduler, c.Confidence} if release >= (0, 28, 0) else set()
     assert set(adapter.capabilities) == CAPABILITIES | from_0_28
     # TensorParallelRound plans with adaptive verification from 0.28.0, so it needs CUDA where that does.
@@ -369,7 +364,7 @@ def test_simulated_methods_vllm_lacks_are_refused(vllm, method):
 def test_confidence_is_vllms_head_where_it_ships(vllm):
     from conformance.adapters.vllm.confidence import Confidence, confidence_support
 
-    if loader.release_of(vllm.version) < (0, 28, 0):
+    if release_of("vllm", vllm.version) < (0, 28, 0):
         assert "DSparkConfidenceHead" in confidence_support(vllm)
         return
     assert confidence_support(vllm) is None

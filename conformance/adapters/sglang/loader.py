@@ -62,6 +62,7 @@ from conformance.adapters.engine_import import (
     WheelFinder,
     install_finder,
 )
+from conformance.adapters.versions import release_of
 from conformance.loading import AdapterLoadError
 
 __all__ = [
@@ -270,7 +271,7 @@ class SGLangModules:
     @property
     def release(self) -> tuple[int, ...]:
         """``(major, minor, patch)`` of :attr:`version`, for version-dependent signatures."""
-        return _release(self.version)
+        return release_of("sglang", self.version)
 
 
 def _since(short_name: str) -> str:
@@ -284,7 +285,7 @@ def modules_for(version_text: str) -> dict[str, str]:
     Raises:
         AdapterLoadError: a release older than ``MIN_VERSION`` (no DSpark).
     """
-    release = _release(version_text)
+    release = release_of("sglang", version_text)
     return {
         short_name: module_name
         for short_name, module_name in DSPARK_MODULES[generation_of(version_text)].items()
@@ -307,21 +308,13 @@ def installed_version() -> str:
         ) from exc
 
 
-def _release(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
 def generation_of(version_text: str) -> Generation:
     """Which DSpark API generation a version string belongs to.
 
     Raises:
         AdapterLoadError: a release older than ``MIN_VERSION`` (no DSpark).
     """
-    release = _release(version_text)
+    release = release_of("sglang", version_text)
     if release < MIN_VERSION:
         raise AdapterLoadError(
             f"sglang=={version_text}: DSpark needs sglang >= {'.'.join(map(str, MIN_VERSION))}"

@@ -60,6 +60,7 @@ from conformance.adapters.engine_import import (
     WheelFinder,
     install_finder,
 )
+from conformance.adapters.versions import release_of
 from conformance.loading import AdapterLoadError
 
 __all__ = [
@@ -69,7 +70,6 @@ __all__ = [
     "VLLMModules",
     "StubCalled",
     "installed_version",
-    "release_of",
     "load_vllm",
     "source_functions",
 ]
@@ -295,19 +295,6 @@ class VLLMModules:
         return short_name in self.modules
 
 
-def release_of(text: str) -> tuple[int, ...]:
-    """``(major, minor, patch)`` of a version string (``"0.33.0"``, ``"0.29.1rc2"``)."""
-    parts = []
-    for piece in text.split("+")[0].split(".")[:3]:
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
 def installed_version() -> str:
     """The version of the installed ``vllm`` distribution.
 
@@ -322,7 +309,7 @@ def installed_version() -> str:
             "vllm: the package is not installed; install the wheel without its engine "
             "dependencies: pip install --no-deps --target DIR 'vllm==X', then PYTHONPATH=DIR"
         ) from exc
-    if release_of(text) < MIN_VERSION:
+    if release_of("vllm", text) < MIN_VERSION:
         raise AdapterLoadError(
             f"vllm=={text}: DSpark needs vllm >= {'.'.join(map(str, MIN_VERSION))} (V2 model runner)"
         )
