@@ -94,16 +94,28 @@ def tier_min_tv(device_type: str, gpu_tier: bool) -> float:
 SAMPLE_SCALE = 1.0
 
 
+def checked_sample_scale(factor: object) -> float:
+    """``factor`` as a sample-size factor (:data:`SAMPLE_SCALE`), checked.
+
+    Raises:
+        ValueError: ``factor`` not a finite number > 0 (the message leaves the option to the caller).
+    """
+    if isinstance(factor, bool) or not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+        raise ValueError(f"expected a finite factor > 0, got {factor!r}")
+    return float(factor)
+
+
 def set_sample_scale(factor: float) -> None:
     """Set :data:`SAMPLE_SCALE` for this process.
 
     Raises:
-        ValueError: ``factor`` not a finite number > 0.
+        ValueError: ``factor`` not a finite number > 0 (the message names ``--dspark-budget``).
     """
     global SAMPLE_SCALE
-    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
-        raise ValueError(f"--dspark-budget: expected a finite factor > 0, got {factor!r}")
-    SAMPLE_SCALE = float(factor)
+    try:
+        SAMPLE_SCALE = checked_sample_scale(factor)
+    except ValueError as exc:
+        raise ValueError(f"--dspark-budget: {exc}") from None
 
 
 class StatLedger:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pytest import ExitCode
 
+from . import budget
 from .cuda_context import lost_cases
 from .interrupts import interruptible
 from .report import html as html_report
@@ -61,6 +62,13 @@ def _seed(value: str) -> int:
     if not value.isdigit() or int(value) >= 2**64:
         raise argparse.ArgumentTypeError(f"expected an integer in [0, 2^64), got {value!r}")
     return int(value)
+
+
+def _budget(value: str) -> float:
+    try:
+        return budget.checked_sample_scale(float(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite factor > 0, got {value!r}") from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -134,8 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="directory for results.json, report.md, report.html, junit.xml (default: a fresh "
                      "temporary directory, dspark-report-*, whose path the last line of the run prints)")
     run.add_argument("--seed", type=_seed, default=None, help="base seed in [0, 2^64) (default: the suite's)")
-    run.add_argument("--workers", type=_workers, default="auto", help="xdist workers: 'auto' or N (0 = no xdist)")
-    run.add_argument("--budget", type=float, default=None,
+    run.add_argument("--workers", type=_workers, default=None,
+                     help="xdist workers: 'auto' or N (0 = no xdist; default: auto, or 0 with --case)")
+    run.add_argument("--budget", type=_budget, default=None,
                      help="factor on statistical sample sizes (<1 faster, less power; alpha unchanged)")
     run.add_argument("-k", dest="keyword", default=None, help="pytest -k expression to select tests")
     run.add_argument("--case", dest="cases", action="append", default=None, metavar="KEY",
@@ -437,6 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     parser = args.command_parser  # a usage error after parsing shows the command's usage
     if args.command == "run":
+        if args.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():  # before pytest starts (its plugin would say the same, later)
+                parser.error("argument --device: cuda: CUDA is not available on this machine")
+        if args.workers is None:  # replaying a case: one process, not a pool started for it
+            args.workers = "0" if args.cases else "auto"
         return run(args)
     if args.command == "mutants":
         from .loading import mutants_module

@@ -268,9 +268,32 @@ def test_budget_trades_power_for_runtime_and_the_report_says_so(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["budget"] == 0.1
 
 
-def test_budget_must_be_positive(tmp_path):
-    code, out = _run(tmp_path, "-k", "test_S6_", "--budget", "0")
-    assert code == cli.EXIT_INFRA and "--dspark-budget" in out
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "x"])
+def test_budget_must_be_a_finite_positive_factor_before_pytest_starts(value, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["run", "--budget", value])
+    assert stop.value.code == cli.EXIT_INFRA
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"dspark-conformance run: error: argument --budget: expected a finite factor > 0, got '{value}'")
+
+
+def test_pytest_budget_option_is_checked_too(tmp_path):
+    # The plugin's own option, for a plain pytest run: the same check, naming its option.
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--dspark-budget=0",
+                           "--collect-only", "conformance/suite/test_simulated.py"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "--dspark-budget: expected a finite factor > 0, got 0.0" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("argv, workers", [
+    (["--case", "k"], "0"), ([], "auto"), (["--case", "k", "--workers", "2"], "2"), (["--workers", "0"], "0"),
+])
+def test_replaying_cases_runs_one_process_unless_workers_are_given(argv, workers, monkeypatch):
+    # A failure's replay line names one case: a pool of workers started for it costs more
+    # than the case (about 27 s before, for a two-phase run of one case).
+    monkeypatch.setattr(cli, "run", lambda args: args.workers)
+    assert cli.main(["run", *argv]) == workers
 
 
 def test_S6_law_cases_draw_through_a_batch_when_offered(tmp_path):
@@ -446,6 +469,18 @@ def test_run_help_says_where_the_report_goes_by_default(capsys):
 def test_cuda_without_cuda_is_one_usage_error_before_any_case(tmp_path):
     code, out = _run(tmp_path, "--device", "cuda", "-k", "test_S6_", workers="2")
     assert code == cli.EXIT_INFRA, out
+    assert out.count("argument --device: cuda: CUDA is not available on this machine") == 1, out
+    assert "pytest exited" not in out and not (tmp_path / "results.json").exists(), out  # pytest never started
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_pytest_without_cuda_is_one_usage_error_too():
+    # The plugin's own check, for a plain pytest run of the suite.
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--dspark-device=cuda",
+                           "-k", "test_S6_", "conformance/suite/test_simulated.py"],
+                          capture_output=True, text=True, cwd=ROOT)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, out
     assert out.count("--dspark-device cuda: CUDA is not available on this machine") == 1, out
 
 
