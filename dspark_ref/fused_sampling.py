@@ -309,9 +309,11 @@ if triton is not None:
         bad_temperature = (raw_temperature != raw_temperature) | (raw_temperature < 0.0)
         bad_temperature = bad_temperature | (raw_temperature == float("inf"))
         lane_flag = lane_flag | tl.where(bad_temperature & (split == 0), 8, 0)
-        # A captured launch (-1) records no flags. The barrier orders every thread's OR before
-        # the release of the row counter below, which one thread performs.
-        tl.atomic_or(sync_ptr + lane_flag * 0, lane_flag, mask=(lane_flag != 0) & ((lane_flag * 0 + launch_id) >= 0))
+        # A captured launch (-1) records no flags (launch_id is broadcast to the lanes: the
+        # interpreter's atomics take only a tensor mask). The barrier orders every thread's OR
+        # before the release of the row counter below, which one thread performs.
+        recording = (lane_flag * 0 + launch_id) >= 0
+        tl.atomic_or(sync_ptr + lane_flag * 0, lane_flag, mask=(lane_flag != 0) & recording)
         tl.debug_barrier()
         part = row * splits + split
         tl.store(part_max_ptr + part, part_max)
