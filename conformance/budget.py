@@ -94,14 +94,21 @@ def tier_min_tv(device_type: str, gpu_tier: bool) -> float:
 SAMPLE_SCALE = 1.0
 
 
+#: The largest factor: every assertion already has power 0.999 at factor 1, and sample sizes
+#: grow linearly with it, so past this the draws outgrow memory (at 1e15 their sizes overflow
+#: int64) long before the added power matters.
+MAX_SAMPLE_SCALE = 1000.0
+
+
 def checked_sample_scale(factor: object) -> float:
     """``factor`` as a sample-size factor (:data:`SAMPLE_SCALE`), checked.
 
     Raises:
-        ValueError: ``factor`` not a finite number > 0 (the message leaves the option to the caller).
+        ValueError: ``factor`` not a number in ``(0, MAX_SAMPLE_SCALE]`` (the message leaves the
+            option to the caller).
     """
-    if isinstance(factor, bool) or not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
-        raise ValueError(f"expected a finite factor > 0, got {factor!r}")
+    if isinstance(factor, bool) or not (isinstance(factor, (int, float)) and 0 < factor <= MAX_SAMPLE_SCALE):
+        raise ValueError(f"expected a factor in (0, {MAX_SAMPLE_SCALE:g}], got {factor!r}")
     return float(factor)
 
 

@@ -64,11 +64,17 @@ def _seed(value: str) -> int:
     return int(value)
 
 
+def _non_empty(value: str) -> str:
+    if not value.strip():  # an unset CI variable must not silently mean the default
+        raise argparse.ArgumentTypeError("expected a non-empty value")
+    return value
+
+
 def _budget(value: str) -> float:
     try:
         return budget.checked_sample_scale(float(value))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a finite factor > 0, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a factor in (0, {budget.MAX_SAMPLE_SCALE:g}], got {value!r}") from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -136,9 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"print the installed {DISTRIBUTION} version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the conformance suite and print the matrix")
-    run.add_argument("--impl", default="reference", help="implementation under test (default: reference)")
+    run.add_argument("--impl", type=_non_empty, default="reference",
+                     help="implementation under test (default: reference)")
     run.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    run.add_argument("--report", type=Path, default=None,
+    run.add_argument("--report", type=lambda value: Path(_non_empty(value)), default=None,
                      help="directory for results.json, report.md, report.html, junit.xml (default: a fresh "
                      "temporary directory, dspark-report-*, whose path the last line of the run prints)")
     run.add_argument("--seed", type=_seed, default=None, help="base seed in [0, 2^64) (default: the suite's)")
@@ -255,6 +262,25 @@ def _write_junit(report_dir: Path, sessions: list[Path], copy_to: Path | None) -
     return True
 
 
+#: What a run writes into its report directory (the plots are inside report.html).
+_REPORT_FILES = ("results.json", "results-serial.json", "report.md", "report.html", "junit.xml")
+
+
+def _infra_error(report_dir: Path, payload: dict | None, message: str) -> int:
+    """End a run that produced no verdict: print ``message``, write results.json with
+    ``overall`` ERROR, ``exit_code`` 3 and ``error`` (pytest's payload kept where there is
+    one), remove the sessions' partial JUnit files; returns EXIT_INFRA."""
+    print(f"dspark-conformance: {message}", file=sys.stderr)
+    record = dict(payload or {"tests": []}, overall="ERROR", exit_code=EXIT_INFRA, error=message)
+    try:
+        (report_dir / "results.json").write_text(json.dumps(record, indent=1))
+        for partial in report_dir.glob("junit-*.xml"):
+            partial.unlink()
+    except OSError as exc:
+        print(f"dspark-conformance: --report {report_dir}: results.json not written ({exc})", file=sys.stderr)
+    return EXIT_INFRA
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         junit_copy, pytest_args = _take_junit_option(args.pytest_args)
@@ -268,8 +294,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"dspark-conformance: --report {report_dir}: cannot make the directory ({exc})", file=sys.stderr)
         return EXIT_INFRA
     json_path = report_dir / "results.json"
-    for stale in [report_dir / "junit.xml", *report_dir.glob("junit-*.xml")]:  # a previous run's
-        stale.unlink(missing_ok=True)
+    try:  # a previous run's reports must not outlive this run's failure
+        for stale in _REPORT_FILES + tuple(path.name for path in report_dir.glob("junit-*.xml")):
+            (report_dir / stale).unlink(missing_ok=True)
+    except OSError as exc:
+        print(f"dspark-conformance: --report {report_dir}: cannot replace its reports ({exc})", file=sys.stderr)
+        return EXIT_INFRA
     extra = ([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + pytest_args
     sessions = [report_dir / "junit-parallel.xml", report_dir / "junit-serial.xml"]
 
@@ -296,15 +326,13 @@ def run(args: argparse.Namespace) -> int:
         if payload is not None and interrupts.cut:
             payload["exit_status"] = int(ExitCode.INTERRUPTED)
         if payload is not None and not payload["tests"] and returncode in (ExitCode.OK, ExitCode.NO_TESTS_COLLECTED):
-            print("dspark-conformance: no case of the suite matches the selection (-k, --case, pytest -m)",
-                  file=sys.stderr)
-            return EXIT_INFRA
+            return _infra_error(report_dir, payload,
+                                "no case of the suite matches the selection (-k, --case, pytest -m)")
         # An interrupted run reports even with no record: the signal can land before the first
         # finished case is recorded (in the plugin's report hook), and the verdict is INTERRUPTED.
         if payload is None or (not payload["tests"] and not interrupts.cut):
-            print(f"dspark-conformance: pytest exited {returncode} without results (command: {' '.join(cmd)})",
-                  file=sys.stderr)
-            return EXIT_INFRA
+            return _infra_error(report_dir, payload, f"pytest exited {returncode} without results "
+                                f"(command: {' '.join(cmd)})")
         if not report.interrupted(payload) and lost_cases(payload["tests"]):
             payload = rerun_lost_cases(payload, command, report_dir)
             # pytest's exit 1 came from the not-run records, which the fresh runs replaced:
@@ -445,12 +473,12 @@ def merge_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     parser = args.command_parser  # a usage error after parsing shows the command's usage
-    if args.command == "run":
-        if args.device == "cuda":
-            import torch
+    if getattr(args, "device", None) == "cuda":
+        import torch
 
-            if not torch.cuda.is_available():  # before pytest starts (its plugin would say the same, later)
-                parser.error("argument --device: cuda: CUDA is not available on this machine")
+        if not torch.cuda.is_available():  # before any pytest run starts (the plugin would say the same, later)
+            parser.error("argument --device: cuda: CUDA is not available on this machine")
+    if args.command == "run":
         if args.workers is None:  # replaying a case: one process, not a pool started for it
             args.workers = "0" if args.cases else "auto"
         return run(args)

@@ -110,8 +110,11 @@ def load_adapter(spec: str) -> Adapter:
     if spec.split("==")[0] in _BUILTINS:
         name, _, version = spec.partition("==")
         obj = _resolve_object(_BUILTINS[name])
-        if version and getattr(obj, "name", "").split("==")[-1] != version:
-            raise AdapterLoadError(f"--dspark-impl {spec!r}: installed version is {obj.name!r}")
+        installed = getattr(obj, "name", "")
+        if version and "==" not in installed:
+            raise AdapterLoadError(f"--dspark-impl {spec!r}: {name!r} has no version to check; use {name!r}")
+        if version and installed.split("==")[-1] != version:
+            raise AdapterLoadError(f"--dspark-impl {spec!r}: installed version is {installed!r}")
         return _checked(spec, obj)
     if ":" in spec:
         return _checked(spec, _resolve_object(spec))

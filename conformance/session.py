@@ -71,10 +71,11 @@ class RunSession:
         return self._adapter
 
     def replay_command(self, key: str) -> str:
-        """One line that reruns the case ``key`` with the same implementation, device and
-        seed, from any directory where the suite is installed."""
+        """One line that reruns the case ``key`` with the same implementation, device, seed
+        and budget (sample sizes follow it), from any directory where the suite is installed."""
+        budget = "" if self.budget == 1.0 else f" --budget {self.budget!r}"
         return (f"dspark-conformance run --impl {shlex.quote(self.impl)} --device {self.device} "
-                f"--seed {self.base_seed} --case {shlex.quote(key)}")
+                f"--seed {self.base_seed}{budget} --case {shlex.quote(key)}")
 
     # ------------------------------------------------------------------ hooks
     def pytest_sessionstart(self, session: pytest.Session) -> None:

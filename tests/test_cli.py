@@ -46,6 +46,15 @@ def test_run_mutant_fails_with_replay_command(tmp_path):
     code, out = _run(tmp_path, "--impl", "mutant:simulated-rounded-once", "-k", "test_S6_")
     assert code == cli.EXIT_FAIL, out
     assert "FAILED" in out and "replay: dspark-conformance run --impl mutant:simulated-rounded-once" in out
+    assert "--budget" not in out  # the default budget is left out
+
+
+def test_replay_command_carries_a_budget_other_than_one(tmp_path):
+    # Sample sizes follow --budget, so a replay at the default budget draws other samples.
+    code, out = _run(tmp_path, "--impl", "mutant:simulated-rounded-once", "-k", "test_S6_", "--budget", "0.5")
+    assert code == cli.EXIT_FAIL, out
+    replay = next(line for line in out.splitlines() if "replay: dspark-conformance run" in line)
+    assert " --budget 0.5 --case " in replay, replay
 
 
 def test_missing_capability_is_a_named_skip(tmp_path):
@@ -196,6 +205,8 @@ def test_unknown_impl_is_a_clear_error():
         load_adapter("no_such_module:make")
     with pytest.raises(AdapterLoadError, match="unknown id 'no-such-mutant'; known: .*simulated-rounded-once"):
         load_adapter("mutant:no-such-mutant")
+    with pytest.raises(AdapterLoadError, match=r"^--dspark-impl 'reference==1': 'reference' has no version to check"):
+        load_adapter("reference==1")
 
 
 def test_mutants_outside_a_checkout_are_a_clear_error(monkeypatch):
@@ -268,13 +279,16 @@ def test_budget_trades_power_for_runtime_and_the_report_says_so(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["budget"] == 0.1
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "x"])
-def test_budget_must_be_a_finite_positive_factor_before_pytest_starts(value, capsys):
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "x", "1000.5", "1e15"])
+def test_budget_must_be_a_factor_in_its_range_before_pytest_starts(value, capsys, monkeypatch):
+    # Above the range the draws outgrow memory (a fresh-user trial: 1e15 overflowed int64
+    # inside a case, which then read as a FAIL of the implementation).
+    monkeypatch.setattr(cli, "run", lambda args: pytest.fail(f"ran with --budget {value}"))
     with pytest.raises(SystemExit) as stop:
         cli.main(["run", "--budget", value])
     assert stop.value.code == cli.EXIT_INFRA
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"dspark-conformance run: error: argument --budget: expected a finite factor > 0, got '{value}'")
+        f"dspark-conformance run: error: argument --budget: expected a factor in (0, 1000], got '{value}'")
 
 
 def test_pytest_budget_option_is_checked_too(tmp_path):
@@ -283,7 +297,61 @@ def test_pytest_budget_option_is_checked_too(tmp_path):
                            "--collect-only", "conformance/suite/test_simulated.py"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR
-    assert "--dspark-budget: expected a finite factor > 0, got 0.0" in proc.stdout + proc.stderr
+    assert "--dspark-budget: expected a factor in (0, 1000], got 0.0" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("option", ["--impl", "--report"])
+def test_an_empty_impl_or_report_is_a_usage_error(option, capsys, monkeypatch):
+    # An unset CI variable (--impl "$IMPL") must not gate the reference instead of the engine.
+    monkeypatch.setattr(cli, "run", lambda args: pytest.fail(f"ran with {option} {''!r}"))
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["run", option, ""])
+    assert stop.value.code == cli.EXIT_INFRA
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"argument {option}: expected a non-empty value")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+@pytest.mark.parametrize("argv", [["calibrate", "--seeds", "1"], ["null-replay"], ["mutants"]], ids=lambda a: a[0])
+def test_every_command_checks_cuda_before_it_starts(argv, capsys, monkeypatch):
+    for command in ("calibrate", "null_replay"):
+        monkeypatch.setattr(cli, command, lambda *args: pytest.fail("started without CUDA"))
+    monkeypatch.setattr("conformance.power.kill_matrix.kill_matrix", lambda *a, **k: pytest.fail("started without CUDA"))
+    with pytest.raises(SystemExit) as stop:
+        cli.main([*argv, "--device", "cuda"])
+    assert stop.value.code == cli.EXIT_INFRA
+    assert capsys.readouterr().err.splitlines()[-1].endswith("argument --device: cuda: CUDA is not available on this machine")
+
+
+def test_a_run_without_verdict_replaces_the_previous_reports(tmp_path):
+    # A passing run, then one that cannot load its adapter, into the same directory: no stale
+    # PASS may survive; results.json says ERROR with the exit code and the message.
+    (tmp_path / "report.md").write_text("overall **PASS**")
+    (tmp_path / "report.html").write_text("PASS")
+    (tmp_path / "junit-parallel.xml").write_text("<testsuites/>")
+    code, out = _run(tmp_path, "--impl", "no_such_module_anywhere:make", "-k", "test_S6_")
+    assert code == cli.EXIT_INFRA, out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"], out
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["overall"] == "ERROR" and payload["exit_code"] == cli.EXIT_INFRA and payload["tests"] == []
+    assert "without results" in payload["error"]
+
+
+def test_a_selection_that_matches_nothing_records_the_error(tmp_path):
+    code, out = _run(tmp_path, "--case", "conformance/test_verify.py::test_S5_no_such_case")
+    assert code == cli.EXIT_INFRA, out
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["overall"] == "ERROR" and payload["exit_code"] == cli.EXIT_INFRA
+    assert not list(tmp_path.glob("junit-*.xml"))
+
+
+def test_a_report_directory_whose_reports_cannot_be_replaced_is_an_infrastructure_error(tmp_path, monkeypatch, capsys):
+    # A read-only directory (a fresh-user trial: a traceback and exit 1, read as FAIL).
+    def read_only(self, missing_ok=False):
+        raise OSError(30, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    assert cli.main(["run", "--report", str(tmp_path), "-k", "test_S6_"]) == cli.EXIT_INFRA
+    assert "cannot replace its reports" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, workers", [
