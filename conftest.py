@@ -7,5 +7,5 @@ An installed checkout (``pip install -e .``) already loads the plugin through it
 
 from importlib.metadata import entry_points
 
-if not any(ep.value == "conformance.plugin" for ep in entry_points(group="pytest11")):
+if not any(ep.value == "dspark_conformance_plugin" for ep in entry_points(group="pytest11")):
     pytest_plugins = ["conformance.plugin"]

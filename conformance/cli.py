@@ -28,6 +28,8 @@ from pathlib import Path
 
 from pytest import ExitCode
 
+from dspark_conformance_plugin import shadowing_package
+
 from . import budget
 from .cuda_context import lost_cases
 from .interrupts import interruptible
@@ -473,6 +475,12 @@ def merge_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     parser = args.command_parser  # a usage error after parsing shows the command's usage
+    if args.command != "merge-runs":  # every other command starts pytest here, cwd first on its sys.path
+        shadow = shadowing_package([os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+        if shadow is not None:
+            print(f"dspark-conformance: {shadow} would be imported as 'conformance' in place of the suite's package "
+                  "by the pytest this command starts: run it from another directory", file=sys.stderr)
+            return EXIT_INFRA
     if getattr(args, "device", None) == "cuda":
         import torch
 

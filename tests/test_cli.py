@@ -354,6 +354,19 @@ def test_a_report_directory_whose_reports_cannot_be_replaced_is_an_infrastructur
     assert "cannot replace its reports" in capsys.readouterr().err
 
 
+def test_a_directory_with_its_own_conformance_package_is_refused_before_pytest_starts(tmp_path):
+    # The pytest the CLI starts puts the working directory first on sys.path: there a project's
+    # own `conformance` would be imported in place of the suite's.
+    (tmp_path / "conformance").mkdir()
+    (tmp_path / "conformance" / "__init__.py").write_text("")
+    # As the console script runs: its own sys.path does not start with the working directory.
+    script = "import sys; sys.path.pop(0); from conformance.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", script, "run", "-k", "test_S6_"], cwd=tmp_path,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == cli.EXIT_INFRA, proc.stdout + proc.stderr
+    assert f"{(tmp_path / 'conformance').resolve()} would be imported as 'conformance'" in proc.stderr
+
+
 @pytest.mark.parametrize("argv, workers", [
     (["--case", "k"], "0"), ([], "auto"), (["--case", "k", "--workers", "2"], "2"), (["--workers", "0"], "0"),
 ])

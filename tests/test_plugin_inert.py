@@ -110,3 +110,42 @@ def test_the_suite_collects_under_strict_markers(pytester: pytest.Pytester):
     result = pytester.runpytest_subprocess(str(SUITE_DIR / "test_simulated.py"), "-c", os.devnull,
                                            f"--rootdir={PACKAGE_PARENT}", "--strict-markers", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+
+
+FOREIGN_OWN_PACKAGE_TEST = """
+import conformance
+
+def test_its_own_conformance_package():
+    assert conformance.OURS
+"""
+
+
+def test_a_project_with_its_own_conformance_package_runs_without_the_plugin(pytester: pytest.Pytester):
+    # pytester runs `python -m pytest` in the project, whose directory comes first on sys.path:
+    # its own `conformance` shadows the suite's, which once stopped the whole run at the
+    # plugin's import ("No module named 'conformance.plugin'").
+    pytester.makepyfile(**{"conformance/__init__": "OURS = True\n", "tests/test_own": FOREIGN_OWN_PACKAGE_TEST})
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "tests")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["dspark-conformance: plugin not loaded: *conformance is imported as 'conformance'*"])
+
+
+def test_shadowing_package_tells_a_foreign_conformance_from_the_suites(tmp_path):
+    from dspark_conformance_plugin import SUITE_PACKAGE, shadowing_package
+
+    foreign, module, namespace, checkout = (tmp_path / name for name in ("foreign", "module", "namespace", "checkout"))
+    (foreign / "conformance").mkdir(parents=True)
+    (foreign / "conformance" / "__init__.py").write_text("")
+    module.mkdir()
+    (module / "conformance.py").write_text("")
+    (namespace / "conformance").mkdir(parents=True)  # no __init__.py: a regular package elsewhere wins
+    (checkout / "conformance" / "suite").mkdir(parents=True)  # another copy of the suite
+    for name in ("__init__.py", "plugin.py"):
+        (checkout / "conformance" / name).write_text("")
+    assert shadowing_package([str(foreign)]) == (foreign / "conformance").resolve()
+    assert shadowing_package([str(module)]) == (module / "conformance.py").resolve()
+    assert shadowing_package([str(namespace)]) is None
+    assert shadowing_package([str(checkout)]) is None
+    assert shadowing_package([str(tmp_path)]) is None
+    assert shadowing_package([str(SUITE_PACKAGE.parent)]) is None
+    assert shadowing_package() is None  # this run imports the suite's own
