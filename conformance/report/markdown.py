@@ -4,6 +4,7 @@ statistical assertion (p-value, effect with its bound)."""
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,9 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
     ]
     for record in payload["tests"]:
         if record["outcome"] != "passed":
-            reason = short_reason(record, 400)
+            # Reasons quote the implementation's text ("<one token < 3>"): as entities, a
+            # renderer shows it instead of swallowing it as HTML.
+            reason = html.escape(short_reason(record, 400), quote=False)
             out.append(f"- **{record['outcome']}** `{record['case']}`: {reason}")
             if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
                 out.append(f"  - replay: `{record['replay']}`")
