@@ -17,6 +17,9 @@ from pytest import ExitCode
 
 from conformance.sections import SECTION_TITLES, SECTIONS
 
+#: Power at the declared effect below which the matrix warns that a pass says little: such
+#: an assertion misses an effect of the declared size more often than it finds it.
+LOW_POWER = 0.5
 OUTCOMES = ("passed", "failed", "inconclusive", "skipped", "xfailed", "xpassed", "error")
 
 
@@ -128,8 +131,11 @@ def format_matrix(payload: dict[str, Any]) -> str:
     powers = [s["power_at_min_effect"] for t in payload["tests"] for s in t.get("stats", [])
               if s.get("power_at_min_effect") == s.get("power_at_min_effect")]  # drop NaN
     if powers:
+        low = sum(power < LOW_POWER for power in powers)
         lines.append(f"statistical power at the declared minimum effects (budget x{payload.get('budget', 1.0):g}): "
-                     f"min {min(powers):.4f} over {len(powers)} assertions")
+                     f"min {min(powers):.4f} over {len(powers)} assertions"
+                     + (f"; WARNING: {low} below {LOW_POWER:g}, where a pass says little (raise --budget)"
+                        if low else ""))
     lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
