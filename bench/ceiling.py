@@ -41,15 +41,15 @@ from dspark_ref.fused_sampling import splits_for
 
 from .common import CopyBandwidth, Row, Timing, measure, measure_steady, skipped_row, steady_sets
 from .step_sampler import BATCHES, DTYPES, QUICK_BATCHES, QUICK_VOCABS, VOCABS, triton_unavailable
+from .summary import EMPTY_KERNEL, READ_SAME_BYTES
 
-__all__ = ["EMPTY_KERNEL", "TILE", "empty_kernel", "read_partials", "run"]
+__all__ = ["TILE", "empty_kernel", "read_partials", "run"]
 
 BENCHMARK = "ceiling"
 TILE = 512  # the fused race's default tile at the step's vocabularies
 _FLAT_TILE = 512
 _FLAT_PROGRAMS_PER_SM = 16
 _INTERPRETED_PROGRAMS = 8
-EMPTY_KERNEL = "empty kernel"
 
 if fused_sampling.triton is not None:
     triton, tl = fused_sampling.triton, fused_sampling.tl
@@ -138,7 +138,7 @@ def empty_kernel(device: torch.device) -> Callable[[], torch.Tensor]:
     return lambda: (_empty[(1,)](out), out)[1]
 
 
-_READS = (("read, race order", "race"), ("read, interleaved", "interleaved"), ("read, flat", "flat"))
+_READS = ((READ_SAME_BYTES, "race"), ("read, interleaved", "interleaved"), ("read, flat", "flat"))
 
 
 def _shape_rows(batch: int, vocab: int, dtype: torch.dtype, timing: Timing) -> list[Row]:

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = ["OURS", "OURS_DEFERRED", "DEFERRED", "SGLANG", "ROOFLINES", "COPY_SAME_BYTES", "READ_SAME_BYTES",
-           "ROOFLINE_PLUS_EMPTY", "ratios",
+           "EMPTY_KERNEL", "ROOFLINE_PLUS_EMPTY", "ratios",
            "targets", "format_ratios", "markdown", "main"]
 
 OURS = ("ref fused race", "ref fused race, counter noise")

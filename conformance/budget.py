@@ -116,7 +116,8 @@ def set_sample_scale(factor: float) -> None:
     """Set :data:`SAMPLE_SCALE` for this process.
 
     Raises:
-        ValueError: ``factor`` not a finite number > 0 (the message names ``--dspark-budget``).
+        ValueError: ``factor`` not a number in ``(0, MAX_SAMPLE_SCALE]`` (the message names
+            ``--dspark-budget``).
     """
     global SAMPLE_SCALE
     try:
