@@ -18,6 +18,7 @@ Exit codes (the gate contract, also used by ``CI/gate.sh``):
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -33,7 +34,6 @@ from dspark_conformance_plugin import shadowing_package
 from . import budget
 from .cuda_context import lost_cases
 from .interrupts import interruptible
-from .report import html as html_report
 from .report import markdown, matrix as report
 from .report.junit import merge_junit
 from .runner import merge_phases, pytest_command, rerun_lost_cases, run_suite
@@ -349,6 +349,8 @@ def run(args: argparse.Namespace) -> int:
     json_path.write_text(json.dumps(payload, indent=1))
     print(report.format_matrix(payload))
     markdown.write_markdown(payload, report_dir / "report.md")
+    from .report import html as html_report  # imports torch: not needed before a run ends
+
     html_report.write_html(payload, report_dir)
     reruns = sorted(report_dir.glob("junit-rerun-*.xml"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
     written = ", junit.xml" if _write_junit(report_dir, sessions + reruns, junit_copy) else ""
@@ -472,6 +474,22 @@ def merge_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     return EXIT_PASS
 
 
+#: What every pytest the CLI starts imports, native code included: a broken install of one
+#: is an infrastructure error (exit 3), which a pytest that cannot import it would not report.
+RUNTIME_MODULES = ("torch", "numpy", "scipy.stats")
+
+
+def environment_error() -> str | None:
+    """Why the suite cannot run in this interpreter, in one line: the first of
+    :data:`RUNTIME_MODULES` that does not import, and the error it raised; None if all import."""
+    for name in RUNTIME_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # a broken native library raises ImportError, OSError, RuntimeError...
+            return f"{name} does not import in {sys.executable} ({type(exc).__name__}: {exc})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     parser = args.command_parser  # a usage error after parsing shows the command's usage
@@ -480,6 +498,10 @@ def main(argv: list[str] | None = None) -> int:
         if shadow is not None:
             print(f"dspark-conformance: {shadow} would be imported as 'conformance' in place of the suite's package "
                   "by the pytest this command starts: run it from another directory", file=sys.stderr)
+            return EXIT_INFRA
+        broken = environment_error()
+        if broken is not None:
+            print(f"dspark-conformance: {broken}: the suite cannot run here", file=sys.stderr)
             return EXIT_INFRA
     if getattr(args, "device", None) == "cuda":
         import torch

@@ -367,6 +367,19 @@ def test_a_directory_with_its_own_conformance_package_is_refused_before_pytest_s
     assert f"{(tmp_path / 'conformance').resolve()} would be imported as 'conformance'" in proc.stderr
 
 
+@pytest.mark.parametrize("command", [["run", "-k", "test_S6_"], ["calibrate", "--seeds", "1"], ["null-replay"]])
+def test_a_broken_torch_is_an_infrastructure_error_not_a_failure(tmp_path, command):
+    # A gate reads exit 1 as "the engine does not conform": an environment whose torch cannot
+    # load its native libraries must not say that (it gave a traceback and exit 1 before).
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text('raise ImportError("libcudart.so.13: cannot open shared object file")')
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", *command], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])})
+    assert proc.returncode == cli.EXIT_INFRA, proc.stdout + proc.stderr
+    assert "torch does not import" in proc.stderr and "libcudart.so.13" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("argv, workers", [
     (["--case", "k"], "0"), ([], "auto"), (["--case", "k", "--workers", "2"], "2"), (["--workers", "0"], "0"),
 ])
