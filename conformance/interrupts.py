@@ -1,8 +1,8 @@
 """Signals during ``dspark-conformance run``: a deadline ends the run with its reports.
 
 Within :func:`interruptible` (the CLI's ``run``), SIGINT (Ctrl-C) and SIGTERM (a CI job's
-limit, ``timeout``) do not kill the runner: the first one sends one SIGINT to the pytest it
-is waiting for, which ends its session with exit status 2 and a JSON of every case that
+limit, ``timeout``) do not kill the runner: the first one sends one SIGINT to the process
+group of the pytest it is waiting for (its xdist workers stop their running cases), which ends its session with exit status 2 and a JSON of every case that
 finished (``conformance.runner.run_suite`` consults :func:`active`), or, between two pytest
 runs, keeps the next from starting. The report then reads INTERRUPTED
 (``conformance.report.matrix.overall``).
@@ -11,6 +11,7 @@ runs, keeps the next from starting. The report then reads INTERRUPTED
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -22,7 +23,8 @@ __all__ = ["Interrupts", "active", "interruptible"]
 
 class Interrupts:
     """The signals of one ``dspark-conformance run``: the first SIGINT or SIGTERM sets
-    ``requested`` and sends one SIGINT to the pytest being waited for (pytest then ends its
+    ``requested`` and sends one SIGINT to the process group of the pytest being waited for
+    (a session of its own: :func:`conformance.runner.run_suite`; pytest then ends its
     session: its JSON holds every case that finished, exit status 2), or, between two
     pytest runs, keeps the next from starting; later signals are ignored while pytest ends.
     ``cut``: a pytest was interrupted or not started, so the run is incomplete."""
@@ -50,7 +52,9 @@ class Interrupts:
     def _interrupt(self) -> None:
         child, self._child = self._child, None  # one SIGINT per pytest
         if child is not None and child.poll() is None:
-            child.send_signal(signal.SIGINT)
+            # To the whole group: xdist's busy workers would otherwise be waited for, 10 s,
+            # then killed; interrupted, each stops its running case at once.
+            os.killpg(child.pid, signal.SIGINT)
             self.cut = True
 
 

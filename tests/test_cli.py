@@ -444,6 +444,34 @@ def test_a_deadline_signal_ends_the_run_with_reports_marked_interrupted(tmp_path
     assert not junit.exists() or len(ET.parse(junit).getroot().findall("testsuite")) == 1
 
 
+CI_GRACE_S = 7.5  # GitHub Actions: a cancelled job's SIGINT, then SIGTERM 7.5 s later, then SIGKILL
+
+
+def test_a_deadline_signal_stops_the_cases_the_workers_are_running(tmp_path):
+    """The interrupt reaches the xdist workers too: a worker's running case stops at once.
+    Before, only pytest's controller got it, which then waited for its busy workers (xdist's
+    ``EXIT_TIMEOUT``, 10 s, before it kills them): the run ended 9.2 s after SIGTERM here and
+    13 s on the whole suite; now 3.8 s. The bound is a CI's grace: on a cancel, GitHub
+    Actions sends SIGINT, then SIGTERM 7.5 s later, then SIGKILL. Here each case would hold
+    its worker ``STALL_S`` seconds."""
+    from tests.stalling_case import STALL_S
+
+    stall = tmp_path / "stalled"
+    cmd = [sys.executable, "-m", "conformance.cli", "run", "--workers", "2", "--report", str(tmp_path / "report"),
+           "-k", "test_S6_", "--", "-p", "tests.stalling_case"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "DSPARK_STALL_FILE": str(stall)})
+    deadline = time.time() + 240
+    while not stall.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert stall.exists(), proc.communicate(timeout=60)[0]
+    signalled = time.time()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=STALL_S - 60)
+    assert time.time() - signalled < CI_GRACE_S, out  # the run did not wait on its workers
+    assert proc.returncode == cli.EXIT_INFRA and "overall: INTERRUPTED" in out, out
+
+
 def test_an_interrupt_before_the_first_record_still_reports_interrupted(tmp_path, monkeypatch, capsys):
     # The signal can land while the plugin records the first finished case (CI, session 13):
     # pytest still writes its JSON, with no record; the run reads INTERRUPTED, exit EXIT_INFRA.
