@@ -320,7 +320,8 @@ def run(args: argparse.Namespace) -> int:
             cmd = command(args.cases, json_path, sessions[0], phase="parallel")
             serial_json = report_dir / "results-serial.json"
             phases = [run_suite(cmd, json_path)]
-            if phases[0][0] != ExitCode.USAGE_ERROR:  # a usage error is the same in both phases
+            held = (phases[0][1] or {}).get("held_for_other_phase")
+            if phases[0][0] != ExitCode.USAGE_ERROR and held != 0:  # a usage error is the same in both phases
                 phases.append(run_suite(command(args.cases, serial_json, sessions[1], phase="serial",
                                                 workers="0"), serial_json))
             serial_json.unlink(missing_ok=True)

@@ -114,7 +114,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collected = [item for item in items if is_suite_item(item)]
     if not collected:
         return
-    suite = _select_phase(config, items, _select_cases(config, items, collected))
+    suite = _select_cases(config, items, collected)
     session = run_session(config)
     import torch
 
@@ -162,15 +162,35 @@ def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[p
     return [item for item in suite if keys[id(item)] in wanted]
 
 
-def _select_phase(config: pytest.Config, items: list[pytest.Item], suite: list[pytest.Item]) -> list[pytest.Item]:
+#: The worker output key under which an xdist worker sends its phase count to the controller.
+_HELD_KEY = "dspark_held_for_other_phase"
+
+
+# trylast: after -k / -m deselect, so that the count left to the other phase is of cases that would run
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Apply ``--dspark-phase``: ``parallel`` deselects the suite's ``latency_bound`` items,
-    ``serial`` every other suite item (foreign items stay); ``all`` keeps them."""
+    ``serial`` every other suite item (foreign items stay); ``all`` keeps them. Records how
+    many selected suite items it left to the other phase (``held_for_other_phase`` of the
+    run's JSON; from a worker through xdist's ``workeroutput``): the runner skips a phase
+    that would have none."""
     phase = config.getoption("--dspark-phase")
     if phase == "all":
-        return suite
-    keep = [item for item in suite if (item.get_closest_marker("latency_bound") is not None) == (phase == "serial")]
-    _deselect(config, items, [item for item in suite if item not in keep])
-    return keep
+        return
+    suite = [item for item in items if is_suite_item(item)]
+    held = [item for item in suite if (item.get_closest_marker("latency_bound") is not None) != (phase == "serial")]
+    _deselect(config, items, held)
+    run_session(config).held_for_other_phase = len(held)
+    if hasattr(config, "workeroutput"):
+        config.workeroutput[_HELD_KEY] = len(held)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist's controller, a worker gone: its count of cases left to the other phase."""
+    held = getattr(node, "workeroutput", {}).get(_HELD_KEY)
+    if held is not None:
+        run_session(node.config).held_for_other_phase = held
 
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], dropped: list[pytest.Item]) -> None:

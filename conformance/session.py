@@ -53,6 +53,8 @@ class RunSession:
         self._adapter: Adapter | None = None
         #: (case key, error) of the case that lost this process's CUDA context, once one has
         self.cuda_lost: tuple[str, str] | None = None
+        #: selected suite cases that ``--dspark-phase`` left to the other phase (None: not known)
+        self.held_for_other_phase: int | None = None
 
     @property
     def adapter(self) -> "Adapter":
@@ -119,6 +121,7 @@ class RunSession:
             "budget": self.budget,
             "wall_s": round(time.time() - self.started, 2),
             "exit_status": int(exitstatus),
+            "held_for_other_phase": self.held_for_other_phase,
             "tests": self.records,
         }
         Path(path).parent.mkdir(parents=True, exist_ok=True)
