@@ -41,6 +41,7 @@ made none), ``reliability``, ``replay`` (one command that reruns it) and ``failu
 
 from __future__ import annotations
 
+import difflib
 import json
 import warnings
 from pathlib import Path
@@ -154,9 +155,12 @@ def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[p
     if not wanted:
         return suite
     keys = {id(item): item_key(item) for item in suite}
-    unknown = wanted - set(keys.values())
+    unknown = sorted(wanted - set(keys.values()))
     if unknown:
-        raise pytest.UsageError(f"--dspark-case: no collected case has the key {sorted(unknown)[0]!r} "
+        # A pytest node id (conformance/suite/test_x.py::...) is the likeliest slip: the key has no folder.
+        near = difflib.get_close_matches(unknown[0], sorted(set(keys.values())), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise pytest.UsageError(f"--dspark-case: no collected case has the key {unknown[0]!r}{hint} "
                                 "(keys are printed in results.json 'case' and in replay lines)")
     _deselect(config, items, [item for item in suite if keys[id(item)] not in wanted])
     return [item for item in suite if keys[id(item)] in wanted]

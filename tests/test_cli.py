@@ -513,6 +513,15 @@ def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
     assert "junit.xml also at" in out
 
 
+def test_a_case_named_by_its_pytest_node_id_gets_the_key_suggested(tmp_path):
+    # The node id pytest prints has the suite's folder; the key (seeds: path-independent) has not.
+    nodeid = "conformance/suite/test_mutation_gaps.py::test_S1_one_token_vocabulary[S1/vocab/one-token]"
+    code, out = _run(tmp_path, "--case", nodeid)
+    assert code == cli.EXIT_INFRA, out
+    assert ("did you mean 'conformance/test_mutation_gaps.py::test_S1_one_token_vocabulary[S1/vocab/one-token]'"
+            in out), out
+
+
 def test_no_serial_session_starts_when_the_selection_has_no_latency_bound_case(tmp_path):
     """The S6 module holds latency_bound cases, which ``-k`` leaves out here: the parallel
     session counts what it left to the serial phase after ``-k`` has deselected (none), and

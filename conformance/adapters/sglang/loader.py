@@ -304,7 +304,7 @@ def installed_version() -> str:
     except PackageNotFoundError as exc:
         raise AdapterLoadError(
             "sglang: the package is not installed; install the wheel without its server "
-            "dependencies: pip install --no-deps 'sglang==X' msgspec"
+            "dependencies: pip install --no-deps --target DIR 'sglang==X' msgspec, then PYTHONPATH=DIR"
         ) from exc
 
 
