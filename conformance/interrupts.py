@@ -2,9 +2,10 @@
 
 Within :func:`interruptible` (the CLI's ``run``), SIGINT (Ctrl-C) and SIGTERM (a CI job's
 limit, ``timeout``) do not kill the runner: the first one sends one SIGINT to the process
-group of the pytest it is waiting for (its xdist workers stop their running cases), which ends its session with exit status 2 and a JSON of every case that
-finished (``conformance.runner.run_suite`` consults :func:`active`), or, between two pytest
-runs, keeps the next from starting. The report then reads INTERRUPTED
+group of the pytest it is waiting for (its xdist workers stop their running cases), which
+ends its session with exit status 2 and a JSON of every case that finished
+(``conformance.runner.run_suite`` consults :func:`active`), or, between two pytest runs,
+keeps the next from starting. The report then reads INTERRUPTED
 (``conformance.report.matrix.overall``).
 """
 
