@@ -106,7 +106,14 @@ class RunSession:
             "failure": next((json.loads(v) for k, v in report.user_properties if k == "dspark_failure"), None),
         })
 
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    # A wrapper, written before any plain implementation runs: xdist's teardown of its workers
+    # is one, and a SIGINT that lands there ends pytest at once (exit -2), records unwritten.
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Any:
+        self._write_json(exitstatus)
+        return (yield)
+
+    def _write_json(self, exitstatus: int) -> None:
         path = self.config.getoption("--dspark-report-json")
         if not path or hasattr(self.config, "workerinput"):  # xdist workers forward their reports
             return

@@ -473,6 +473,19 @@ def test_a_deadline_signal_stops_the_cases_the_workers_are_running(tmp_path):
     assert proc.returncode == cli.EXIT_INFRA and "overall: INTERRUPTED" in out, out
 
 
+def test_an_interrupt_in_the_session_teardown_keeps_the_records(tmp_path):
+    # A SIGINT after the last case, while xdist tears its workers down (trial of session 20:
+    # SIGTERM 9.7-10.3 s into `run -k test_S6_ --workers 2`), ended pytest before the plugin
+    # wrote its JSON: results.json said ERROR with no record of the 25 cases that had passed.
+    json_path = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.interrupted_teardown",
+                           "conformance/suite", "-k", "test_S1_", f"--dspark-report-json={json_path}"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    records = json.loads(json_path.read_text())["tests"]
+    assert records and all(r["outcome"] == "passed" for r in records), records
+
+
 def test_an_interrupt_before_the_first_record_still_reports_interrupted(tmp_path, monkeypatch, capsys):
     # The signal can land while the plugin records the first finished case (CI, session 13):
     # pytest still writes its JSON, with no record; the run reads INTERRUPTED, exit EXIT_INFRA.
