@@ -4,10 +4,11 @@
 #   CI/gate.sh --impl NAME [--device cpu|cuda] [--report DIR] [--seed N]
 #
 # Exit codes (from `dspark-conformance run`, passed through unchanged):
-#   0  PASS          every applicable test passed
+#   0  PASS          every applicable test passed, at least one ran
 #   1  FAIL          a test failed (a divergence: see the report's replay commands)
-#   2  INCONCLUSIVE  nothing failed, but a path under test never executed
-#   3  INFRA         usage error, adapter failed to load, nothing collected, suite not importable
+#   2  INCONCLUSIVE  nothing failed, but a path under test never executed, or every case skipped
+#   3  INFRA         usage error, adapter failed to load, nothing collected, suite not importable,
+#                    run interrupted
 # PYTHON selects the interpreter (default python3).
 # Statistical tests are never retried: their false-failure rate is budgeted (1e-3 per run).
 set -uo pipefail

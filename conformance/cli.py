@@ -8,10 +8,10 @@ conformance matrix by SPEC section and writes ``results.json``, ``report.md`` an
 Exit codes (the gate contract, also used by ``CI/gate.sh``):
 
 ====  ==========================================================================
-0     PASS: every applicable test passed (skips name missing capabilities)
+0     PASS: every applicable test passed (skips name missing capabilities), at least one ran
 1     FAIL: a test failed, errored, or a strict expected failure passed
-2     INCONCLUSIVE: nothing failed, but some path under test never executed
-3     infrastructure error: bad usage, adapter failed to load, nothing collected
+2     INCONCLUSIVE: nothing failed, but some path under test never executed, or no case ran (SKIP)
+3     infrastructure error: bad usage, adapter failed to load, nothing collected, interrupted
 ====  ==========================================================================
 """
 
@@ -222,7 +222,7 @@ def exit_code(returncode: int, payload: dict | None) -> int:
         return EXIT_FAIL
     if returncode != 0:
         return EXIT_INFRA
-    return EXIT_INCONCLUSIVE if verdict == "INCONCLUSIVE" else EXIT_PASS
+    return EXIT_INCONCLUSIVE if verdict in ("INCONCLUSIVE", "SKIP") else EXIT_PASS  # SKIP: nothing was checked
 
 
 _JUNIT_OPTIONS = ("--junitxml", "--junit-xml")

@@ -72,6 +72,16 @@ def test_missing_capability_is_a_named_skip(tmp_path):
     assert any(t["reason"].startswith(named) for t in skips)
 
 
+def test_a_run_where_every_case_skipped_is_inconclusive_not_a_pass(tmp_path):
+    # Trial of session 20: an adapter offering no capability skipped all 332 cases, and the run
+    # exited 0, which CI/gate.sh printed as "gate: PASS". Nothing was checked.
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:only_simulated", "-k", "test_S5_")
+    assert code == cli.EXIT_INCONCLUSIVE, out
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert {t["outcome"] for t in payload["tests"]} == {"skipped"}
+    assert (payload["overall"], payload["exit_code"]) == ("SKIP", cli.EXIT_INCONCLUSIVE)
+
+
 def test_capability_declared_cuda_only_is_a_skip_with_its_reason_on_cpu(tmp_path):
     code, out = _run(tmp_path, "--impl", "tests.toy_adapters:cuda_only_confidence", "-k", "test_S6_ or test_S7_")
     assert code == cli.EXIT_PASS, out
@@ -87,7 +97,8 @@ def test_capability_declared_cuda_only_is_a_skip_with_its_reason_on_cpu(tmp_path
 
 def test_capability_that_needs_a_cuda_build_skips_only_without_one(tmp_path):
     code, out = _run(tmp_path, "--impl", "tests.toy_adapters:cuda_build_confidence", "-k", "test_S7_")
-    assert code == cli.EXIT_PASS, out
+    # Without a CUDA build every selected case skips: nothing checked, so INCONCLUSIVE.
+    assert code == (cli.EXIT_PASS if torch.backends.cuda.is_built() else cli.EXIT_INCONCLUSIVE), out
     tests = json.loads((tmp_path / "results.json").read_text())["tests"]
     if torch.backends.cuda.is_built():
         assert tests and {t["outcome"] for t in tests} == {"passed"}
