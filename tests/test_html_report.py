@@ -223,3 +223,23 @@ def test_reliability_diagrams_are_drawn_from_s7_records(tmp_path):
     page = html_report.render_html(payload)
     assert "Reliability diagrams" in page and 'alt="S7/sts/x: a_1 after STS"' in page
     assert "reliability diagram (S7)" not in page.split('id="unavailable"')[1]
+
+
+@pytest.mark.parametrize("name", report.VERDICTS + report.OUTCOMES)
+def test_every_badge_has_a_colour(name):
+    # Badges are white text: a verdict or outcome without a background rule is invisible (trial
+    # of session 20: an interrupted run's INTERRUPTED badge was white on the white page).
+    rules = re.findall(r"([^{}]+)\{([^}]*)\}", html_report._CSS)
+    coloured = {sel.strip().lstrip(".") for selectors, body in rules if "background" in body
+                for sel in selectors.split(",")}
+    assert name in coloured
+
+
+def test_overall_verdicts_are_the_declared_ones():
+    payload = {"exit_status": 0}
+    records = [{"case": "conformance/test_x.py::test_S1_a", "section": "S1", "outcome": outcome, "stats": [],
+                "duration_s": 0.0, "bit_identical": None}
+               for outcome in ("passed", "failed", "skipped", "inconclusive")]
+    seen = {report.overall(report.summarize(records[i:i + 1]), payload) for i in range(4)}
+    seen.add(report.overall(report.summarize(records[:1]), {"exit_status": 2}))
+    assert seen == set(report.VERDICTS)

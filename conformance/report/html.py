@@ -64,7 +64,7 @@ table{border-collapse:collapse;margin:6px 0;font-size:13px}th,td{border:1px soli
 .badge{display:inline-block;padding:1px 8px;border-radius:9px;font-weight:600;font-size:12px;color:#fff}
 .big{font-size:16px;padding:3px 14px}
 .PASS,.passed,.xfailed,.killed{background:#2e8540}.FAIL,.failed,.error,.xpassed,.survived{background:#c62828}
-.INCONCLUSIVE,.inconclusive{background:#d98c00}.SKIP,.skipped{background:#7a8594}
+.INCONCLUSIVE,.inconclusive{background:#d98c00}.SKIP,.skipped{background:#7a8594}.INTERRUPTED{background:#6a3d9a}
 td.killed,td.survived{color:#fff;text-align:center;font-weight:600}
 dl.meta{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:8px 0}dl.meta dt{color:#5a6475}
 dl.meta dd{margin:0}nav a{margin-right:14px}

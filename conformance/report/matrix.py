@@ -21,6 +21,8 @@ from conformance.sections import SECTION_TITLES, SECTIONS
 #: an assertion misses an effect of the declared size more often than it finds it.
 LOW_POWER = 0.5
 OUTCOMES = ("passed", "failed", "inconclusive", "skipped", "xfailed", "xpassed", "error")
+#: The verdicts of a section (the first four) and of a whole run (:func:`overall`: all five).
+VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE", "SKIP", "INTERRUPTED")
 
 
 def short_reason(record: dict[str, Any], limit: int = 300) -> str:
