@@ -283,25 +283,34 @@ def _infra_error(report_dir: Path, payload: dict | None, message: str) -> int:
     return EXIT_INFRA
 
 
+def _fresh_report_dir(report: Path | None) -> Path | None:
+    """The run's report directory (``--report``, else a new temporary one), made, with no
+    earlier run's reports in it; None (said on stderr) if it cannot be made or cleared."""
+    report_dir = report or Path(tempfile.mkdtemp(prefix="dspark-report-"))
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"dspark-conformance: --report {report_dir}: cannot make the directory ({exc})", file=sys.stderr)
+        return None
+    try:  # a previous run's reports must not outlive this run's failure
+        for stale in _REPORT_FILES + tuple(path.name for path in report_dir.glob("junit-*.xml")):
+            (report_dir / stale).unlink(missing_ok=True)
+    except OSError as exc:
+        print(f"dspark-conformance: --report {report_dir}: cannot replace its reports ({exc})", file=sys.stderr)
+        return None
+    return report_dir
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         junit_copy, pytest_args = _take_junit_option(args.pytest_args)
     except ValueError as exc:
         print(f"dspark-conformance: {exc}", file=sys.stderr)
         return EXIT_INFRA
-    report_dir = args.report or Path(tempfile.mkdtemp(prefix="dspark-report-"))
-    try:
-        report_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        print(f"dspark-conformance: --report {report_dir}: cannot make the directory ({exc})", file=sys.stderr)
+    report_dir = _fresh_report_dir(args.report)
+    if report_dir is None:
         return EXIT_INFRA
     json_path = report_dir / "results.json"
-    try:  # a previous run's reports must not outlive this run's failure
-        for stale in _REPORT_FILES + tuple(path.name for path in report_dir.glob("junit-*.xml")):
-            (report_dir / stale).unlink(missing_ok=True)
-    except OSError as exc:
-        print(f"dspark-conformance: --report {report_dir}: cannot replace its reports ({exc})", file=sys.stderr)
-        return EXIT_INFRA
     extra = ([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + pytest_args
     sessions = [report_dir / "junit-parallel.xml", report_dir / "junit-serial.xml"]
 
@@ -502,7 +511,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INFRA
         broken = environment_error()
         if broken is not None:
-            print(f"dspark-conformance: {broken}: the suite cannot run here", file=sys.stderr)
+            message = f"{broken}: the suite cannot run here"
+            if args.command == "run" and args.report is not None:  # no earlier PASS may survive there
+                report_dir = _fresh_report_dir(args.report)
+                return EXIT_INFRA if report_dir is None else _infra_error(report_dir, None, message)
+            print(f"dspark-conformance: {message}", file=sys.stderr)
             return EXIT_INFRA
     if getattr(args, "device", None) == "cuda":
         import torch

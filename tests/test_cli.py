@@ -391,6 +391,22 @@ def test_a_broken_torch_is_an_infrastructure_error_not_a_failure(tmp_path, comma
     assert "Traceback" not in proc.stderr
 
 
+def test_a_broken_torch_leaves_no_earlier_pass_in_the_report_directory(tmp_path):
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "results.json").write_text(json.dumps({"overall": "PASS", "exit_code": 0, "tests": []}))
+    (report / "report.md").write_text("overall **PASS**")
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text('raise ImportError("libcudart.so.13: cannot open shared object file")')
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--report", str(report)], cwd=ROOT,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])})
+    assert proc.returncode == cli.EXIT_INFRA, proc.stdout + proc.stderr
+    record = json.loads((report / "results.json").read_text())
+    assert (record["overall"], record["exit_code"]) == ("ERROR", cli.EXIT_INFRA) and "torch does not import" in record["error"]
+    assert not (report / "report.md").exists()
+
+
 @pytest.mark.parametrize("argv, workers", [
     (["--case", "k"], "0"), ([], "auto"), (["--case", "k", "--workers", "2"], "2"), (["--workers", "0"], "0"),
 ])
