@@ -1,11 +1,8 @@
 """Repo-root pytest wiring: register the conformance plugin for in-repo runs.
 
-An installed checkout (``pip install -e .``) already loads the plugin through its
-``pytest11`` entry point; registering it twice is an error, so only a plain checkout on
-``sys.path`` registers it here.
+The ``pytest11`` entry point (``dspark_conformance_plugin``) registers it only in runs that
+ask for the suite; the checkout's own tests use it in every run. pytest registers a plugin
+module once, so a run where the entry point has registered it too is no error.
 """
 
-from importlib.metadata import entry_points
-
-if not any(ep.value == "dspark_conformance_plugin" for ep in entry_points(group="pytest11")):
-    pytest_plugins = ["conformance.plugin"]
+pytest_plugins = ["conformance.plugin"]

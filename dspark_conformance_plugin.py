@@ -1,12 +1,15 @@
 """pytest's entry point for dspark-conformance (``pytest11``): it registers the suite's
-plugin, ``conformance.plugin``, unless another ``conformance`` comes first on ``sys.path``.
+plugin, ``conformance.plugin``, only in a run that asks for the suite.
 
-pytest loads this module in every run of an environment where the wheel is installed. A
-project with a package of its own named ``conformance``, run with ``python -m pytest`` (which
-puts the project's directory first on ``sys.path``), would have its package imported in place
-of the suite's, and the import of ``conformance.plugin`` would stop the project's whole run.
-There the plugin stays out and the report header says why: the project's tests run as they
-would without the wheel. (``dspark-conformance`` checks the same before it starts pytest.)
+pytest loads this module in every run of an environment where the wheel is installed, so it
+imports nothing of the suite by itself. A run asks for the suite when its arguments (the
+command line and ``addopts``) hold a ``--dspark-`` option, a path inside the suite's package
+or a ``conformance.suite`` module name (``--pyargs``); ``dspark-conformance`` always passes
+the options. Other runs (an engine team's own tests) never import the suite's ``conformance``
+package, so a project with a ``conformance`` package of its own imports its own, and gets
+none of the suite's fixtures. A run that asks for the suite where another ``conformance``
+comes first on ``sys.path`` is a usage error that names it (``dspark-conformance`` refuses
+to start there too).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["shadowing_package"]
+import pytest
+
+__all__ = ["asks_for_the_suite", "shadowing_package"]
 
 #: The directory this distribution installs its ``conformance`` package into.
 SUITE_PACKAGE = Path(__file__).resolve().parent / "conformance"
@@ -47,12 +52,24 @@ def shadowing_package(search_path: Sequence[str] | None = None) -> Path | None:
     return package
 
 
-_SHADOW = shadowing_package()
+def asks_for_the_suite(args: Sequence[str]) -> bool:
+    """Whether pytest arguments ask for the suite (module note)."""
+    for arg in args:
+        if arg.startswith(("--dspark-", "conformance.suite")):
+            return True
+        if not arg.startswith("-"):
+            path = Path(arg.split("::")[0]).resolve()
+            if path == SUITE_PACKAGE or SUITE_PACKAGE in path.parents:
+                return True
+    return False
 
-if _SHADOW is None:
-    pytest_plugins = ["conformance.plugin"]
-else:
 
-    def pytest_report_header(config) -> str:
-        return (f"dspark-conformance: plugin not loaded: {_SHADOW} is imported as 'conformance' before "
-                f"the suite's package (run the suite from another directory)")
+@pytest.hookimpl(tryfirst=True)  # before the conftests load: theirs may import a `conformance` of their own
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    if not asks_for_the_suite(args):
+        return
+    shadow = shadowing_package()
+    if shadow is not None:
+        raise pytest.UsageError(f"dspark-conformance: {shadow} is imported as 'conformance' in place of the suite's "
+                                "package: run the suite from another directory")
+    early_config.pluginmanager.import_plugin("conformance.plugin")  # its options are added before the parse

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import resource
+import subprocess
+import sys
 
 import pytest
 
@@ -67,8 +69,10 @@ def _profile(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: 
 
 
 def test_the_plugin_is_installed_here(pytester: pytest.Pytester):
-    assert "--dspark-impl" in pytester.runpytest_subprocess("--help").stdout.str()
-    assert "--dspark-impl" not in pytester.runpytest_subprocess("--help", *NO_PLUGIN).stdout.str()
+    # Its options exist in a run that asks for the suite (one --dspark- option does), in no other.
+    assert "--dspark-impl" in pytester.runpytest_subprocess("--dspark-device=cpu", "--help").stdout.str()
+    assert "--dspark-impl" not in pytester.runpytest_subprocess("--help").stdout.str()
+    assert "--dspark-impl" not in pytester.runpytest_subprocess("--dspark-device=cpu", "--help", *NO_PLUGIN).stdout.str()
 
 
 def test_a_foreign_run_is_the_same_with_and_without_the_plugin(foreign, monkeypatch):
@@ -127,7 +131,36 @@ def test_a_project_with_its_own_conformance_package_runs_without_the_plugin(pyte
     pytester.makepyfile(**{"conformance/__init__": "OURS = True\n", "tests/test_own": FOREIGN_OWN_PACKAGE_TEST})
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "tests")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["dspark-conformance: plugin not loaded: *conformance is imported as 'conformance'*"])
+    # Asked for the suite there, the run stops at once and names the package in the way.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--dspark-impl=reference", "tests")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*dspark-conformance: *conformance is imported as 'conformance' in place of the suite's*"])
+
+
+FOREIGN_CONFTEST = "from conformance.helpers import double\n"
+FOREIGN_FIXTURE_TEST = """
+from conformance.helpers import double
+
+def test_own_helper():
+    assert double(2) == 4
+
+def test_asks_for_a_fixture_it_never_defined(case_seed):
+    pass
+"""
+
+
+def test_the_console_script_in_a_project_with_its_own_conformance_imports_the_projects(pytester: pytest.Pytester):
+    # Trial of session 20: the `pytest` console script does not put the project's directory on
+    # sys.path before plugins load, so the entry point imported the suite's `conformance` first
+    # and the project's root conftest (`from conformance.helpers import ...`) failed to import;
+    # and a test asking for an undefined `case_seed` got the suite's fixture.
+    pytester.makepyfile(**{"conformance/__init__": "", "conformance/helpers": "def double(x):\n    return 2 * x\n",
+                           "conftest": FOREIGN_CONFTEST, "tests/test_own": FOREIGN_FIXTURE_TEST})
+    # As the `pytest` script runs: not pytester.run, whose PYTHONPATH starts with the project.
+    console = "import sys, pytest; sys.path.pop(0); sys.exit(pytest.console_main())"
+    proc = subprocess.run([sys.executable, "-c", console, "-p", "no:cacheprovider", "tests"], cwd=pytester.path,
+                          capture_output=True, text=True)
+    assert "1 passed, 1 error" in proc.stdout and "fixture 'case_seed' not found" in proc.stdout, proc.stdout
 
 
 def test_shadowing_package_tells_a_foreign_conformance_from_the_suites(tmp_path):
