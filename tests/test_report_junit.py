@@ -45,3 +45,15 @@ def test_no_source_or_a_foreign_file_is_a_clear_error(tmp_path):
     (tmp_path / "other.xml").write_text("<html/>")
     with pytest.raises(ValueError, match="expected a JUnit XML file"):
         merge_junit([tmp_path / "other.xml"], tmp_path / "junit.xml")
+
+
+def test_an_interrupted_sessions_unnamed_testcase_is_dropped(tmp_path):
+    # pytest writes `<testcase time="0.000" />` into an interrupted session's file (trial of
+    # session 20): counted in `tests`, it named no test.
+    path = _session(tmp_path / "a.xml", [("t1", "passed")])
+    tree = ET.parse(path)
+    ET.SubElement(tree.getroot().find("testsuite"), "testcase", time="0.000")
+    tree.write(path)
+    merge_junit([path], tmp_path / "junit.xml")
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert [c.get("name") for c in suite.iter("testcase")] == ["t1"] and suite.get("tests") == "1"

@@ -5,8 +5,9 @@ cases alone; ``conformance.runner``), and cases whose process lost the CUDA cont
 again in fresh sessions; each writes its own file. A CI system reads one file per run, so
 the run's ``junit.xml`` holds every session's ``<testsuite>`` in order, and a testcase that
 a later session ran again (same ``classname`` and ``name``) keeps only its latest record, as
-``results.json`` does. Each suite's ``tests`` / ``failures`` / ``errors`` / ``skipped``
-counts are recomputed from the testcases it keeps.
+``results.json`` does. A testcase with no name is dropped: pytest writes one into the file
+of a session that a signal interrupted, naming no test. Each suite's ``tests`` /
+``failures`` / ``errors`` / ``skipped`` counts are recomputed from the testcases it keeps.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _recount(suite: ET.Element) -> None:
 def merge_junit(sources: Sequence[Path], out: Path) -> None:
     """Write ``out``: one ``<testsuites>`` holding the ``<testsuite>`` elements of the
     existing files among ``sources``, in order, each testcase kept only in the last source
-    that holds it (module note). ``out`` may be one of ``sources``.
+    that holds it, unnamed ones dropped (module note). ``out`` may be one of ``sources``.
 
     Raises:
         ValueError: no source exists, or one is not JUnit XML.
@@ -54,7 +55,7 @@ def merge_junit(sources: Sequence[Path], out: Path) -> None:
     merged = ET.Element("testsuites", {"name": "dspark-conformance"})
     for suite in suites:
         for case in suite.findall("testcase"):
-            if latest[(case.get("classname"), case.get("name"))] is not case:
+            if case.get("name") is None or latest[(case.get("classname"), case.get("name"))] is not case:
                 suite.remove(case)
         _recount(suite)
         merged.append(suite)
