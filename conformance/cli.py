@@ -217,10 +217,10 @@ def exit_code(returncode: int, payload: dict | None) -> int:
     """Map a pytest exit code and its records onto the gate's exit codes."""
     if payload is None or not payload["tests"]:
         return EXIT_INFRA
-    verdict = report.overall(report.summarize(payload["tests"]), payload)
+    verdict = report.overall(report.run_rows(payload), payload)
     if verdict == "FAIL" or returncode == 1:
         return EXIT_FAIL
-    if returncode != 0:
+    if returncode != 0 or verdict == "INTERRUPTED":
         return EXIT_INFRA
     return EXIT_INCONCLUSIVE if verdict in ("INCONCLUSIVE", "SKIP") else EXIT_PASS  # SKIP: nothing was checked
 
@@ -330,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
             serial_json = report_dir / "results-serial.json"
             phases = [run_suite(cmd, json_path)]
             held = (phases[0][1] or {}).get("held_for_other_phase")
-            if phases[0][0] != ExitCode.USAGE_ERROR and held != 0:  # a usage error is the same in both phases
+            if phases[0][0] != ExitCode.USAGE_ERROR and held != {}:  # a usage error is the same in both phases
                 phases.append(run_suite(command(args.cases, serial_json, sessions[1], phase="serial",
                                                 workers="0"), serial_json))
             serial_json.unlink(missing_ok=True)
@@ -354,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
                 payload["exit_status"] = int(ExitCode.OK)
     # What a CI reading the file needs: the verdict and this command's exit code ("exit_status"
     # stays pytest's: 2 is its INTERRUPTED where the gate's 2 is INCONCLUSIVE).
-    payload["overall"] = report.overall(report.summarize(payload["tests"]), payload)
+    payload["overall"] = report.overall(report.run_rows(payload), payload)
     payload["exit_code"] = exit_code(returncode, payload)
     json_path.write_text(json.dumps(payload, indent=1))
     print(report.format_matrix(payload))

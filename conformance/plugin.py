@@ -44,6 +44,8 @@ from __future__ import annotations
 import difflib
 import json
 import warnings
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -51,6 +53,7 @@ import pytest
 
 from . import budget
 from .cuda_context import CudaContextLost, is_context_error, synchronize
+from .sections import section_of
 from .seeds import case_key, derive_seed
 from .session import CASE_PROPERTY, DEFAULT_BASE_SEED, SESSION_KEY, RunSession, run_session
 
@@ -166,32 +169,46 @@ def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[p
     return [item for item in suite if keys[id(item)] in wanted]
 
 
-#: The worker output key under which an xdist worker sends its phase count to the controller.
+#: The worker output key under which an xdist worker sends the controller its cases left to the other phase.
 _HELD_KEY = "dspark_held_for_other_phase"
 
 
-# trylast: after -k / -m deselect, so that the count left to the other phase is of cases that would run
+# trylast: after -k / -m deselect, so that the counts are of cases that would run
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
 def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Apply ``--dspark-phase``: ``parallel`` deselects the suite's ``latency_bound`` items,
-    ``serial`` every other suite item (foreign items stay); ``all`` keeps them. Records how
-    many selected suite items it left to the other phase (``held_for_other_phase`` of the
-    run's JSON; from a worker through xdist's ``workeroutput``): the runner skips a phase
-    that would have none."""
+    ``serial`` every other suite item (foreign items stay); ``all`` keeps them. Records the
+    selected suite cases per SPEC section, and those left to the other phase
+    (``selected_by_section`` and ``held_for_other_phase`` of the run's JSON; under xdist the
+    controller counts its workers' collection, and a worker sends the second through
+    ``workeroutput``): the runner skips a phase that would have none, and the report counts
+    the cases an interrupted run never ran."""
     phase = config.getoption("--dspark-phase")
-    if phase == "all":
-        return
     suite = [item for item in items if is_suite_item(item)]
-    held = [item for item in suite if (item.get_closest_marker("latency_bound") is not None) != (phase == "serial")]
+    held = [] if phase == "all" else [
+        item for item in suite if (item.get_closest_marker("latency_bound") is not None) != (phase == "serial")]
     _deselect(config, items, held)
-    run_session(config).held_for_other_phase = len(held)
+    session = run_session(config)
+    session.selected_by_section = _by_section(item.name for item in suite if item not in held)
+    session.held_for_other_phase = _by_section(item.name for item in held)
     if hasattr(config, "workeroutput"):
-        config.workeroutput[_HELD_KEY] = len(held)
+        config.workeroutput[_HELD_KEY] = session.held_for_other_phase
+
+
+def _by_section(test_names: Iterable[str]) -> dict[str, int]:
+    return dict(Counter(section_of(name) for name in test_names))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist's controller, a worker's collection (every worker's is the same): the selected
+    cases per section, known before any runs (an interrupted worker sends no output)."""
+    run_session(node.config).selected_by_section = _by_section(nodeid.rpartition("::")[2] for nodeid in ids)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
-    """xdist's controller, a worker gone: its count of cases left to the other phase."""
+    """xdist's controller, a worker gone: the cases per section it left to the other phase."""
     held = getattr(node, "workeroutput", {}).get(_HELD_KEY)
     if held is not None:
         run_session(node.config).held_for_other_phase = held

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import subprocess
 import sys
 import tempfile
@@ -96,11 +97,24 @@ def merge_phases(*phases: tuple[int, dict | None]) -> tuple[int, dict | None]:
     if not payloads:
         return code, None
     merged = {**payloads[0], "tests": [t for p in payloads for t in p["tests"]],
-              "wall_s": round(sum(p["wall_s"] for p in payloads), 2)}
+              "wall_s": round(sum(p["wall_s"] for p in payloads), 2),
+              "selected_by_section": _selected(payloads)}
     merged.pop("held_for_other_phase", None)  # a phase's count: the merged run has both
     interrupted = any(p.get("exit_status") == ExitCode.INTERRUPTED for p in payloads)
     merged["exit_status"] = int(ExitCode.INTERRUPTED) if interrupted else code
     return code, merged
+
+
+def _selected(payloads: list[dict]) -> dict[str, int] | None:
+    """The cases per section the phases selected (``selected_by_section``), with those the
+    first left to a phase that never ran (interrupted before it started) where known; None
+    if a phase's selection is not known."""
+    counts = [p.get("selected_by_section") for p in payloads]
+    if any(c is None for c in counts):
+        return None
+    if len(payloads) == 1:  # a held count is unknown where the interrupt stopped the workers: none counted
+        counts.append(payloads[0].get("held_for_other_phase") or {})
+    return dict(sum((Counter(c) for c in counts), Counter()))
 
 
 def rerun_lost_cases(payload: dict, command_for: Callable[[list[str], Path, Path], list[str]],

@@ -53,8 +53,10 @@ class RunSession:
         self._adapter: Adapter | None = None
         #: (case key, error) of the case that lost this process's CUDA context, once one has
         self.cuda_lost: tuple[str, str] | None = None
-        #: selected suite cases that ``--dspark-phase`` left to the other phase (None: not known)
-        self.held_for_other_phase: int | None = None
+        #: suite cases per SPEC section that the selection (``-k``, ``-m``, ``--dspark-case``,
+        #: ``--dspark-phase``) kept, and those the phase left to the other one (None: not known)
+        self.selected_by_section: dict[str, int] | None = None
+        self.held_for_other_phase: dict[str, int] | None = None
 
     @property
     def adapter(self) -> "Adapter":
@@ -128,6 +130,7 @@ class RunSession:
             "budget": self.budget,
             "wall_s": round(time.time() - self.started, 2),
             "exit_status": int(exitstatus),
+            "selected_by_section": self.selected_by_section,
             "held_for_other_phase": self.held_for_other_phase,
             "tests": self.records,
         }

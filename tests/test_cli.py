@@ -462,7 +462,9 @@ def test_a_deadline_signal_ends_the_run_with_reports_marked_interrupted(tmp_path
     out = "".join(chunks)
     assert proc.returncode == cli.EXIT_INFRA, out
     assert "overall: INTERRUPTED" in out and "interrupting the run" in out, out
+    assert re.search(r"(?m)^\d+ of the \d+ selected cases did not run", out), out
     payload = json.loads((tmp_path / "results.json").read_text())
+    assert sum(payload["selected_by_section"].values()) > len(payload["tests"]), payload["selected_by_section"]
     assert payload["exit_status"] == 2 and payload["tests"], payload.get("exit_status")
     # pytest's 2 (interrupted) is not the gate's 2 (inconclusive): the file says which it was.
     assert (payload["overall"], payload["exit_code"]) == ("INTERRUPTED", cli.EXIT_INFRA)

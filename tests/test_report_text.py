@@ -31,3 +31,28 @@ def test_the_matrix_warns_where_a_pass_had_little_power():
     low = matrix.format_matrix(payload(0.0000025))
     assert "min 0.0000 over 2 assertions; WARNING: 1 below 0.5, where a pass says little (raise --budget)" in low
     assert "WARNING" not in matrix.format_matrix(payload(0.5))
+
+
+def test_sections_with_selected_cases_that_never_ran_read_interrupted_not_pass(tmp_path):
+    # A fresh-user trial: an interrupted run printed "S6 ... PASS 11" where 17 of its 28
+    # selected cases never ran, and nothing counted them.
+    from conformance import cli
+    from conformance.report import matrix
+
+    record = {"case": "conformance/test_simulated.py::test_S6_x", "nodeid": "n", "section": "S6", "outcome": "passed",
+              "duration_s": 0.1, "reason": "", "stats": [], "numerics": [], "bit_identical": None, "replay": "r"}
+    failed = dict(record, case="conformance/test_verify.py::test_S5_y", section="S5", outcome="failed")
+    payload = {"impl": "x", "device": "cpu", "base_seed": 1, "wall_s": 1.0, "capabilities": [], "exit_status": 2,
+               "tests": [record, failed], "selected_by_section": {"S5": 1, "S6": 28, "S8": 3}}
+    rows = {row.section: row for row in matrix.run_rows(payload)}
+    assert (rows["S5"].verdict, rows["S6"].verdict, rows["S8"].verdict) == ("FAIL", "INTERRUPTED", "INTERRUPTED")
+    assert (rows["S6"].not_run, rows["S8"].not_run) == (27, 3)
+    assert "30 of the 32 selected cases did not run" in matrix.format_matrix(payload)
+    markdown.write_markdown(payload, tmp_path / "report.md")
+    assert "30 of the 32 selected cases did not run" in (tmp_path / "report.md").read_text()
+    # A record missing from a run pytest calls complete is no PASS either.
+    complete = dict(payload, tests=[record], exit_status=0, selected_by_section={"S6": 2})
+    assert matrix.overall(matrix.run_rows(complete), complete) == "INTERRUPTED"
+    assert cli.exit_code(0, complete) == cli.EXIT_INFRA
+    every = dict(complete, selected_by_section={"S6": 1})
+    assert (matrix.overall(matrix.run_rows(every), every), cli.exit_code(0, every)) == ("PASS", cli.EXIT_PASS)

@@ -122,7 +122,7 @@ def render_html(payload: dict[str, Any], *, mutants: list[dict] | None = None,
     """
     _check_payload(payload)
     mpl = _matplotlib()
-    rows = report.summarize(payload["tests"])
+    rows = report.run_rows(payload)
     body = "".join([
         _matrix(rows),
         _not_passed(payload["tests"]),

@@ -8,7 +8,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from conformance.report.matrix import overall, short_reason, summarize, table
+from conformance.report.matrix import not_run_line, overall, run_rows, short_reason, table
 
 
 def _stat_lines(payload: dict[str, Any]) -> list[str]:
@@ -40,7 +40,7 @@ def _numeric_lines(payload: dict[str, Any]) -> list[str]:
 
 def write_markdown(payload: dict[str, Any], path: Path) -> None:
     """Write the matrix, the non-passing tests with reasons and replays, and the statistics."""
-    rows = summarize(payload["tests"])
+    rows = run_rows(payload)
     cells = table(rows)
     out = [
         f"# DSpark conformance: `{payload['impl']}` on {payload['device']}",
@@ -49,6 +49,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         "",
         f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
         f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows, payload)}**.",
+        *(["", f"{not_run_line(rows)}."] if not_run_line(rows) else []),
         "",
         "| " + " | ".join(cells[0]) + " |",
         "|" + " --- |" * len(cells[0]),

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from pytest import ExitCode
 
@@ -49,6 +50,7 @@ class SectionRow:
     min_p: float | None
     bit_identical: int = 0
     compared: int = 0
+    not_run: int = 0  # selected cases with no record: an interrupted run never reached them
 
     @property
     def bit_identity(self) -> str:
@@ -59,6 +61,8 @@ class SectionRow:
     def verdict(self) -> str:
         if self.counts["failed"] or self.counts["xpassed"] or self.counts["error"]:
             return "FAIL"
+        if self.not_run:
+            return "INTERRUPTED"
         if self.counts["inconclusive"]:
             return "INCONCLUSIVE"
         if self.counts["passed"] or self.counts["xfailed"]:
@@ -66,8 +70,10 @@ class SectionRow:
         return "SKIP"
 
 
-def summarize(tests: Iterable[dict[str, Any]]) -> list[SectionRow]:
-    """Group per-test records by section, S0..S10 first, then anything else."""
+def summarize(tests: Iterable[dict[str, Any]], selected: Mapping[str, int] | None = None) -> list[SectionRow]:
+    """Group per-test records by section, S0..S10 first, then anything else. ``selected``
+    (results.json ``selected_by_section``): the cases per section the run selected; a
+    section with fewer records has ``not_run`` set (verdict INTERRUPTED unless it failed)."""
     rows: dict[str, SectionRow] = {}
     for record in tests:
         row = rows.setdefault(record["section"], SectionRow(record["section"], Counter(), 0.0, None))
@@ -80,8 +86,25 @@ def summarize(tests: Iterable[dict[str, Any]]) -> list[SectionRow]:
             p = stat.get("p_value")
             if p is not None and (row.min_p is None or p < row.min_p):
                 row.min_p = p
+    for section, count in (selected or {}).items():
+        row = rows.setdefault(section, SectionRow(section, Counter(), 0.0, None))
+        row.not_run = max(0, count - sum(row.counts.values()))
     order = [s for s in SECTIONS if s in rows] + sorted(s for s in rows if s not in SECTIONS)
     return [rows[s] for s in order]
+
+
+def run_rows(payload: dict[str, Any]) -> list[SectionRow]:
+    """:func:`summarize` of a results.json payload: its records against its selection."""
+    return summarize(payload["tests"], payload.get("selected_by_section"))
+
+
+def not_run_line(rows: list[SectionRow]) -> str | None:
+    """One line counting the selected cases that have no record, or None if every one has."""
+    missing = sum(row.not_run for row in rows)
+    if not missing:
+        return None
+    total = missing + sum(sum(row.counts.values()) for row in rows)
+    return f"{missing} of the {total} selected cases did not run (the run was interrupted before them)"
 
 
 def interrupted(payload: dict[str, Any]) -> bool:
@@ -96,7 +119,7 @@ def overall(rows: list[SectionRow], payload: dict[str, Any]) -> str:
     stopped it) and that no failure already decides is INTERRUPTED, never PASS: its cases
     did not all run."""
     verdicts = {row.verdict for row in rows}
-    if "FAIL" not in verdicts and interrupted(payload):
+    if "FAIL" not in verdicts and (interrupted(payload) or "INTERRUPTED" in verdicts):
         return "INTERRUPTED"
     for verdict in ("FAIL", "INCONCLUSIVE", "PASS"):
         if verdict in verdicts:
@@ -119,7 +142,7 @@ def table(rows: list[SectionRow]) -> list[list[str]]:
 
 def format_matrix(payload: dict[str, Any]) -> str:
     """The text matrix printed by ``dspark-conformance run``."""
-    rows = summarize(payload["tests"])
+    rows = run_rows(payload)
     cells = table(rows)
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
     lines = [
@@ -138,6 +161,9 @@ def format_matrix(payload: dict[str, Any]) -> str:
                      f"min {min(powers):.4f} over {len(powers)} assertions"
                      + (f"; WARNING: {low} below {LOW_POWER:g}, where a pass says little (raise --budget)"
                         if low else ""))
+    missing = not_run_line(rows)
+    if missing:
+        lines.append(missing)
     lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
