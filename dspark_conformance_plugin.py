@@ -58,7 +58,10 @@ def asks_for_the_suite(args: Sequence[str]) -> bool:
         if arg.startswith(("--dspark-", "conformance.suite")):
             return True
         if not arg.startswith("-"):
-            path = Path(arg.split("::")[0]).resolve()
+            try:  # any text: an option's value (-k EXPR), a node id, a path
+                path = Path(arg.split("::")[0]).resolve()
+            except (OSError, ValueError):
+                continue
             if path == SUITE_PACKAGE or SUITE_PACKAGE in path.parents:
                 return True
     return False
