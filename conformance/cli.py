@@ -321,18 +321,19 @@ def run(args: argparse.Namespace) -> int:
             workers=workers, keyword=args.keyword, cases=cases, extra=extra, phase=phase,
         )
 
+    errors: list[str] = []  # pytest's ERROR: lines (a usage error's cause), for results.json
     with interruptible() as interrupts:
         if args.workers == "0":
             cmd = command(args.cases, json_path, sessions[0])
-            returncode, payload = run_suite(cmd, json_path)
+            returncode, payload = run_suite(cmd, json_path, errors=errors)
         else:  # the latency-bound cases after the others, alone in one process
             cmd = command(args.cases, json_path, sessions[0], phase="parallel")
             serial_json = report_dir / "results-serial.json"
-            phases = [run_suite(cmd, json_path)]
+            phases = [run_suite(cmd, json_path, errors=errors)]
             held = (phases[0][1] or {}).get("held_for_other_phase")
             if phases[0][0] != ExitCode.USAGE_ERROR and held != {}:  # a usage error is the same in both phases
                 phases.append(run_suite(command(args.cases, serial_json, sessions[1], phase="serial",
-                                                workers="0"), serial_json))
+                                                workers="0"), serial_json, errors=errors))
             serial_json.unlink(missing_ok=True)
             returncode, payload = merge_phases(*phases)
         if payload is not None and interrupts.cut:
@@ -343,8 +344,9 @@ def run(args: argparse.Namespace) -> int:
         # An interrupted run reports even with no record: the signal can land before the first
         # finished case is recorded (in the plugin's report hook), and the verdict is INTERRUPTED.
         if payload is None or (not payload["tests"] and not interrupts.cut):
+            cause = f"{errors[-1]}; " if errors else ""
             return _infra_error(report_dir, payload, f"pytest exited {returncode} without results "
-                                f"(command: {' '.join(cmd)})")
+                                f"({cause}command: {' '.join(cmd)})")
         if not report.interrupted(payload) and lost_cases(payload["tests"]):
             payload = rerun_lost_cases(payload, command, report_dir)
             # pytest's exit 1 came from the not-run records, which the fresh runs replaced:

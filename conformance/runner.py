@@ -12,6 +12,7 @@ from collections import Counter
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,12 +60,14 @@ def pytest_command(
     return cmd + list(extra or [])
 
 
-def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[int, dict | None]:
+def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False,
+              errors: list[str] | None = None) -> tuple[int, dict | None]:
     """Run one pytest command; return its exit code and the plugin's JSON (None if absent).
 
     Inside :func:`conformance.interrupts.interruptible`, pytest runs in a session of its own
     and the run's first SIGINT / SIGTERM interrupts it; once one has come, no further pytest
-    starts (exit code 2, no JSON).
+    starts (exit code 2, no JSON). ``errors`` (not with ``quiet``): pytest's stderr still
+    goes to this process's, and its ``ERROR:`` lines (a usage error's cause) are appended.
     """
     json_path.unlink(missing_ok=True)
     output = subprocess.DEVNULL if quiet else None
@@ -72,8 +75,13 @@ def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[
     if active is not None and active.requested:
         active.cut = True
         return ExitCode.INTERRUPTED, None
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output, stderr=output,
-                            start_new_session=active is not None)
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output,
+                            stderr=subprocess.PIPE if errors is not None and not quiet else output,
+                            text=errors is not None and not quiet, start_new_session=active is not None)
+    tee = None
+    if proc.stderr is not None:
+        tee = threading.Thread(target=_tee_errors, args=(proc.stderr, errors), daemon=True)
+        tee.start()
     if active is not None:
         active.watch(proc)
     try:
@@ -81,9 +89,21 @@ def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False) -> tuple[
     finally:
         if active is not None:
             active.watch(None)
+        if tee is not None:
+            tee.join()
     if not json_path.exists():
         return returncode, None
     return returncode, json.loads(json_path.read_text())
+
+
+def _tee_errors(stream, errors: list[str]) -> None:
+    """Copy ``stream`` (pytest's stderr) to this process's stderr, line by line, keeping the
+    lines that begin with ``ERROR:`` in ``errors``."""
+    for line in stream:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        if line.startswith("ERROR:"):
+            errors.append(line.strip())
 
 
 def merge_phases(*phases: tuple[int, dict | None]) -> tuple[int, dict | None]:
