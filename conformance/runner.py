@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 import subprocess
 import sys
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,9 +75,10 @@ def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False,
     if active is not None and active.requested:
         active.cut = True
         return ExitCode.INTERRUPTED, None
+    tee_stderr = errors is not None and not quiet
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output,
-                            stderr=subprocess.PIPE if errors is not None and not quiet else output,
-                            text=errors is not None and not quiet, start_new_session=active is not None)
+                            stderr=subprocess.PIPE if tee_stderr else output, text=tee_stderr,
+                            start_new_session=active is not None)
     tee = None
     if proc.stderr is not None:
         tee = threading.Thread(target=_tee_errors, args=(proc.stderr, errors), daemon=True)

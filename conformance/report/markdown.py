@@ -42,6 +42,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
     """Write the matrix, the non-passing tests with reasons and replays, and the statistics."""
     rows = run_rows(payload)
     cells = table(rows)
+    missing = not_run_line(rows)
     out = [
         f"# DSpark conformance: `{payload['impl']}` on {payload['device']}",
         "",
@@ -49,7 +50,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         "",
         f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
         f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows, payload)}**.",
-        *(["", f"{not_run_line(rows)}."] if not_run_line(rows) else []),
+        *(["", f"{missing}."] if missing else []),
         "",
         "| " + " | ".join(cells[0]) + " |",
         "|" + " --- |" * len(cells[0]),
