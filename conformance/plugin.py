@@ -312,12 +312,18 @@ def require(dspark_adapter: "Adapter", pytestconfig: pytest.Config) -> Callable[
     or a skip that names the capability: not offered, or declared unable to run on this run's
     device or torch build (``Adapter.unmet``, from ``conventions.devices`` and
     ``Adapter.requirements``). The one place where a declared device limit becomes a skip; a
-    test that passes ``require`` runs."""
+    test that passes ``require`` runs. A capability the adapter declares ``unavailable`` (the
+    engine release should offer it, a module did not load) is INCONCLUSIVE with the reason."""
     device = run_session(pytestconfig).device
 
     def _require(capability: type) -> Any:
         from .boundary import validating
+        from .contract import Inconclusive
 
+        why_unavailable = dspark_adapter.unavailable.get(capability)
+        if why_unavailable is not None:
+            raise Inconclusive(f"capability {capability.__name__} should be offered by {dspark_adapter.name} "
+                               f"but did not load: {why_unavailable}")
         impl = dspark_adapter.get(capability)
         if impl is None:
             pytest.skip(f"capability {capability.__name__} not offered by {dspark_adapter.name}")

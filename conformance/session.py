@@ -125,6 +125,10 @@ class RunSession:
             "description": adapter.description,
             "conventions": {k: str(v) for k, v in vars(adapter.conventions).items()},
             "capabilities": sorted(cap.__name__ for cap in adapter.capabilities),
+            "unavailable": {cap.__name__: why for cap, why in sorted(adapter.unavailable.items(),
+                                                                      key=lambda item: item[0].__name__)},
+            "carried_forward": sorted({e.carried_forward_from for e in adapter.expected_failures
+                                       if e.carried_forward_from and self.device in e.devices}),
             "device": self.device,
             "base_seed": self.base_seed,
             "budget": self.budget,

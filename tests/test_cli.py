@@ -209,6 +209,41 @@ def test_unmatched_ledger_entry_is_an_infrastructure_error(tmp_path):
     assert "test_S6_does_not_exist" in out
 
 
+def test_unavailable_is_validated():
+    offered = {c.Confidence: reference.Confidence()}
+    with pytest.raises(ValueError, match="unavailable: Confidence is offered too"):
+        c.Adapter("toy", c.Conventions(), offered, unavailable={c.Confidence: "x did not import"})
+    with pytest.raises(ValueError, match=r"unavailable\[FoldedDraft\]: expected the reason"):
+        c.Adapter("toy", c.Conventions(), offered, unavailable={c.FoldedDraft: " "})
+    with pytest.raises(ValueError, match="unavailable: <class 'int'> is not a capability of the contract"):
+        c.Adapter("toy", c.Conventions(), offered, unavailable={int: "x"})
+
+
+def test_a_capability_that_should_load_and_did_not_is_inconclusive_and_named(tmp_path):
+    """Issue 40: an engine release that should offer a capability but could not import a module
+    for it is never a silent "not offered" skip."""
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:unavailable_confidence", "-k", "test_S7_")
+    assert code == cli.EXIT_INCONCLUSIVE, out
+    notice = "UNAVAILABLE: capability Confidence should be offered by toy:unavailable-confidence but did not load"
+    assert notice in out and "pip install --target DIR regex" in out
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert set(payload["unavailable"]) == {"Confidence"}
+    assert payload["tests"] and all(t["outcome"] == "inconclusive" for t in payload["tests"])
+    assert notice in (tmp_path / "report.md").read_text()
+
+
+def test_a_fixed_finding_carried_forward_is_a_strict_xpass_naming_it(tmp_path):
+    """Issue 40: a ledger entry carried forward to a release newer than the newest measured says so,
+    and a release that fixed the finding fails the gate with an XPASS that names it."""
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:carried_forward_ledger", "-k", "test_S6_lengths")
+    assert code == cli.EXIT_FAIL, out
+    assert "[XPASS(strict)] [S6] T1: a toy finding" in out
+    assert "carried forward from 1.0, not confirmed on 1.1" in out
+    assert "ledger: entries carried forward from 1.0, not confirmed on toy:engine==1.1" in out
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["carried_forward"] == ["1.0"]
+
+
 def test_unknown_impl_is_a_clear_error():
     with pytest.raises(AdapterLoadError, match="unknown implementation"):
         load_adapter("no-such-engine")

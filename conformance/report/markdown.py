@@ -8,7 +8,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from conformance.report.matrix import not_run_line, overall, run_rows, short_reason, table
+from conformance.report.matrix import engine_notices, not_run_line, overall, run_rows, short_reason, table
 
 
 def _stat_lines(payload: dict[str, Any]) -> list[str]:
@@ -51,6 +51,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
         f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows, payload)}**.",
         *(["", f"{missing}."] if missing else []),
+        *(line for notice in engine_notices(payload) for line in ("", f"**{html.escape(notice, quote=False)}**")),
         "",
         "| " + " | ".join(cells[0]) + " |",
         "|" + " --- |" * len(cells[0]),
