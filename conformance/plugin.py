@@ -77,8 +77,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dspark-impl", default=None, help="implementation under test (default: reference)")
     group.addoption("--dspark-device", default="cpu", choices=("cpu", "cuda"), help="device for test tensors")
     group.addoption("--dspark-seed", type=int, default=DEFAULT_BASE_SEED, help="base seed for case seeds")
-    group.addoption("--dspark-case", action="append", default=[], metavar="KEY",
-                    help="run only the case with this key (repeatable; the replay form)")
+    group.addoption("--dspark-case", action="append", default=[], metavar="CASE_ID",
+                    help="run only the case with this case id (repeatable; the replay form; a legacy key "
+                    "conformance/test_x.py::test_y[id] is deprecated)")
     group.addoption("--dspark-report-json", default=None, help="write per-test records as JSON here")
     group.addoption("--dspark-phase", default="all", choices=PHASES,
                     help="'parallel': leave out the latency_bound cases; 'serial': only those (the runner's two "
