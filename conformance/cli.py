@@ -156,8 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", type=_budget, default=None,
                      help="factor on statistical sample sizes (<1 faster, less power; alpha unchanged)")
     run.add_argument("-k", dest="keyword", default=None, help="pytest -k expression to select tests")
-    run.add_argument("--case", dest="cases", action="append", default=None, metavar="KEY",
-                     help="run only the case with this key (repeatable; as a failure's replay line names it)")
+    run.add_argument("--case", dest="cases", action="append", default=None, metavar="CASE_ID",
+                     help="run only the case with this case id, e.g. S5/parity/random-V8-l4-T1 (repeatable; as a "
+                     "failure's replay line names it; a legacy key conformance/test_x.py::test_y[id] is deprecated)")
     run.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest after '--'")
     mut = sub.add_parser("mutants", help="kill matrix: each mutant against the tests of its section",
                          description="The kill matrix: each mutant (the reference with one known fault) against "
