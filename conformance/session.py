@@ -125,6 +125,9 @@ class RunSession:
             "description": adapter.description,
             "conventions": {k: str(v) for k, v in vars(adapter.conventions).items()},
             "capabilities": sorted(cap.__name__ for cap in adapter.capabilities),
+            # offered, yet declared unable to run on this run's device or torch build: their cases skip
+            "unavailable": {cap.__name__: why for cap in sorted(adapter.capabilities, key=lambda cap: cap.__name__)
+                            if (why := adapter.unmet(cap, self.device)) is not None},
             "device": self.device,
             "base_seed": self.base_seed,
             "budget": self.budget,

@@ -50,6 +50,9 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         "",
         f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
         f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows, payload)}**.",
+        *(["", "Offered but unable to run here (their cases skip): "
+           + "; ".join(f"{cap} ({why})" for cap, why in payload["unavailable"].items()) + "."]
+          if payload.get("unavailable") else []),
         *(["", f"{missing}."] if missing else []),
         "",
         "| " + " | ".join(cells[0]) + " |",
