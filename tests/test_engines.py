@@ -12,6 +12,7 @@ out). The engine imports ``toy_dspark_extra``, which only its ``INSTALL_EXTRAS``
 import base64
 import hashlib
 import json
+import shlex
 import zipfile
 from pathlib import Path
 
@@ -261,3 +262,12 @@ def test_usage_errors_exit_3_naming_the_option(argv, message, capsys):
         cli.main(["engines", "--dry-run", *argv])
     assert exit_.value.code == cli.EXIT_INFRA and message in capsys.readouterr().err
 
+
+def test_drift_workflow_runs_the_check_with_options_the_cli_accepts():
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load((Path(__file__).resolve().parents[1] / "CI" / "github" / "drift.yml").read_text())
+    assert {"schedule", "workflow_dispatch"} <= set(workflow[True])  # YAML reads 'on' as True
+    [line] = [line for step in workflow["jobs"]["drift"]["steps"] for line in step.get("run", "").splitlines()
+              if line.startswith("dspark-conformance ")]
+    args = cli.build_parser().parse_args(shlex.split(line.replace("$ARGS", ""))[1:])  # exit 3 on a bad option
+    assert (args.command, args.report) == ("engines", Path("drift-report"))
