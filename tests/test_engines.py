@@ -113,13 +113,13 @@ def test_release_whose_adapter_does_not_load_fails_without_a_gate(toy_index, tmp
     code = cli.main(["engines", "--release", "toy==0.9.0", "--report", str(report)])
     out = capsys.readouterr().out
     assert code == cli.EXIT_FAIL, out
-    row = out.splitlines()[-2]  # the table's row, then the report line
-    assert row.split()[:4] == ["toy", "0.9.0", "(pinned)", "no:"], out
-    assert "make_adapter() raised AdapterLoadError: toy-dspark-engine 0.9.0: no DSpark module in this release " in row
+    row = next(line for line in out.splitlines() if line.split()[:3] == ["toy", "0.9.0", "(pinned)"])
+    assert row.split()[3] == "no:", out
+    assert "no: toy-dspark-engine 0.9.0: no DSpark module in this release " in row  # the adapter's own error
     assert row.split()[-4:] == ["-", "ERROR", "-", str(report / "toy-0.9.0")], out
     record = json.loads((report / table.JSON_FILE).read_text())
     assert record["exit_code"] == cli.EXIT_FAIL
-    assert record["engines"][0]["load_error"].endswith("toy-dspark-engine 0.9.0: no DSpark module in this release")
+    assert record["engines"][0]["load_error"] == "toy-dspark-engine 0.9.0: no DSpark module in this release"
     assert "| toy | 0.9.0 (pinned) | no: " in (report / table.MARKDOWN_FILE).read_text()
     assert not (report / "toy-0.9.0" / "results.json").exists()  # no gate ran
 
@@ -209,6 +209,7 @@ def test_table_names_unavailable_capabilities_load_errors_and_unexplained_failur
         _result(engine="sglang", release="0.5.24", report="r/sglang-0.5.24", exit_code=1, verdict="FAIL",
                 unexplained=["S5::a", "S5::b"]),
         table.EngineResult("speculators", "1.0", "pinned", "r/s", exit_code=1, loads=False, load_error="no module"),
+        table.EngineResult("mlx-dspark", "2.0", "pinned", "r/m", exit_code=1, loads=False, load_error="x" * 80),
         table.EngineResult("mlx", "?", "newest on index", "", exit_code=3, error="pip found no release"),
     ]
     lines = drift.format_table(results).splitlines()
@@ -217,8 +218,10 @@ def test_table_names_unavailable_capabilities_load_errors_and_unexplained_failur
     assert "3 (unavailable: B, C)" in lines[2] and lines[2].split()[-3:] == ["PASS", "0", "r/vllm-0.34.0"]
     assert lines[3].split()[-3:] == ["FAIL", "2", "r/sglang-0.5.24"]
     assert "no: no module" in lines[4] and lines[4].split()[-4:] == ["-", "ERROR", "-", "r/s"]
-    assert lines[5].split() == ["mlx", "?", "(newest", "on", "index)", "-", "-", "ERROR", "-", "-"]
-    assert lines[6:] == ["  mlx: pip found no release", "  sglang: unexplained failure: S5::a",
+    assert f"no: {'x' * 57}... " in lines[5]  # cut in the cell, whole in the notes
+    assert lines[6].split() == ["mlx", "?", "(newest", "on", "index)", "-", "-", "ERROR", "-", "-"]
+    assert lines[7:] == ["  mlx: pip found no release", "  speculators: does not load: no module",
+                         f"  mlx-dspark: does not load: {'x' * 80}", "  sglang: unexplained failure: S5::a",
                          "  sglang: unexplained failure: S5::b"]
 
 

@@ -75,11 +75,15 @@ def exit_code(results: Sequence[EngineResult]) -> int:
     return next(code for code in _PRECEDENCE if code in codes)
 
 
+#: The load error's width in the text table's cell.
+LOAD_ERROR_WIDTH = 60
 HEADER = ("engine", "release", "loads", "capabilities", "verdict", "unexplained failures", "report")
 
 
-def _cells(r: EngineResult) -> list[str]:
-    loads = "-" if r.loads is None else "yes" if r.loads else f"no: {r.load_error}"
+def _cells(r: EngineResult, width: int | None = None) -> list[str]:
+    """The row of ``r``; a load error cut to ``width`` characters (the notes give it whole)."""
+    error = r.load_error if width is None or len(r.load_error) <= width else r.load_error[:width - 3] + "..."
+    loads = "-" if r.loads is None else "yes" if r.loads else f"no: {error}"
     caps = "-" if r.capabilities is None else str(len(r.capabilities)) + (
         f" (unavailable: {', '.join(sorted(r.unavailable))})" if r.unavailable else "")
     return [r.engine, f"{r.release} ({r.origin})", loads, caps, r.verdict,
@@ -89,6 +93,7 @@ def _cells(r: EngineResult) -> list[str]:
 def _notes(results: Sequence[EngineResult]) -> list[str]:
     """One line per error and per unexplained failure, under the table."""
     lines = [f"{r.engine}: {r.error}" for r in results if r.error]
+    lines += [f"{r.engine}: does not load: {r.load_error}" for r in results if r.loads is False]
     lines += [f"{r.engine}: unexplained failure: {case}" for r in results for case in r.unexplained]
     return lines
 
@@ -96,7 +101,7 @@ def _notes(results: Sequence[EngineResult]) -> list[str]:
 def format_table(results: Sequence[EngineResult]) -> str:
     """The text table ``dspark-conformance engines`` prints, with the errors and unexplained
     failures under it."""
-    rows = [list(HEADER)] + [_cells(r) for r in results]
+    rows = [list(HEADER)] + [_cells(r, LOAD_ERROR_WIDTH) for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
