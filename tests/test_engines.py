@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import shlex
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -133,10 +134,19 @@ def test_development_tree_gets_the_extras_and_loads_from_its_path(toy_index, tmp
     assert "toy-dspark-extra" in (tmp_path / "report" / "toy-path" / gate.INSTALL_LOG).read_text()
 
 
-def test_release_missing_from_the_index_is_an_install_error(toy_index, tmp_path):
+def test_release_missing_from_the_index_is_an_install_error(toy_index, tmp_path, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     [result] = _check(toy_index, tmp_path, pins={"toy": "7.0"})
     assert (result.exit_code, result.verdict, result.loads) == (cli.EXIT_INFRA, "ERROR", None)
     assert result.error.startswith("pip install failed: ERROR: ") and "toy-dspark-engine==7.0" in result.error
+    assert "toy-dspark-engine==7.0" in (tmp_path / "report" / "toy-7.0" / gate.INSTALL_LOG).read_text()
+    assert list(scratch.iterdir()) == []  # the scratch directory is gone
+    lines = []
+    _check(toy_index, tmp_path, pins={"toy": "7.0"}, keep=True, log=lines.append)
+    [kept] = scratch.iterdir()
+    assert lines[-1] == f"scratch directories kept: {kept}"
 
 
 def test_project_missing_from_the_index_is_an_infrastructure_error(toy_index, tmp_path):
