@@ -128,6 +128,9 @@ class RunSession:
                                                                       key=lambda item: item[0].__name__)},
             "carried_forward": sorted({e.carried_forward_from for e in adapter.expected_failures
                                        if e.carried_forward_from and self.device in e.devices}),
+            # offered, yet declared unable to run on this run's device or torch build: their cases skip
+            "cannot_run_here": {cap.__name__: why for cap in sorted(adapter.capabilities, key=lambda cap: cap.__name__)
+                            if (why := adapter.unmet(cap, self.device)) is not None},
             "device": self.device,
             "base_seed": self.base_seed,
             "budget": self.budget,

@@ -85,7 +85,10 @@ def test_a_run_where_every_case_skipped_is_inconclusive_not_a_pass(tmp_path):
 def test_capability_declared_cuda_only_is_a_skip_with_its_reason_on_cpu(tmp_path):
     code, out = _run(tmp_path, "--impl", "tests.toy_adapters:cuda_only_confidence", "-k", "test_S6_ or test_S7_")
     assert code == cli.EXIT_PASS, out
-    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["cannot_run_here"] == {"Confidence": "runs on cuda only, not cpu (toy kernel)"}
+    assert "Confidence (runs on cuda only, not cpu (toy kernel))" in (tmp_path / "report.md").read_text()
+    tests = payload["tests"]
     s7 = [t for t in tests if t["section"] == "S7"]
     assert s7 and {t["outcome"] for t in s7} == {"skipped"}
     assert {t["reason"] for t in s7} == {

@@ -50,6 +50,9 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         "",
         f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
         f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows, payload)}**.",
+        *(["", "Offered but unable to run here (their cases skip): "
+           + "; ".join(f"{cap} ({why})" for cap, why in payload["cannot_run_here"].items()) + "."]
+          if payload.get("cannot_run_here") else []),
         *(["", f"{missing}."] if missing else []),
         *(line for notice in engine_notices(payload) for line in ("", f"**{html.escape(notice, quote=False)}**")),
         "",

@@ -73,7 +73,11 @@ from .simulated import SimulatedAcceptance
 from .tensor_parallel import TensorParallelRound
 from .verify import ChainVerifier, GreedyVerifier
 
-__all__ = ["make_adapter", "capabilities", "requirements"]
+__all__ = ["make_adapter", "capabilities", "requirements", "INSTALL_EXTRAS"]
+
+#: What the loader needs beside ``pip install --no-deps vllm==X`` (vLLM imports ``regex``);
+#: the drift check (``conformance.drift``) installs them with the engine.
+INSTALL_EXTRAS: tuple[str, ...] = ("regex",)
 
 GREEDY_RULE = "temperature"
 #: NaN, negative and infinite temperatures are rejected with ValueError, as vLLM's
