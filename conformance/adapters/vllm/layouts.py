@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from .draft_cache import cache_values, new_cache
 from .loader import VLLMModules
 from .markov import MarkovBlock, VLLMHead, _HeadModel, _speculator
 from .sampling import cache_is_processed
@@ -73,10 +74,11 @@ class DraftLayouts:
         spec.model = _ReducedVocabModel(head, offsets)
         spec._d2t_scatter_index = torch.arange(offsets.shape[0], device=device) + offsets
         spec._draft_scatter_buf = torch.full((bs, vocab_size), float("-inf"), dtype=base_logits.dtype, device=device)
-        spec.draft_logits = torch.empty(bs, gamma, vocab_size, dtype=base_logits.dtype, device=device)
+        spec.draft_logits = new_cache(self._modules, bs, gamma, vocab_size, base_logits.dtype, device)
+        spec._fuse_markov_bias = False  # load_model's rule: no fusion with a d2t scatter (0.34.0+)
         with torch.no_grad():
             spec._sample_sequential(bs, base_logits.contiguous().reshape(bs * gamma, draft_vocab))
-        cache = spec.draft_logits
+        cache = cache_values(spec.draft_logits)
         if cache_is_processed(self._modules["gumbel"].gumbel_sample):
             scale = torch.where(temps > 0, temps, torch.ones_like(temps)).to(cache.dtype)
             cache = cache * scale[:, None, None]

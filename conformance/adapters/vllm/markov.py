@@ -16,8 +16,11 @@ DFlash prepare-inputs step fills them for anchor-first blocks:
 * ``temperature`` / ``seeds``: the request state (:mod:`.engine_inputs`), seeds and anchor
   positions drawn from the suite's generator;
 * ``draft_logits``: ``[B, gamma, V]`` in the base logits' dtype (vLLM keeps it in the
-  draft head's dtype): the probabilistic drafter (``draft_sample_method="probabilistic"``;
-  vLLM's default "greedy" drafter argmaxes and keeps no draft logits).
+  draft head's dtype), a tensor or, from 0.34.0, vLLM's ``DraftLogitsCache`` holding it
+  (:mod:`.draft_cache`): the probabilistic drafter (``draft_sample_method="probabilistic"``;
+  vLLM's default "greedy" drafter argmaxes and keeps no draft logits). From 0.34.0 the loop
+  hands the Markov bias to ``gumbel_sample`` (``bias=``, fused into the kernel) where
+  ``load_model`` would fuse it (``_fuse_markov_bias``).
 
 The model the loop calls is :class:`_HeadModel`: ``compute_draft_logits`` returns the
 suite's base logits (the loop's ``head_hidden`` carries them; the backbone and LM head are
@@ -50,6 +53,7 @@ from typing import Iterator
 
 import torch
 
+from .draft_cache import cache_values, new_cache
 from .engine_inputs import identity_mapping, positions_from, request_temperatures, sampling_constants, seeds_from
 from .loader import VLLMModules
 from .sampling import cache_is_processed, gumbel_kwargs
@@ -107,7 +111,7 @@ def _speculator(modules: VLLMModules, head: VLLMHead, base_logits, first_prev, t
         _anchor_idx=torch.arange(bs, dtype=torch.int64, device=device) * max(gamma, 1),
         _step_cols=steps.to(torch.int32),
         draft_tokens=torch.zeros(bs, gamma, dtype=torch.int64, device=device),
-        draft_logits=torch.empty(bs, gamma, vocab, dtype=base_logits.dtype, device=device),
+        draft_logits=new_cache(modules, bs, gamma, vocab, base_logits.dtype, device),
         temperature=temperatures,
         seeds=seeds,
         _d2t_scatter_index=None,
@@ -118,6 +122,12 @@ def _speculator(modules: VLLMModules, head: VLLMHead, base_logits, first_prev, t
         use_confidence_head=False,
         enable_adaptive_verification=False,
         acceptance_estimator=None,
+        # 0.34.0+ (read by those releases only): the Markov bias is fused into gumbel_sample,
+        # as load_model decides for a probabilistic drafter with a target-wide vocabulary and
+        # no watermarker, acceptance estimator or output transform (:mod:`.layouts` unsets it
+        # with a reduced vocabulary); one rank samples every request (no batch sharding).
+        _fuse_markov_bias=True,
+        _sharded_sequential_comm=None,
         # The base class's acceptance-estimator hook (DraftModelSpeculator, stubbed with the
         # DFlash base): it does nothing when acceptance_estimator is None, as here.
         _maybe_predict_acceptance=lambda *args, **kwargs: None,
@@ -156,7 +166,7 @@ def run_markov_loop(modules: VLLMModules, head: VLLMHead, base_logits, first_pre
     module = modules["speculator"]
     with torch.no_grad(), (_forcing(module, forced) if forced is not None else contextlib.nullcontext()):
         spec._sample_sequential(bs, hidden)
-    return spec.draft_tokens, spec.draft_logits
+    return spec.draft_tokens, cache_values(spec.draft_logits)
 
 
 class MarkovBlock:

@@ -17,7 +17,8 @@ vLLM's verify step does:
   ``apply_sampling_params`` does before verification; the draft logits are the corrected
   logits the drafter caches: pre-temperature from 0.28.0 (the kernel divides on load),
   temperature-applied in 0.25.0 (``cache_is_processed``: the adapter applies vLLM's
-  ``apply_temperature`` to them, as the 0.25.0 drafter's sampler stored them).
+  ``apply_temperature`` to them, as the 0.25.0 drafter's sampler stored them); handed over
+  as the tensor, or from 0.34.0 in vLLM's ``DraftLogitsCache`` (:mod:`.draft_cache`).
 
 Greedy rows (temperature state 0) accept while the draft equals the target argmax; an
 all-greedy batch passes no draft logits (vLLM's greedy drafter keeps none).
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import torch
 
+from .draft_cache import cache_holding
 from .engine_inputs import identity_mapping, positions_from, request_temperatures, sampling_constants, seeds_from
 from .loader import VLLMModules
 from .sampling import cache_is_processed
@@ -100,6 +102,8 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
             draft = flat.reshape(bs, l, vocab)
     else:
         draft = None
+    if draft is not None:
+        draft = cache_holding(modules, draft)
     sampled, num_sampled = modules["rejection"].rejection_sample(
         target, draft, draft_sampled, cu.to(torch.int32), pos, idx, expanded, local_d.to(torch.int32).contiguous(),
         temps, seeds, l, synthetic_rates,
