@@ -63,7 +63,7 @@ from conformance import contract as c
 
 from . import ledger
 from .confidence import Confidence, confidence_support
-from .loader import VLLMModules, load_vllm
+from .loader import INSTALL_EXTRAS, OPTIONAL_MODULES, VLLMModules, defines_name, load_vllm
 from .layouts import DraftLayouts
 from .markov import MarkovBlock
 from .round import SpeculativeRound
@@ -73,7 +73,7 @@ from .simulated import SimulatedAcceptance
 from .tensor_parallel import TensorParallelRound
 from .verify import ChainVerifier, GreedyVerifier
 
-__all__ = ["make_adapter", "capabilities", "requirements"]
+__all__ = ["make_adapter", "capabilities", "requirements", "unavailable"]
 
 GREEDY_RULE = "temperature"
 #: NaN, negative and infinite temperatures are rejected with ValueError, as vLLM's
@@ -85,6 +85,34 @@ DEGENERATE_ROWS = "tolerated"
 #: ``rejection_sample`` accepts iff ``log p > log u + log q``: a q(x) = 0 draft (log q = -inf)
 #: is accepted iff p(x) > 0.
 ZERO_Q_DRAFTS = "accept"
+
+
+#: Optional module -> the capabilities it feeds, and the name its file must define for the
+#: release to offer them (None: the file alone). ``TensorParallelRound`` plans with adaptive
+#: verification where the release ships it, so it is not offered without it.
+_FEEDS: dict[str, tuple[tuple[type, ...], str | None]] = {
+    "adaptive": ((c.ProductionScheduler, c.TensorParallelRound), None),
+    "dspark_model": ((c.Confidence,), "DSparkConfidenceHead"),
+}
+
+
+def unavailable(modules: VLLMModules) -> dict[type, str]:
+    """Capabilities the installed release ships but that could not load: capability -> why,
+    naming the module, the import error and the pip line that installs what the adapter
+    needs beside the wheel (``INSTALL_EXTRAS``). Empty when every shipped module loaded.
+    A module the release does not ship (0.25.0's adaptive verification) is no loss."""
+    lost: dict[type, str] = {}
+    for short, (capabilities_fed, defines) in _FEEDS.items():
+        if short not in modules.missing:
+            continue
+        name = OPTIONAL_MODULES[short]
+        if defines is not None and not defines_name(modules.root, name, defines):
+            continue
+        why = (f"vllm=={modules.version} ships {name} but it did not load: {modules.missing[short]}; "
+               f"install the packages the adapter needs beside the wheel: "
+               f"pip install --target DIR {' '.join(INSTALL_EXTRAS)}")
+        lost.update(dict.fromkeys(capabilities_fed, why))
+    return lost
 
 
 def capabilities(modules: VLLMModules) -> dict[type, Any]:
@@ -107,6 +135,8 @@ def capabilities(modules: VLLMModules) -> dict[type, Any]:
         offered[c.Confidence] = Confidence(modules)
     if "adaptive" in modules:
         offered[c.ProductionScheduler] = ProductionScheduler(modules)
+    for capability in unavailable(modules):
+        offered.pop(capability, None)
     return offered
 
 
@@ -129,6 +159,9 @@ def make_adapter() -> c.Adapter:
     description = f"vLLM {modules.version} DSpark (V2 model runner), loaded without its engine"
     if not ledger.ledger_enabled():
         description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
+    # Until the contract carries Adapter.unavailable, the report's description names the loss.
+    for capability, why in unavailable(modules).items():
+        description += f"; {capability.__name__} UNAVAILABLE: {why}"
     return c.Adapter(
         name=f"vllm=={modules.version}",
         conventions=c.Conventions(greedy_rule=GREEDY_RULE, draft_truncates=False, bad_temperatures=BAD_TEMPERATURES,

@@ -63,9 +63,11 @@ class DraftLayouts:
                                                                     state_dict["W1.weight"].shape[1], 0,
                                                                     base_logits.device),
                                              base_logits, first_prev, hidden, temperatures, top_k, generator)
+        if head_type != "vanilla":
+            raise NotImplementedError(f"a {head_type!r} head with a reduced draft vocabulary: vLLM {version}'s only "
+                                      "non-vanilla head (Mistral Large 4's rnn) drafts over the target vocabulary")
         head = self._markov.load_head(head_type, state_dict, vocab_size, state_dict["W1.weight"].shape[1], 0,
-                                      base_logits.device)
-        head = VLLMHead(head.w1.to(base_logits.dtype), head.w2.to(base_logits.dtype))
+                                      base_logits.device).to(base_logits.dtype)
         bs, gamma, _ = base_logits.shape
         device = base_logits.device
         temps, seeds, anchor_pos = self._markov._state(bs, temperatures, generator, device)

@@ -74,6 +74,7 @@ __all__ = [
     "installed_version",
     "load_vllm",
     "ships",
+    "defines_name",
     "source_functions",
 ]
 
@@ -378,6 +379,23 @@ def ships(root: str, module_name: str) -> bool:
     (a module ``.py`` or a package directory)."""
     path = os.path.join(root, *module_name.split("."))
     return os.path.isfile(path + ".py") or os.path.isdir(path)
+
+
+def defines_name(root: str, module_name: str, name: str) -> bool:
+    """Whether the wheel's file of ``module_name`` defines ``name`` at its top level (a class,
+    function or assignment), read without importing it; False when the file is absent."""
+    path = os.path.join(root, *module_name.split(".")) + ".py"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except OSError:
+        return False
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return True
+    return False
 
 
 def _package_root(version_text: str) -> str:
