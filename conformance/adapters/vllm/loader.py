@@ -5,8 +5,9 @@ distributed runtime, model registry, compiled ``_C``). DSpark's kernels and its 
 live in plain modules of the V2 model runner, so this loader imports them directly, the way
 :mod:`conformance.adapters.sglang.loader` does for SGLang:
 
-* **No vllm package ``__init__`` runs.** Every package under ``vllm/`` is registered as a
-  bare module whose ``__path__`` points at the wheel's files.
+* **No vllm package ``__init__`` runs**, except the plain ones the DSpark files read names
+  from (``_PLAIN_PACKAGES``, e.g. ``vllm.utils``: uuid and torch only). Every other package
+  under ``vllm/`` is registered as a bare module whose ``__path__`` points at the wheel's files.
 * **Stubs replace the few engine modules the DSpark files import** (``_ENGINE_STUBS``, each
   with its reason). A stub hands out inert placeholders that raise :class:`StubCalled` when
   called, except for the explicit values a module reads at import time (``_STUB_VALUES``):
@@ -31,9 +32,10 @@ live in plain modules of the V2 model runner, so this loader imports them direct
 
 If vLLM was already imported the normal way, its modules are used as they are.
 
-To support a new vLLM release: add its DSpark modules to ``DSPARK_MODULES`` (and to
-``FIRST_RELEASE`` when only later releases ship one); if its DSpark files import a new
-engine module, add a line to ``_ENGINE_STUBS`` with the reason.
+To support a new vLLM release: add its DSpark modules to ``DSPARK_MODULES`` (or to
+``OPTIONAL_MODULES`` when only some releases ship one); if its DSpark files import a new
+engine module, add a line to ``_ENGINE_STUBS`` with the reason (or to ``_PLAIN_PACKAGES``
+for a plain package ``__init__``).
 """
 
 from __future__ import annotations

@@ -40,8 +40,19 @@ vLLM's ``gumbel_sample`` (which writes the step's corrected logits into the cach
 returns the given token, so the next step conditions on it. The corrected logits come from
 the same loop and the same cache writes as in sampling.
 
-Heads: vLLM ships the vanilla head only; ``gated`` and ``rnn`` raise ``NotImplementedError``
-(a skip naming the feature). ``markov_rank <= 0`` raises ``ValueError``.
+Heads: the vanilla head everywhere. The rnn head from 0.34.0, where the loop calls
+``DSparkSpeculator._markov_step``: a model with ``has_recurrent_markov_head`` gets
+``markov_step(prev, draft_hidden, state)`` per step, the state starting from None (zeros) for
+each proposal. vLLM's one such model, Mistral Large 4's DSpark draft, computes
+``joint_proj([state ; W1[prev] ; h])`` (a linear ``2r + d -> 3r`` with bias), splits it into
+gate, candidate and output, ``state' = sigmoid(gate) * state + (1 - sigmoid(gate)) *
+tanh(cand)`` and returns ``tanh(out)`` for ``markov_bias`` (W2): SPEC S2's rnn head term for
+term, with ``Wz`` as ``joint_proj``. The adapter compiles that ``markov_step`` from the model
+file (:func:`recurrent_step`; the module needs the engine), gives it the head's weights, and
+runs the loop with the backbone hidden states as the loop's hidden states
+(``compute_draft_logits`` returns the base logits). ``gated`` raises
+``NotImplementedError`` (a skip naming the feature), as ``rnn`` does before 0.34.0.
+``markov_rank <= 0`` raises ``ValueError``.
 """
 
 from __future__ import annotations
