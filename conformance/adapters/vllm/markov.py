@@ -239,7 +239,7 @@ def run_markov_loop(modules: VLLMModules, head: VLLMHead, base_logits, first_pre
             raise NotImplementedError(why)
         model = _HeadModel(head, base_logits.reshape(bs * gamma, vocab), step)
         # The draft model's hidden states are in its dtype, the head's.
-        hidden = hidden.to(head.w1.dtype).reshape(bs * gamma, -1)
+        hidden = hidden.to(head.w1.dtype).reshape(bs * gamma, hidden.shape[-1])
     else:
         hidden = base_logits.reshape(bs * gamma, vocab)
     spec = _speculator(modules, head, base_logits, first_prev, temperatures, seeds, anchor_pos, model)
