@@ -42,6 +42,24 @@ def test_stub_keeps_values_and_placeholders_raise_with_the_reason(wheel):
         kernel.Scheduler()
 
 
+def test_plain_package_runs_its_own_init_and_others_stay_bare(tmp_path, monkeypatch):
+    helpers = tmp_path / "toyeng" / "helpers"
+    helpers.mkdir(parents=True)
+    (tmp_path / "toyeng" / "__init__.py").write_text("raise RuntimeError('the engine ran')\n")
+    (helpers / "__init__.py").write_text("def random_uuid():\n    return 'u'\n")
+    (helpers / "more.py").write_text("from toyeng.helpers import random_uuid\nVALUE = random_uuid()\n")
+    finder = WheelFinder("toyeng", str(tmp_path), STUBS, lambda name, path: None, plain_packages={"toyeng.helpers"})
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+    try:
+        from toyeng.helpers import more
+
+        assert more.VALUE == "u" and sys.modules["toyeng.helpers"].__file__.endswith("__init__.py")
+        assert not hasattr(sys.modules["toyeng"], "__file__")  # the top package's __init__ never ran
+    finally:
+        for name in [n for n in sys.modules if n == "toyeng" or n.startswith("toyeng.")]:
+            del sys.modules[name]
+
+
 def test_strict_stub_has_only_its_names():
     stub = STUBS.module("x.y", {"a": 1}, strict=True)
     assert stub.a == 1

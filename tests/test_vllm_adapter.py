@@ -240,10 +240,14 @@ def test_markov_sample_block_is_its_own_teacher_forcing(vllm):
 
 
 def test_markov_rejects_heads_vllm_lacks(vllm):
-    from conformance.adapters.vllm.markov import MarkovBlock
+    from conformance.adapters.vllm.markov import MarkovBlock, recurrent_step
 
-    with pytest.raises(NotImplementedError, match="vanilla head only"):
+    with pytest.raises(NotImplementedError, match="ships the vanilla head"):
         MarkovBlock(vllm).load_head("gated", {}, V, RANK, 5, torch.device("cpu"))
+    if recurrent_step(vllm)[0] is None:
+        with pytest.raises(NotImplementedError, match="vanilla head only .*no recurrent Markov step"):
+            MarkovBlock(vllm).load_head("rnn", {"W1.weight": torch.zeros(V, RANK), "W2.weight": torch.zeros(V, RANK)},
+                                        V, RANK, 5, torch.device("cpu"))
     with pytest.raises(ValueError, match="markov_rank must be positive"):
         MarkovBlock(vllm).load_head("vanilla", {}, V, 0, 5, torch.device("cpu"))
 
@@ -448,7 +452,7 @@ def test_tensor_parallel_cost_curves_price_the_step_in_milliseconds():
 def test_tensor_parallel_round_refuses_what_vllm_lacks_before_any_collective(vllm):
     tp = load_adapter("vllm").get(c.TensorParallelRound)
     gated = dict(_tp_inputs(0.02), head_type="gated")
-    with pytest.raises(NotImplementedError, match="ships the vanilla head only"):
+    with pytest.raises(NotImplementedError, match="Markov head 'gated': vLLM .* ships the vanilla head"):
         _tp_round(tp, RecordingGroup(fail=True), gated)
     truncated = dict(_tp_inputs(0.02), top_k=torch.full((4,), 5))
     with pytest.raises(NotImplementedError, match="top-k on sampling rows"):
@@ -534,3 +538,109 @@ def test_speculators_sample_block_is_its_own_teacher_forcing(head_type):
     prev = torch.cat([torch.tensor([[1], [2], [3]]), tokens[:, :-1]], dim=1)
     torch.testing.assert_close(block.apply_block_logits(head, base, prev, hidden), corrected)
     assert torch.equal(tokens[0], corrected[0].argmax(dim=-1))
+
+
+# --------------------------------------------------------------------------- 0.34.0 paths, capability loss
+def _toy_wheel(tmp_path, files: dict[str, str]) -> str:
+    for relative, text in files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(tmp_path)
+
+
+def test_unavailable_names_a_shipped_module_that_failed_and_ignores_one_not_shipped(tmp_path):
+    from conformance.adapters import vllm as adapter
+
+    adaptive = "vllm/v1/worker/gpu/spec_decode/adaptive_verification.py"
+    model = "vllm/model_executor/models/qwen3_dspark.py"
+    failed = {"adaptive": "cannot import it: missing 'regex'", "dspark_model": "cannot import it"}
+    root = _toy_wheel(tmp_path / "a", {adaptive: "", model: "class DSparkConfidenceHead:\n    pass\n"})
+    lost = adapter.unavailable(loader.VLLMModules("0.33.0", root, {}, failed))
+    assert set(lost) == {c.ProductionScheduler, c.TensorParallelRound, c.Confidence}
+    assert "adaptive_verification" in lost[c.ProductionScheduler] and "missing 'regex'" in lost[c.ProductionScheduler]
+    assert f"pip install --target DIR {' '.join(loader.INSTALL_EXTRAS)}" in lost[c.TensorParallelRound]
+    # A model file without the confidence head (0.25.0) is no loss of Confidence.
+    root = _toy_wheel(tmp_path / "b", {adaptive: "", model: "class Other:\n    pass\n"})
+    assert set(adapter.unavailable(loader.VLLMModules("0.25.0", root, {}, failed))) == {
+        c.ProductionScheduler, c.TensorParallelRound}
+    assert adapter.unavailable(loader.VLLMModules("0.33.0", root, {}, {})) == {}
+
+
+def test_loader_ships_and_defines_read_the_wheel_without_importing(tmp_path):
+    root = _toy_wheel(tmp_path, {"vllm/a/b.py": "X = 1\ndef f():\n    pass\n", "vllm/a/pkg/__init__.py": ""})
+    assert loader.ships(root, "vllm.a.b") and loader.ships(root, "vllm.a.pkg") and not loader.ships(root, "vllm.a.c")
+    assert loader.defines_name(root, "vllm.a.b", "X") and loader.defines_name(root, "vllm.a.b", "f")
+    assert not loader.defines_name(root, "vllm.a.b", "g") and not loader.defines_name(root, "vllm.a.c", "X")
+
+
+def test_install_hint_names_the_extras():
+    assert loader.INSTALL_HINT.format(version="X").startswith("pip install --no-deps --target DIR 'vllm==X' ")
+    assert all(extra in loader.INSTALL_HINT for extra in loader.INSTALL_EXTRAS)
+
+
+def test_rates_helper_is_taken_from_the_first_file_defining_it(tmp_path):
+    from conformance.adapters.vllm.simulated import _RATES_FILES, _first_definition
+
+    helper = "def unconditional_to_conditional_rates(r):\n    return [{0}] * len(r)\n"
+    root = _toy_wheel(tmp_path / "new", {_RATES_FILES[0]: helper.format(1), _RATES_FILES[1]: helper.format(2)})
+    assert _first_definition(root, "9.9", _RATES_FILES, "unconditional_to_conditional_rates")([0.5]) == [1]
+    root = _toy_wheel(tmp_path / "old", {_RATES_FILES[0]: "X = 1\n", _RATES_FILES[1]: helper.format(2)})
+    assert _first_definition(root, "9.9", _RATES_FILES, "unconditional_to_conditional_rates")([0.5]) == [2]
+    with pytest.raises(AdapterLoadError, match=r"vllm==9\.9: no file defines unconditional_to_conditional_rates"):
+        _first_definition(str(tmp_path / "none"), "9.9", _RATES_FILES, "unconditional_to_conditional_rates")
+
+
+_HIDDEN_REGEX_RUN = """
+import json, sys
+sys.modules["regex"] = None  # the package pip install --no-deps leaves out
+from conformance.adapters import vllm as adapter
+adapter_obj = adapter.make_adapter()
+print(json.dumps({{"offered": sorted(k.__name__ for k in adapter_obj.capabilities),
+                  "unavailable": {{k.__name__: v for k, v in adapter_obj.unavailable.items()}}}}))
+"""
+
+
+def test_adaptive_module_that_cannot_import_is_unavailable_not_silently_absent(vllm):
+    import json
+    import subprocess
+    import sys
+
+    if not loader.ships(vllm.root, loader.OPTIONAL_MODULES["adaptive"]):
+        pytest.skip(f"vllm=={vllm.version} ships no adaptive verification")
+    if "regex" not in str(vllm.missing) and "adaptive" not in vllm.modules:
+        pytest.skip("adaptive verification fails here for another reason")
+    run = subprocess.run([sys.executable, "-c", _HIDDEN_REGEX_RUN.format()], capture_output=True, text=True,
+                         env=os.environ, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    if "adaptive" in vllm.modules and "ProductionScheduler" in result["offered"]:
+        pytest.skip(f"vllm=={vllm.version}'s adaptive verification does not need regex")
+    for name in ("ProductionScheduler", "TensorParallelRound"):
+        assert name not in result["offered"]
+        why = result["unavailable"].get(name, "")
+        assert "adaptive_verification" in why and "regex" in why and "pip install" in why, result
+
+
+def test_markov_rnn_head_is_the_reference_rnn_head_where_vllm_ships_one(vllm):
+    from dspark_ref import markov
+
+    from conformance.adapters.vllm.markov import MarkovBlock, recurrent_step
+
+    if recurrent_step(vllm)[0] is None:
+        pytest.skip(f"vllm=={vllm.version}: {recurrent_step(vllm)[1]}")
+    block, d = MarkovBlock(vllm), 5
+    ref = markov.build_markov_head({"markov_rank": RANK, "markov_head_type": "rnn", "vocab_size": V,
+                                    "hidden_size": d}, scale=0.5, generator=torch.Generator().manual_seed(1))
+    head = block.load_head("rnn", ref.state_dict(), V, RANK, d, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    base, hidden, first = torch.randn(3, 4, V, generator=gen), torch.randn(3, 4, d, generator=gen), torch.tensor([1, 2, 3])
+    tokens, corrected = block.sample_block(head, base, first, hidden, torch.tensor([1.0, 0.0, 0.5]),
+                                           torch.full((3,), V), gen)
+    prev = torch.cat([first[:, None], tokens[:, :-1]], dim=1)
+    torch.testing.assert_close(corrected, markov.apply_block_logits(ref, base, prev, hidden))
+    assert torch.equal(block.apply_block_logits(head, base, prev, hidden), corrected)
+    assert torch.equal(tokens[1], corrected[1].argmax(dim=-1))  # the greedy row
+    # The state carries across the block: a vanilla loop over the same W1 / W2 differs.
+    vanilla = block.apply_block_logits(type(head)(head.w1, head.w2), base, prev, None)
+    assert not torch.allclose(vanilla, corrected)

@@ -6,7 +6,8 @@ Shared by the SGLang and vLLM loaders (``conformance/adapters/*/loader.py``), wh
 * :class:`WheelFinder` serves every package of one top-level name (``"sglang"``, ``"vllm"``)
   as a bare module whose ``__path__`` points at the wheel's files, so no package
   ``__init__`` (server, engine, compiled extensions) runs; plain modules are left to the
-  normal path finder; modules the loader names are served as stubs.
+  normal path finder; modules the loader names are served as stubs, and packages it names
+  as plain run their own ``__init__``.
 * A stub (:meth:`Stubs.module`) holds the values the engine's files read at import time and
   hands out, for any other name, a placeholder class that raises :class:`StubCalled` when
   called, with the stub's reason: a DSpark path that really needs a stubbed piece fails
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 __all__ = ["StubCalled", "Stubs", "WheelFinder", "install_finder", "is_stub"]
@@ -109,14 +111,18 @@ class WheelFinder(importlib.abc.MetaPathFinder):
         stubs: how stub modules are made (:class:`Stubs`).
         stub_values: ``(module name, its path without suffix) -> values`` for a module that
             is stubbed, ``None`` for one that is not.
+        plain_packages: packages whose ``__init__`` is plain Python (no engine import) and
+            is run as it is, because the engine's files import names defined there.
     """
 
     def __init__(self, package: str, root: str, stubs: Stubs,
-                 stub_values: Callable[[str, str], Mapping[str, Any] | None]) -> None:
+                 stub_values: Callable[[str, str], Mapping[str, Any] | None],
+                 plain_packages: Collection[str] = ()) -> None:
         self.package = package
         self._root = root
         self._stubs = stubs
         self._stub_values = stub_values
+        self._plain_packages = frozenset(plain_packages)
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != self.package and not fullname.startswith(self.package + "."):
@@ -124,6 +130,9 @@ class WheelFinder(importlib.abc.MetaPathFinder):
         directory = os.path.join(self._root, *fullname.split("."))
         is_package = os.path.isdir(directory)
         values = self._stub_values(fullname, directory)
+        if fullname in self._plain_packages and values is None and is_package:
+            return importlib.util.spec_from_file_location(
+                fullname, os.path.join(directory, "__init__.py"), submodule_search_locations=[directory])
         if values is not None:
             loader = _Loader(lambda name: self._stubs.module(name, values))
         elif is_package:

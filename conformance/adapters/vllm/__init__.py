@@ -5,7 +5,9 @@ imports the V2 model runner's DSpark modules without the engine, and each capabi
 onto vLLM's code:
 
 * ``StepSampler`` (S3): ``gumbel_sample`` (:mod:`.sampling`);
-* ``MarkovBlock`` (S2): ``DSparkSpeculator._sample_sequential``, vanilla head (:mod:`.markov`);
+* ``MarkovBlock`` (S2): ``DSparkSpeculator._sample_sequential``, vanilla head; from 0.34.0 also
+  the rnn head, through vLLM's recurrent Markov step (Mistral Large 4's DSpark draft: the same
+  ``[s ; W1[prev] ; h]`` joint projection, gates and ``s_0 = 0`` as SPEC S2) (:mod:`.markov`);
 * ``DraftLayouts`` (S1): the same loop with vLLM's reduced-vocabulary d2t scatter
   (:mod:`.layouts`; anchor-first only, no padded vocabulary);
 * ``ChainVerifier``, ``GreedyVerifier`` (S5): ``rejection_sample``, seeded rows natively
@@ -27,7 +29,13 @@ onto vLLM's code:
   ``compute_confidence`` from the DSpark model file (:mod:`.confidence`).
 
 What differs between releases is found by inspecting the installed functions
-(``gumbel_sample``'s cache and ``is_drafting`` arguments), not by version strings. Measured
+(``gumbel_sample``'s cache and ``is_drafting`` arguments, ``rejection_sample``'s draft-logits
+cache object from 0.34.0, the drafter's recurrent step), not by version strings.
+
+Capability loss is never silent: where the wheel ships an optional module that fails to
+import (0.30.0+ installed with ``--no-deps`` lack ``regex``, which adaptive verification
+reaches through ``vllm.utils.platform_utils``), :func:`unavailable` names the capabilities it
+feeds, the module, the error and the pip line (``loader.INSTALL_EXTRAS``). Measured
 on CPU (``TRITON_INTERPRET=1``): see ``docs/conformance/vllm-*-cpu.md``. The expected-failure
 ledger (:mod:`.ledger`) holds the confirmed findings; ``DSPARK_VLLM_LEDGER=off`` drops it.
 
@@ -41,7 +49,9 @@ Algorithm 1; 0.25.0 ships no adaptive verification at all), ``SpeculativeLoop`` 
 ``TruncatedChainVerifier`` (vLLM's top-k/top-p live in ``vllm.v1.sample.ops``, which needs the
 platform layer), ``Confidence`` on 0.25.0 (no confidence head in that release). Features a
 capability lacks raise ``NotImplementedError`` naming them (a skip): the ``multinomial``
-method and method names (S6), STS temperatures, ``fit_sts`` and ``prefix_survival`` (S7).
+method and method names (S6), STS temperatures, ``fit_sts`` and ``prefix_survival`` (S7), the
+gated head (no release ships one), the rnn head before 0.34.0 or with a reduced draft
+vocabulary (S1, S2).
 
 Conventions: greedy iff vLLM's temperature state is 0, reached by ``temperature < 1e-5``
 after vLLM's floor of ``0 < T < 1e-2`` to ``1e-2`` (:mod:`.engine_inputs`); ties to the
@@ -50,7 +60,7 @@ degenerate inputs: bad temperatures raise, NaN / all -inf rows give an id in [0,
 draft is accepted iff p(x) > 0 (SPEC S3, S5).
 Randomness: seeds and positions drawn from the suite's generator.
 
-Run: ``pip install --no-deps --target DIR 'vllm==X'`` then
+Run: ``pip install --no-deps --target DIR 'vllm==X' regex`` (``loader.INSTALL_HINT``) then
 ``PYTHONPATH=DIR TRITON_INTERPRET=1 dspark-conformance run --impl vllm`` (no
 ``TRITON_INTERPRET`` on a GPU).
 """
@@ -63,7 +73,7 @@ from conformance import contract as c
 
 from . import ledger
 from .confidence import Confidence, confidence_support
-from .loader import VLLMModules, load_vllm
+from .loader import INSTALL_EXTRAS, OPTIONAL_MODULES, VLLMModules, defines_name, load_vllm
 from .layouts import DraftLayouts
 from .markov import MarkovBlock
 from .round import SpeculativeRound
@@ -73,11 +83,7 @@ from .simulated import SimulatedAcceptance
 from .tensor_parallel import TensorParallelRound
 from .verify import ChainVerifier, GreedyVerifier
 
-__all__ = ["make_adapter", "capabilities", "requirements", "INSTALL_EXTRAS"]
-
-#: What the loader needs beside ``pip install --no-deps vllm==X`` (vLLM imports ``regex``);
-#: the drift check (``conformance.drift``) installs them with the engine.
-INSTALL_EXTRAS: tuple[str, ...] = ("regex",)
+__all__ = ["make_adapter", "capabilities", "requirements", "unavailable", "INSTALL_EXTRAS"]
 
 GREEDY_RULE = "temperature"
 #: NaN, negative and infinite temperatures are rejected with ValueError, as vLLM's
@@ -89,6 +95,34 @@ DEGENERATE_ROWS = "tolerated"
 #: ``rejection_sample`` accepts iff ``log p > log u + log q``: a q(x) = 0 draft (log q = -inf)
 #: is accepted iff p(x) > 0.
 ZERO_Q_DRAFTS = "accept"
+
+
+#: Optional module -> the capabilities it feeds, and the name its file must define for the
+#: release to offer them (None: the file alone). ``TensorParallelRound`` plans with adaptive
+#: verification where the release ships it, so it is not offered without it.
+_FEEDS: dict[str, tuple[tuple[type, ...], str | None]] = {
+    "adaptive": ((c.ProductionScheduler, c.TensorParallelRound), None),
+    "dspark_model": ((c.Confidence,), "DSparkConfidenceHead"),
+}
+
+
+def unavailable(modules: VLLMModules) -> dict[type, str]:
+    """Capabilities the installed release ships but that could not load: capability -> why,
+    naming the module, the import error and the pip line that installs what the adapter
+    needs beside the wheel (``INSTALL_EXTRAS``). Empty when every shipped module loaded.
+    A module the release does not ship (0.25.0's adaptive verification) is no loss."""
+    lost: dict[type, str] = {}
+    for short, (capabilities_fed, defines) in _FEEDS.items():
+        if short not in modules.missing:
+            continue
+        name = OPTIONAL_MODULES[short]
+        if defines is not None and not defines_name(modules.root, name, defines):
+            continue
+        why = (f"vllm=={modules.version} ships {name} but it did not load: {modules.missing[short]}; "
+               f"install the packages the adapter needs beside the wheel: "
+               f"pip install --target DIR {' '.join(INSTALL_EXTRAS)}")
+        lost.update(dict.fromkeys(capabilities_fed, why))
+    return lost
 
 
 def capabilities(modules: VLLMModules) -> dict[type, Any]:
@@ -111,6 +145,8 @@ def capabilities(modules: VLLMModules) -> dict[type, Any]:
         offered[c.Confidence] = Confidence(modules)
     if "adaptive" in modules:
         offered[c.ProductionScheduler] = ProductionScheduler(modules)
+    for capability in unavailable(modules):
+        offered.pop(capability, None)
     return offered
 
 
@@ -142,5 +178,6 @@ def make_adapter() -> c.Adapter:
         requirements=requirements(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
         description=description,
+        unavailable=unavailable(modules),
     )
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from .draft_cache import cache_values, new_cache
 from .loader import VLLMModules
 from .markov import MarkovBlock, VLLMHead, _HeadModel, _speculator
 from .sampling import cache_is_processed
@@ -62,9 +63,11 @@ class DraftLayouts:
                                                                     state_dict["W1.weight"].shape[1], 0,
                                                                     base_logits.device),
                                              base_logits, first_prev, hidden, temperatures, top_k, generator)
+        if head_type != "vanilla":
+            raise NotImplementedError(f"a {head_type!r} head with a reduced draft vocabulary: vLLM {version}'s only "
+                                      "non-vanilla head (Mistral Large 4's rnn) drafts over the target vocabulary")
         head = self._markov.load_head(head_type, state_dict, vocab_size, state_dict["W1.weight"].shape[1], 0,
-                                      base_logits.device)
-        head = VLLMHead(head.w1.to(base_logits.dtype), head.w2.to(base_logits.dtype))
+                                      base_logits.device).to(base_logits.dtype)
         bs, gamma, _ = base_logits.shape
         device = base_logits.device
         temps, seeds, anchor_pos = self._markov._state(bs, temperatures, generator, device)
@@ -73,10 +76,11 @@ class DraftLayouts:
         spec.model = _ReducedVocabModel(head, offsets)
         spec._d2t_scatter_index = torch.arange(offsets.shape[0], device=device) + offsets
         spec._draft_scatter_buf = torch.full((bs, vocab_size), float("-inf"), dtype=base_logits.dtype, device=device)
-        spec.draft_logits = torch.empty(bs, gamma, vocab_size, dtype=base_logits.dtype, device=device)
+        spec.draft_logits = new_cache(self._modules, bs, gamma, vocab_size, base_logits.dtype, device)
+        spec._fuse_markov_bias = False  # load_model's rule: no fusion with a d2t scatter (0.34.0+)
         with torch.no_grad():
             spec._sample_sequential(bs, base_logits.contiguous().reshape(bs * gamma, draft_vocab))
-        cache = spec.draft_logits
+        cache = cache_values(spec.draft_logits)
         if cache_is_processed(self._modules["gumbel"].gumbel_sample):
             scale = torch.where(temps > 0, temps, torch.ones_like(temps)).to(cache.dtype)
             cache = cache * scale[:, None, None]

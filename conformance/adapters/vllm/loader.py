@@ -5,8 +5,9 @@ distributed runtime, model registry, compiled ``_C``). DSpark's kernels and its 
 live in plain modules of the V2 model runner, so this loader imports them directly, the way
 :mod:`conformance.adapters.sglang.loader` does for SGLang:
 
-* **No vllm package ``__init__`` runs.** Every package under ``vllm/`` is registered as a
-  bare module whose ``__path__`` points at the wheel's files.
+* **No vllm package ``__init__`` runs**, except the plain ones the DSpark files read names
+  from (``_PLAIN_PACKAGES``, e.g. ``vllm.utils``: uuid and torch only). Every other package
+  under ``vllm/`` is registered as a bare module whose ``__path__`` points at the wheel's files.
 * **Stubs replace the few engine modules the DSpark files import** (``_ENGINE_STUBS``, each
   with its reason). A stub hands out inert placeholders that raise :class:`StubCalled` when
   called, except for the explicit values a module reads at import time (``_STUB_VALUES``):
@@ -31,9 +32,10 @@ live in plain modules of the V2 model runner, so this loader imports them direct
 
 If vLLM was already imported the normal way, its modules are used as they are.
 
-To support a new vLLM release: add its DSpark modules to ``DSPARK_MODULES`` (and to
-``FIRST_RELEASE`` when only later releases ship one); if its DSpark files import a new
-engine module, add a line to ``_ENGINE_STUBS`` with the reason.
+To support a new vLLM release: add its DSpark modules to ``DSPARK_MODULES`` (or to
+``OPTIONAL_MODULES`` when only some releases ship one); if its DSpark files import a new
+engine module, add a line to ``_ENGINE_STUBS`` with the reason (or to ``_PLAIN_PACKAGES``
+for a plain package ``__init__``).
 """
 
 from __future__ import annotations
@@ -65,16 +67,28 @@ from conformance.loading import AdapterLoadError
 
 __all__ = [
     "MIN_VERSION",
+    "INSTALL_EXTRAS",
+    "INSTALL_HINT",
     "DSPARK_MODULES",
     "OPTIONAL_MODULES",
     "VLLMModules",
     "StubCalled",
     "installed_version",
     "load_vllm",
+    "ships",
+    "defines_name",
     "source_functions",
 ]
 
 MIN_VERSION = (0, 25, 0)  # first release with DSpark (V2 model runner only)
+
+#: PyPI packages the adapter's modules import beyond what ``pip install --no-deps`` brings and
+#: the suite's own environment (torch, triton, numpy): ``regex`` (``vllm.utils.platform_utils``,
+#: reached from adaptive verification through ``vllm.utils.torch_utils``; 0.33.0, 0.34.0).
+INSTALL_EXTRAS: tuple[str, ...] = ("regex",)
+#: How to install a release for the adapter (``{version}``: the release, or ``X``).
+INSTALL_HINT = ("pip install --no-deps --target DIR 'vllm=={version}' " + " ".join(INSTALL_EXTRAS)
+                + ", then PYTHONPATH=DIR")
 
 _WORKER = "vllm.v1.worker.gpu"
 
@@ -85,11 +99,14 @@ DSPARK_MODULES: dict[str, str] = {
     "speculator": f"{_WORKER}.spec_decode.dspark.speculator",  # DSparkSpeculator._sample_sequential
 }
 
-#: Modules loaded when they import; a failure leaves them out (``"name" in modules`` False)
-#: and is recorded in ``VLLMModules.missing`` with the reason.
+#: Modules only some releases ship, loaded where the wheel has their file. A shipped module
+#: that fails to import is left out (``"name" in modules`` False) and recorded in
+#: ``VLLMModules.missing`` with the reason (the capabilities it feeds are then unavailable,
+#: not silently absent); one the wheel does not ship is simply absent.
 OPTIONAL_MODULES: dict[str, str] = {
     "acceptance": f"{_WORKER}.spec_decode.acceptance_estimator",
     "adaptive": f"{_WORKER}.spec_decode.adaptive_verification",  # AdaptiveVerificationManager, 0.28.0+
+    "draft_logits": f"{_WORKER}.spec_decode.draft_logits",  # DraftLogitsCache, 0.34.0+
     # DSparkConfidenceHead, Qwen3DSparkForCausalLM.compute_confidence (0.28.0+ wire them in)
     "dspark_model": "vllm.model_executor.models.qwen3_dspark",
 }
@@ -114,6 +131,12 @@ _ENGINE_STUBS: dict[str, str] = {
                                       "admitted-count copy to the host, off here)",
     "vllm.v1.worker.gpu.attn_utils": "attention-backend capability checks of the adaptive manager's factory",
     "vllm.v1.attention.backend": "attention-backend enum of the adaptive manager's factory",
+    # Imported by batch-sharded sampling (0.34.0+: the draft logits cache and the drafter
+    # import it); the adapter's caches and Markov loop are replicated, never sharded.
+    "vllm.v1.core.sched.output": "scheduler output types (GrammarOutput: batch-sharded grammar masks only)",
+    "vllm.v1.outputs": "engine output types (LogprobsTensors, SamplingMaskLists: sampler outputs only)",
+    "vllm.distributed.device_communicators.pynccl":
+        "NCCL communicator (annotations; the batch-sharded Markov loop's all-gather)",
     # Imported by the DSpark model file (qwen3_dspark: the confidence head); the suite builds
     # the head alone, never the backbone, the LM head or the weight loader.
     "vllm.model_executor.layers.linear":
@@ -124,7 +147,16 @@ _ENGINE_STUBS: dict[str, str] = {
     "vllm.model_executor.layers.quantization.utils.nvfp4_emulation_utils": "NVFP4 LM-head helpers (backbone only)",
     "vllm.model_executor.layers.vocab_parallel_embedding": "parallel LM head (backbone only)",
     "vllm.model_executor.models.qwen3_dflash": "DFlash Qwen3 backbone classes (bases of the model, never built)",
+    "vllm.v1.worker.gpu.spec_decode.dspark.config":
+        "speculator config (engine config validation, 0.34.0+); a class attribute of the model, never read",
     "vllm.model_executor.models.utils": "model helpers (weight loaders); maybe_prefix is vLLM's, compiled from the file",
+}
+
+
+#: Packages of the wheel whose ``__init__`` is plain Python and runs as it is (the DSpark
+#: files import names it defines), with what it holds.
+_PLAIN_PACKAGES: dict[str, str] = {
+    "vllm.utils": "small helpers over uuid and torch (random_uuid, read by the V2 input batch, 0.34.0+)",
 }
 
 
@@ -276,7 +308,7 @@ class VLLMModules:
         version: the installed version string, e.g. ``"0.33.0"``.
         root: the directory holding the ``vllm`` package (read for constants).
         modules: short name -> module (``DSPARK_MODULES``, plus the optional ones that loaded).
-        missing: optional short name -> why it did not load.
+        missing: optional short name -> why it did not load, for modules the wheel ships.
     """
 
     version: str
@@ -288,7 +320,8 @@ class VLLMModules:
         try:
             return self.modules[short_name]
         except KeyError:
-            why = self.missing.get(short_name, "not a DSpark module of the adapter")
+            absent = "not in this release's wheel" if short_name in OPTIONAL_MODULES else "not a DSpark module"
+            why = self.missing.get(short_name, absent)
             raise KeyError(f"vllm=={self.version} has no DSpark module {short_name!r} ({why})") from None
 
     def __contains__(self, short_name: object) -> bool:
@@ -307,7 +340,7 @@ def installed_version() -> str:
     except PackageNotFoundError as exc:
         raise AdapterLoadError(
             "vllm: the package is not installed; install the wheel without its engine "
-            "dependencies: pip install --no-deps --target DIR 'vllm==X', then PYTHONPATH=DIR"
+            "dependencies: " + INSTALL_HINT.format(version="X")
         ) from exc
     if release_of("vllm", text) < MIN_VERSION:
         raise AdapterLoadError(
@@ -329,16 +362,42 @@ def load_vllm() -> VLLMModules:
     version_text = installed_version()
     root = _package_root(version_text)
     if getattr(sys.modules.get("vllm"), "__file__", None) is None:
-        install_finder(WheelFinder("vllm", root, _STUBS, _stub_values))
+        install_finder(WheelFinder("vllm", root, _STUBS, _stub_values, _PLAIN_PACKAGES))
     _install_interpreter_mask_fix()
     loaded = {short: _import(version_text, name) for short, name in DSPARK_MODULES.items()}
     missing: dict[str, str] = {}
     for short, name in OPTIONAL_MODULES.items():
+        if not ships(root, name):
+            continue
         try:
             loaded[short] = _import(version_text, name)
         except AdapterLoadError as exc:
             missing[short] = str(exc)
     return VLLMModules(version=version_text, root=root, modules=loaded, missing=missing)
+
+
+def ships(root: str, module_name: str) -> bool:
+    """Whether the wheel under ``root`` (``VLLMModules.root``) has the file of ``module_name``
+    (a module ``.py`` or a package directory)."""
+    path = os.path.join(root, *module_name.split("."))
+    return os.path.isfile(path + ".py") or os.path.isdir(path)
+
+
+def defines_name(root: str, module_name: str, name: str) -> bool:
+    """Whether the wheel's file of ``module_name`` defines ``name`` at its top level (a class,
+    function or assignment), read without importing it; False when the file is absent."""
+    path = os.path.join(root, *module_name.split(".")) + ".py"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except OSError:
+        return False
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return True
+    return False
 
 
 def _package_root(version_text: str) -> str:

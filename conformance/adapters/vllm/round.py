@@ -46,8 +46,7 @@ class SpeculativeRound:
         self._eps, self._max_temp = sampling_constants(modules.root, modules.version)
 
     def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device, dtype):
-        head = self._block.load_head(head_type, state_dict, vocab_size, rank, hidden_size, device)
-        return VLLMHead(head.w1.to(dtype), head.w2.to(dtype))
+        return self._block.load_head(head_type, state_dict, vocab_size, rank, hidden_size, device).to(dtype)
 
     def _min_p(self, logits: torch.Tensor, rows: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
         module = importlib.import_module(MIN_P_MODULE)
@@ -72,31 +71,36 @@ class SpeculativeRound:
         elif positions is None:
             raise ValueError("seeds without positions: each row's first draft position is needed")
         drafts, accepted, tokens, cache = self.seeded_round(
-            VLLMHead(head.w1, head.w2), base_logits, first_prev, target_logits, temps, min_p, seeds, positions,
-            torch.full((bs,), gamma, dtype=torch.int64, device=device),
+            head, base_logits, first_prev, target_logits, temps, min_p, seeds, positions,
+            torch.full((bs,), gamma, dtype=torch.int64, device=device), hidden=hidden,
         )
         return drafts, accepted, tokens, self._draft_probs(cache, temps)
 
     def seeded_round(self, head: VLLMHead, base_logits, first_prev, target_logits, temps, min_p, seeds, positions,
-                     num_drafts):
+                     num_drafts, *, hidden=None):
         """``(drafts[B, gamma] i64, accepted[B] i64, tokens[B, gamma + 1] i64, draft_logits cache)``:
         the drafter's loop then ``rejection_sample`` over row ``r``'s first ``num_drafts[r]``
         drafts (module note). ``temps[B]``: vLLM's temperature state; ``min_p[B]``; ``seeds`` /
-        ``positions [B]`` int: each request's seed and first draft position."""
+        ``positions [B]`` int: each request's seed and first draft position; ``hidden [B, gamma,
+        d]``: the backbone's hidden states (an rnn head reads them)."""
         bs, gamma, vocab = base_logits.shape
         device = base_logits.device
         seeds = seeds.to(torch.int64).to(device)
         positions = positions.to(torch.int64).to(device)
         drafts, cache = run_markov_loop(self._modules, head, base_logits.to(head.w1.dtype).contiguous(), first_prev,
-                                        temps, seeds, positions - 1)
+                                        temps, seeds, positions - 1, hidden=hidden)
         # The target sampler's apply_sampling_params: temperature, then min_p (when a row has one).
         rows = torch.arange(bs, dtype=torch.int32, device=device).repeat_interleave(gamma + 1)
         flat = target_logits.to(torch.float32).reshape(bs * (gamma + 1), vocab).clone()
         self._modules["gumbel"].apply_temperature(flat, rows, temps)
         if bool((min_p > 0).any()):
             flat = self._min_p(flat, rows, min_p)
+        # vLLM's SamplingStates.masks_logits for the requests a round takes (top-k = V, top-p = 1):
+        # min-p on a sampling row may mask target logits.
+        masked = bool(((temps != 0) & (min_p != 0)).any())
         accepted, tokens = verify_rows(self._modules, drafts, flat.reshape(bs, gamma + 1, vocab), cache, temps, seeds,
-                                       positions, num_drafts, target_processed=True, draft_cached=True)
+                                       positions, num_drafts, target_processed=True, draft_cached=True,
+                                       masked_targets=masked)
         return drafts, accepted, tokens, cache
 
     def _draft_probs(self, cache: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,9 @@ in two calls per step, and the adapter makes both on the manager itself:
   read from the manager's host slot (the copy of an earlier step's confidences);
 * ``reallocate_drafts``: the budget's slots ranked by ``_confidence_probs``, the
   confidences ``record_confidences`` last published, i.e. those of the block about to be
-  verified (the current block), in ``_assign_draft_token_budget``'s top-k.
+  verified (the current block), in ``_assign_draft_token_budget``'s top-k (0.34.0: the
+  Triton ``assign_draft_token_budget``, a threshold search with ties in request order,
+  over the manager's ``_draft_survival`` scratch).
 
 Smallest faithful inputs: the manager's ``__init__`` opens CUDA streams and pinned
 buffers, so the manager is made with ``object.__new__`` and given the state those two calls
@@ -27,6 +29,7 @@ call even for a CPU target), so those releases need CUDA (:func:`requirement`); 
 
 from __future__ import annotations
 
+import inspect
 import types
 
 import numpy as np
@@ -85,7 +88,17 @@ def adaptive_manager(adaptive: types.ModuleType, stale: torch.Tensor, current: t
     manager._cu_num_logits = torch.empty(rows + 1, dtype=torch.int32, device=device)
     manager.query_start_loc = torch.empty(rows + 1, dtype=torch.int32, device=device)
     manager._copy_admitted_drafts_to_host = False
+    if _takes_survival_scratch(adaptive):
+        # 0.34.0+: the Triton budget kernel's int32 scratch, one slot per (request, step).
+        manager._draft_survival = torch.empty(rows * gamma, dtype=torch.int32, device=device)
     return manager
+
+
+def _takes_survival_scratch(adaptive: types.ModuleType) -> bool:
+    """Whether the installed draft-budget function (``assign_draft_token_budget``, 0.34.0+)
+    takes the manager's ``survival`` scratch buffer."""
+    budget = getattr(adaptive, "assign_draft_token_budget", None)
+    return budget is not None and "survival" in inspect.signature(budget).parameters
 
 
 def admitted_drafts(manager: object, max_lengths: torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,15 @@
 """Simulated acceptance (benchmark mode, SPEC S6) through vLLM's synthetic rejection mode.
 
 vLLM's counterpart of S6 is ``SpeculativeConfig(rejection_sample_method="synthetic")``
-(every release 0.25.0-0.33.0, the same code):
+(every release 0.25.0-0.34.0, the same code):
 
 * a mean length ``synthetic_acceptance_length = value`` (in ``[1, n + 1]``, ``n =
   num_speculative_tokens``) is resolved by ``SpeculativeConfig.
   _resolve_synthetic_acceptance_rates`` into per-position *unconditional* rates with the
   "minimum-variance schedule" (``_acceptance_length_to_rates``: ``[1] * floor(value - 1) +
   [frac] + [0] * ...``); the ``RejectionSampler`` turns them into conditional rates
-  (``vllm.v1.spec_decode.utils.unconditional_to_conditional_rates``);
+  (``unconditional_to_conditional_rates``: ``vllm/v1/spec_decode/utils.py`` up to 0.33.0,
+  the V2 rejection-sampler module from 0.34.0; taken from whichever file defines it);
 * ``rejection_sample(..., synthetic_conditional_rates)`` then accepts draft ``i`` iff its
   hashed uniform ``u(seed, pos) < rate_i`` and stops at the first rejection, so each verify
   step draws a fresh length per request: ``acc_len = accepted + 1``.
@@ -48,6 +49,8 @@ from typing import Any, Callable
 
 import torch
 
+from conformance.loading import AdapterLoadError
+
 from .engine_inputs import positions_from, seeds_from
 from .loader import VLLMModules, source_functions
 from .verify import verify_rows
@@ -59,7 +62,8 @@ MATCH_EXPECTED = "match-expected"
 # on the step's temporaries.
 BATCH_ROWS = 65536
 _CONFIG_FILE = "vllm/config/speculative.py"
-_RATES_FILE = "vllm/v1/spec_decode/utils.py"
+#: Where releases define ``unconditional_to_conditional_rates``: 0.34.0+ first, then 0.25.0-0.33.0.
+_RATES_FILES = ("vllm/v1/worker/gpu/spec_decode/rejection_sampler.py", "vllm/v1/spec_decode/utils.py")
 
 
 def _helpers(modules: VLLMModules) -> tuple[Callable[..., list[float]], Callable[[list[float]], list[float]]]:
@@ -71,8 +75,23 @@ def _helpers_at(root: str, version_text: str):
     config = source_functions(root, version_text, _CONFIG_FILE, ("_acceptance_length_to_rates",
                                                       "_resolve_synthetic_acceptance_rates"),
                               class_name="SpeculativeConfig")
-    rates = source_functions(root, version_text, _RATES_FILE, ("unconditional_to_conditional_rates",))
-    return config["_resolve_synthetic_acceptance_rates"], rates["unconditional_to_conditional_rates"]
+    return config["_resolve_synthetic_acceptance_rates"], _first_definition(root, version_text, _RATES_FILES,
+                                                                           "unconditional_to_conditional_rates")
+
+
+def _first_definition(root: str, version_text: str, files: tuple[str, ...], name: str) -> Callable[..., Any]:
+    """vLLM's function ``name`` from the first of ``files`` that defines it.
+
+    Raises:
+        AdapterLoadError: none does (names the version and every file tried).
+    """
+    errors = []
+    for relative_path in files:
+        try:
+            return source_functions(root, version_text, relative_path, (name,))[name]
+        except AdapterLoadError as exc:
+            errors.append(str(exc))
+    raise AdapterLoadError(f"vllm=={version_text}: no file defines {name}: " + "; ".join(errors))
 
 
 def synthetic_rates(modules: VLLMModules, value: float, num_drafts: int, device: torch.device) -> torch.Tensor:

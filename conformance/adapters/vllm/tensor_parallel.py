@@ -150,6 +150,6 @@ class TensorParallelRound:
         lengths = self.plan(group, confidences, sps)
         drafts, accepted, tokens, _ = self._round.seeded_round(
             head, base_logits, first_prev, target_logits, temps, torch.zeros(rows, device=device), seeds, positions,
-            lengths,
+            lengths, hidden=hidden,
         )
         return drafts, lengths, accepted, tokens

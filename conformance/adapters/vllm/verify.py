@@ -17,7 +17,8 @@ vLLM's verify step does:
   ``apply_sampling_params`` does before verification; the draft logits are the corrected
   logits the drafter caches: pre-temperature from 0.28.0 (the kernel divides on load),
   temperature-applied in 0.25.0 (``cache_is_processed``: the adapter applies vLLM's
-  ``apply_temperature`` to them, as the 0.25.0 drafter's sampler stored them).
+  ``apply_temperature`` to them, as the 0.25.0 drafter's sampler stored them); handed over
+  as the tensor, or from 0.34.0 in vLLM's ``DraftLogitsCache`` (:mod:`.draft_cache`).
 
 Greedy rows (temperature state 0) accept while the draft equals the target argmax; an
 all-greedy batch passes no draft logits (vLLM's greedy drafter keeps none).
@@ -31,8 +32,11 @@ Explicit uniforms raise ``NotImplementedError`` (vLLM hashes its own from seed a
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
+from .draft_cache import cache_holding
 from .engine_inputs import identity_mapping, positions_from, request_temperatures, sampling_constants, seeds_from
 from .loader import VLLMModules
 from .sampling import cache_is_processed
@@ -62,7 +66,7 @@ def _on_device(device: torch.device, *tensors: torch.Tensor) -> list[torch.Tenso
 
 def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits, temps, seeds, first_pos,
                 num_drafts, *, target_processed: bool = False, draft_cached: bool = False,
-                synthetic_rates: torch.Tensor | None = None):
+                synthetic_rates: torch.Tensor | None = None, masked_targets: bool = False):
     """``(accepted[B] i64, tokens[B, l + 1] i64 padded with -1)`` from ``rejection_sample``.
 
     ``temps`` is vLLM's temperature state (0 = greedy), ``first_pos[B]`` the position of each
@@ -72,7 +76,9 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
     ``draft_cached``: the draft logits are the drafter's cache as vLLM hands it over (else they
     are the contract's corrected logits, put into the cache's form here). ``synthetic_rates``:
     vLLM's ``synthetic_conditional_rates [l]`` float32 (synthetic rejection mode, SPEC S6;
-    :mod:`.simulated`), None for the standard accept.
+    :mod:`.simulated`), None for the standard accept. ``masked_targets``: some row's target
+    sampler may have set logits to -inf (vLLM's ``may_mask_logits``), which from 0.34.0 lets
+    the residual resample skip all -inf vocabulary blocks (``skip_masked_vocab_blocks``).
     """
     bs, l = draft_tokens.shape
     device = draft_tokens.device
@@ -100,14 +106,22 @@ def verify_rows(modules: VLLMModules, draft_tokens, target_logits, draft_logits,
             draft = flat.reshape(bs, l, vocab)
     else:
         draft = None
-    sampled, num_sampled = modules["rejection"].rejection_sample(
+    if draft is not None:
+        draft = cache_holding(modules, draft)
+    rejection_sample = modules["rejection"].rejection_sample
+    extra = {"skip_masked_vocab_blocks": masked_targets} if _takes(rejection_sample, "skip_masked_vocab_blocks") else {}
+    sampled, num_sampled = rejection_sample(
         target, draft, draft_sampled, cu.to(torch.int32), pos, idx, expanded, local_d.to(torch.int32).contiguous(),
-        temps, seeds, l, synthetic_rates,
+        temps, seeds, l, synthetic_rates, **extra,
     )
     num_sampled = num_sampled.to(torch.int64)
     slots = torch.arange(l + 1, device=device)
     tokens = torch.where(slots[None, :] < num_sampled[:, None], sampled.to(torch.int64), -1)
     return num_sampled - 1, tokens
+
+
+def _takes(function, name: str) -> bool:
+    return name in inspect.signature(function).parameters
 
 
 def _num_drafts(bs: int, l: int, cap: int | torch.Tensor | None, device) -> torch.Tensor:
