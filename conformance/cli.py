@@ -72,6 +72,28 @@ def _non_empty(value: str) -> str:
     return value
 
 
+def _engine_pin(value: str) -> tuple[str, str]:
+    from packaging.version import InvalidVersion, Version
+
+    engine, sep, release = value.partition("==")
+    if not (sep and engine.strip() and release.strip()):
+        raise argparse.ArgumentTypeError(f"expected ENGINE==VERSION, got {value!r}")
+    try:
+        Version(release)
+    except InvalidVersion:
+        raise argparse.ArgumentTypeError(f"expected a PEP 440 version after '==', got {value!r}") from None
+    return engine.strip(), release.strip()
+
+
+def _engine_path(value: str) -> tuple[str, Path]:
+    engine, sep, path = value.partition("=")
+    if not (sep and engine.strip() and path.strip()):
+        raise argparse.ArgumentTypeError(f"expected ENGINE=DIR, got {value!r}")
+    if not Path(path).is_dir():
+        raise argparse.ArgumentTypeError(f"{path}: not a directory")
+    return engine.strip(), Path(path).resolve()
+
+
 def _budget(value: str) -> float:
     try:
         return budget.checked_sample_scale(float(value))
@@ -92,7 +114,8 @@ _DESCRIPTION = """\
 Conformance suite for DSpark speculative decoding. 'run' runs it on one
 implementation (the bundled reference by default), prints the conformance
 matrix by SPEC section and writes the reports; 'mutants', 'calibrate',
-'null-replay' and 'merge-runs' measure the suite itself.
+'null-replay' and 'merge-runs' measure the suite itself; 'engines' checks each
+engine's newest release against its adapter (the drift check).
 'dspark-conformance COMMAND --help' lists a command's options."""
 
 
@@ -156,8 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", type=_budget, default=None,
                      help="factor on statistical sample sizes (<1 faster, less power; alpha unchanged)")
     run.add_argument("-k", dest="keyword", default=None, help="pytest -k expression to select tests")
-    run.add_argument("--case", dest="cases", action="append", default=None, metavar="KEY",
-                     help="run only the case with this key (repeatable; as a failure's replay line names it)")
+    run.add_argument("--case", dest="cases", action="append", default=None, metavar="CASE_ID",
+                     help="run only the case with this case id, e.g. S5/parity/random-V8-l4-T1 (repeatable; as a "
+                     "failure's replay line names it; a legacy key conformance/test_x.py::test_y[id] is deprecated)")
     run.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest after '--'")
     mut = sub.add_parser("mutants", help="kill matrix: each mutant against the tests of its section",
                          description="The kill matrix: each mutant (the reference with one known fault) against "
@@ -203,6 +227,28 @@ def build_parser() -> argparse.ArgumentParser:
     null.add_argument("--report", type=Path, default=Path("reports/calibration"),
                       help="directory for null-replay.json and null-replay.md")
     null.add_argument("--jobs", type=_positive, default=None, help="processes (default: CPU count)")
+    eng = sub.add_parser(
+        "engines", help="drift check: each engine's newest release installed, loaded and gated on CPU",
+        description="The drift check: for each engine (default: all), its newest release on the package index "
+        "(pip's resolution; or --release ENGINE==X, or --path ENGINE=DIR for a development tree) is installed "
+        "into a scratch directory with its adapter's extras, its adapter loaded and its CPU gate run ('run "
+        "--impl ENGINE==X -- -m \"not statistical\"' with TRITON_INTERPRET=1), each in a process of its own; "
+        "one table of all, also written as engines.json and engines.md under --report. A release whose adapter "
+        "does not load fails (exit 1); no release found or installed is infrastructure (exit 3).")
+    eng.add_argument("--engine", dest="engines", action="append", default=None, metavar="NAME", type=_non_empty,
+                     help="check this engine (repeatable; default: every engine of conformance.drift.ENGINES)")
+    eng.add_argument("--release", dest="pins", action="append", default=[], metavar="ENGINE==X", type=_engine_pin,
+                     help="check release X of ENGINE, not the newest on the index (repeatable)")
+    eng.add_argument("--path", dest="paths", action="append", default=[], metavar="ENGINE=DIR", type=_engine_path,
+                     help="check ENGINE's development tree DIR (a directory holding its top-level package, "
+                     "put first on PYTHONPATH; repeatable)")
+    eng.add_argument("--report", type=lambda value: Path(_non_empty(value)), default=Path("reports/engines"),
+                     help="directory for engines.json, engines.md and ENGINE-VERSION/ (each gate's reports and "
+                     "logs; default: reports/engines)")
+    eng.add_argument("--workers", type=_workers, default="1", help="each gate's --workers (default: 1, as CI)")
+    eng.add_argument("--keep", action="store_true", help="keep the scratch directories (their path is printed)")
+    eng.add_argument("--dry-run", action="store_true",
+                     help="print the release chosen and the commands that would install, load and gate it")
     merge = sub.add_parser("merge-runs", help="merge the runs.jsonl of calibration shards into one report directory "
                            "(then: calibrate --seeds 0 --power-seeds 0 --replicates 0 --report DIR aggregates it)")
     merge.add_argument("out", type=Path, help="report directory whose runs.jsonl receives the records")
@@ -471,6 +517,43 @@ def null_replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     return EXIT_PASS if summary["bounded"] else EXIT_FAIL
 
 
+def engines(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from . import drift
+
+    def by_engine(option: str, pairs: list[tuple[str, object]]) -> dict:
+        for name, _ in pairs:
+            if name not in names:
+                parser.error(f"{option}: {name!r} is not a checked engine; expected one of {', '.join(names)}")
+        return dict(pairs)
+
+    try:
+        selected = [drift.engine_named(name, drift.ENGINES) for name in dict.fromkeys(args.engines or ())]
+    except ValueError as exc:
+        parser.error(f"--engine: {exc}")
+    selected = selected or list(drift.ENGINES)
+    names = [engine.name for engine in selected]
+    pins, paths = by_engine("--release", args.pins), by_engine("--path", args.paths)
+    both = sorted(set(pins) & set(paths))
+    if both:
+        parser.error(f"--release and --path both name {both[0]!r}; expected one")
+    if args.report.exists() and not args.report.is_dir():
+        parser.error(f"--report: expected a directory, got the file {args.report}")
+    options = dict(pins=pins, paths=paths, report_dir=args.report, workers=args.workers)
+    if args.dry_run:
+        lines, failed = drift.dry_run(selected, **options)
+        print("\n".join(lines))
+        return drift.exit_code(failed) if failed else EXIT_PASS
+    results = drift.check_engines(selected, **options, keep=args.keep)
+    print(drift.format_table(results))
+    try:
+        drift.write_tables(results, args.report)
+    except OSError as exc:
+        print(f"dspark-conformance: --report {args.report}: the table was not written ({exc})", file=sys.stderr)
+        return EXIT_INFRA
+    print(f"report: {args.report}/{drift.table.MARKDOWN_FILE}, {drift.table.JSON_FILE}")
+    return drift.exit_code(results)
+
+
 def merge_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .power import calibration
 
@@ -547,6 +630,8 @@ def main(argv: list[str] | None = None) -> int:
         return calibrate(args, parser)
     if args.command == "null-replay":
         return null_replay(args, parser)
+    if args.command == "engines":
+        return engines(args, parser)
     if args.command == "merge-runs":
         return merge_runs(args, parser)
     raise AssertionError(f"unhandled command {args.command!r}")

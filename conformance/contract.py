@@ -179,6 +179,9 @@ class ExpectedFailure:
     reported, and an entry that matches no collected test is an error. A lost CUDA context
     (``conformance.cuda_context``) counts as the expected failure only where
     ``loses_cuda_context`` says the finding's write-up measured exactly that on CUDA.
+    ``carried_forward_from``: the newest release on which the entry was confirmed, when the
+    installed release is newer and the entry is carried forward unconfirmed
+    (:mod:`conformance.adapters.ledgers`); None for an entry confirmed on this release.
     """
 
     test: str
@@ -186,6 +189,7 @@ class ExpectedFailure:
     reason: str
     devices: tuple[str, ...] = ("cpu", "cuda")
     loses_cuda_context: bool = False
+    carried_forward_from: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +204,10 @@ class Adapter:
         description: one line for the report.
         requirements: capability -> :class:`Requirement`, for the offered capabilities that
             do not run everywhere (absent: runs on every device of ``conventions.devices``).
+        unavailable: capability -> why it is not offered although the installed engine
+            release should offer it (a module it needs did not import): the reason names the
+            module and the install line that fixes it. A case that requires such a capability
+            is INCONCLUSIVE, never a "not offered" skip, and the verdict names it.
     """
 
     name: str
@@ -208,6 +216,7 @@ class Adapter:
     expected_failures: tuple[ExpectedFailure, ...] = ()
     description: str = ""
     requirements: Mapping[type, Requirement] = dataclasses.field(default_factory=dict)
+    unavailable: Mapping[type, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for cap, impl in self.capabilities.items():
@@ -226,6 +235,14 @@ class Adapter:
             if not isinstance(requirement, Requirement):
                 raise TypeError(f"requirements[{cap.__name__}]: expected a Requirement, got "
                                 f"{type(requirement).__name__}")
+        for cap, why in self.unavailable.items():
+            if cap not in CAPABILITIES:
+                raise ValueError(f"unavailable: {cap!r} is not a capability of the contract")
+            if cap in self.capabilities:
+                raise ValueError(f"unavailable: {cap.__name__} is offered too; a capability is one or the other")
+            if not isinstance(why, str) or not why.strip():
+                raise ValueError(f"unavailable[{cap.__name__}]: expected the reason (the module that did not "
+                                 f"import and the install line), got {why!r}")
 
     def get(self, capability: type) -> Any | None:
         """The object implementing ``capability``, or None if not offered."""

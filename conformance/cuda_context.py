@@ -41,7 +41,7 @@ _STICKY = (
 class CudaContextLost(RuntimeError):
     """A case that did not run: an earlier case of this process lost the CUDA context.
 
-    ``culprit``: the case key of that earlier case; ``error``: its error's first line.
+    ``culprit``: the case id of that earlier case; ``error``: its error's first line.
     """
 
     def __init__(self, culprit: str, error: str) -> None:
@@ -89,6 +89,6 @@ def synchronize() -> None:
 
 
 def lost_cases(records: list[dict]) -> list[str]:
-    """The case keys of the records (``results.json`` ``tests``) of cases that did not run
+    """The case ids of the records (``results.json`` ``tests``) of cases that did not run
     because an earlier case of their process lost the CUDA context."""
     return [r["case"] for r in records if r["outcome"] in ("failed", "error") and _NOT_RUN in (r["reason"] or "")]

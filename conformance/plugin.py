@@ -16,9 +16,10 @@ Options:
 * ``--dspark-impl NAME``       implementation under test (see ``conformance.loading``;
   default ``reference``, loaded when the first suite test needs it);
 * ``--dspark-device cpu|cuda`` device the tests put their tensors on;
-* ``--dspark-seed N``          base seed; every case seed is ``derive_seed(N, case key)``
+* ``--dspark-seed N``          base seed; every case seed is ``seed_of_case(N, case id)``
   (``conformance.seeds``);
-* ``--dspark-case KEY``        run only the case with this key (repeatable): the replay form;
+* ``--dspark-case ID``         run only the case with this case id (repeatable): the replay form
+  (a legacy key ``conformance/test_x.py::test_y[id]`` is still taken, with a deprecation warning);
 * ``--dspark-report-json PATH`` write one record per suite test (outcome, section, stats, time);
 * ``--dspark-strict-ledger``   an expected-failure entry that matches no test is an error
   (the main job sets it; a partial run only warns);
@@ -27,13 +28,15 @@ Options:
 Fixtures: ``dspark_adapter``, ``dspark_impl`` (its ``--dspark-impl`` name), ``require`` (capability behind the boundary checks of
 ``conformance.boundary``, or a skip: not offered, or declared unable to run on this device /
 torch build), ``dspark_device``,
-``case_seed`` and ``case_generator`` (seeded from the case key), ``stat_check`` (asserts a
+``case_seed`` and ``case_generator`` (seeded from the case id), ``stat_check`` (asserts a
 :class:`~conformance.stats.StatResult` and records it for the report), ``numeric_check``
 (asserts a bounded :class:`~conformance.numerics.Comparison`, SPEC S0, and records it with
 its bit identity), ``record_reliability`` (keeps reliability-diagram bins for the report).
 
-A record of ``--dspark-report-json`` holds ``case`` (the case key: the test's identity
-wherever the suite is installed), ``nodeid`` (pytest's, which depends on the rootdir),
+A suite test's identity is its case id (``conformance.seeds``: the ``Case`` of its ``case``
+parameter; a suite test without one, or two tests with the same case id, is a usage error
+at collection). A record of ``--dspark-report-json`` holds ``case`` (the case id: the
+test's identity wherever the suite is installed and whichever module holds it), ``nodeid`` (pytest's, which depends on the rootdir),
 ``section``, ``outcome``, ``duration_s``, ``reason``, ``stats``, ``numerics`` (the bounded
 comparisons), ``bit_identical`` (all of them bit-identical: true / false; null when the test
 made none), ``reliability``, ``replay`` (one command that reruns it) and ``failure``.
@@ -54,7 +57,7 @@ import pytest
 from . import budget
 from .cuda_context import CudaContextLost, is_context_error, synchronize
 from .sections import section_of
-from .seeds import case_key, derive_seed
+from .seeds import resolve_case, seed_of_case
 from .session import CASE_PROPERTY, DEFAULT_BASE_SEED, SESSION_KEY, RunSession, run_session
 
 if TYPE_CHECKING:
@@ -74,8 +77,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dspark-impl", default=None, help="implementation under test (default: reference)")
     group.addoption("--dspark-device", default="cpu", choices=("cpu", "cuda"), help="device for test tensors")
     group.addoption("--dspark-seed", type=int, default=DEFAULT_BASE_SEED, help="base seed for case seeds")
-    group.addoption("--dspark-case", action="append", default=[], metavar="KEY",
-                    help="run only the case with this key (repeatable; the replay form)")
+    group.addoption("--dspark-case", action="append", default=[], metavar="CASE_ID",
+                    help="run only the case with this case id (repeatable; the replay form; a legacy key "
+                    "conformance/test_x.py::test_y[id] is deprecated)")
     group.addoption("--dspark-report-json", default=None, help="write per-test records as JSON here")
     group.addoption("--dspark-phase", default="all", choices=PHASES,
                     help="'parallel': leave out the latency_bound cases; 'serial': only those (the runner's two "
@@ -107,10 +111,41 @@ def is_suite_item(item: pytest.Item) -> bool:
             and module.__name__.startswith(SUITE_PACKAGE + "."))
 
 
-def item_key(item: pytest.Item) -> str:
-    """The case key of a test function (``conformance.seeds``): module import name, test
-    name and parameter id, never a path."""
-    return case_key(item.module.__name__, item.name)
+def item_case_id(item: pytest.Item) -> str:
+    """The case id of a test function: the id of the :class:`~conformance.cases.Case` in its
+    ``case`` parameter (``conformance.seeds``), never its module, name or path.
+
+    Raises:
+        ValueError: the test has no ``Case`` in a ``case`` parameter.
+    """
+    from .cases import Case
+
+    case = getattr(item, "callspec", None) and item.callspec.params.get("case")
+    if not isinstance(case, Case):
+        raise ValueError(f"{item.nodeid}: a suite test is parametrized by a conformance.cases.Case in its 'case' "
+                         "parameter (its case id is its identity: seed, --case, reports); this one has none")
+    return case.id
+
+
+def _case_ids(suite: list[pytest.Item]) -> dict[int, str]:
+    """``{id(item): case id}`` of the collected suite tests.
+
+    Raises:
+        pytest.UsageError: a test without a case, or two tests with the same case id (both named).
+    """
+    ids: dict[int, str] = {}
+    first: dict[str, pytest.Item] = {}
+    for item in suite:
+        try:
+            case_id = item_case_id(item)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        other = first.setdefault(case_id, item)
+        if other is not item:
+            raise pytest.UsageError(f"case id {case_id!r} is used by two tests, {other.nodeid} and {item.nodeid}: "
+                                    "a case id is a case's identity (its seed, --case, reports); give each its own")
+        ids[id(item)] = case_id
+    return ids
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -118,7 +153,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collected = [item for item in items if is_suite_item(item)]
     if not collected:
         return
-    suite = _select_cases(config, items, collected)
+    suite = _select_cases(config, items, collected, _case_ids(collected))
     session = run_session(config)
     import torch
 
@@ -148,25 +183,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             warnings.warn(message, pytest.PytestWarning)
 
 
-def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[pytest.Item]) -> list[pytest.Item]:
-    """Apply ``--dspark-case``: keep the suite items whose key is named (foreign items stay).
+def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[pytest.Item],
+                  case_ids: dict[int, str]) -> list[pytest.Item]:
+    """Apply ``--dspark-case``: keep the suite items whose case id is named (foreign items
+    stay). A legacy key of ``conformance.seeds``'s table names its case, with a deprecation warning.
 
     Raises:
-        pytest.UsageError: a named key that matches no collected case.
+        pytest.UsageError: a name that matches no collected case (the closest case id suggested).
     """
-    wanted = set(config.getoption("--dspark-case"))
+    wanted = set()
+    for name in config.getoption("--dspark-case"):
+        case_id, legacy = resolve_case(name)
+        if legacy:
+            warnings.warn(DeprecationWarning(f"--dspark-case {name!r}: keys with a module and test name are "
+                                             f"deprecated and go in the next release; name the case id {case_id!r}"))
+        wanted.add(case_id)
     if not wanted:
         return suite
-    keys = {id(item): item_key(item) for item in suite}
-    unknown = sorted(wanted - set(keys.values()))
+    known = sorted(set(case_ids.values()))
+    unknown = sorted(wanted - set(known))
     if unknown:
-        # A pytest node id (conformance/suite/test_x.py::...) is the likeliest slip: the key has no folder.
-        near = difflib.get_close_matches(unknown[0], sorted(set(keys.values())), n=1)
+        # A pytest node id or a key (test_x.py::test_y[S5/a/b]) is the likeliest slip: its [...] is the case id.
+        bracketed = unknown[0].rpartition("[")[2].removesuffix("]") if "::" in unknown[0] else unknown[0]
+        near = difflib.get_close_matches(bracketed, known, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise pytest.UsageError(f"--dspark-case: no collected case has the key {unknown[0]!r}{hint} "
-                                "(keys are printed in results.json 'case' and in replay lines)")
-    _deselect(config, items, [item for item in suite if keys[id(item)] not in wanted])
-    return [item for item in suite if keys[id(item)] in wanted]
+        raise pytest.UsageError(f"--dspark-case: no collected case has the case id {unknown[0]!r}{hint} "
+                                "(case ids are printed in results.json 'case' and in replay lines)")
+    _deselect(config, items, [item for item in suite if case_ids[id(item)] not in wanted])
+    return [item for item in suite if case_ids[id(item)] in wanted]
 
 
 #: The worker output key under which an xdist worker sends the controller its cases left to the other phase.
@@ -247,12 +291,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     from .contract import Inconclusive
 
     report = outcome.get_result()
-    if (CASE_PROPERTY, item_key(item)) not in report.user_properties:
-        report.user_properties.append((CASE_PROPERTY, item_key(item)))
+    if (CASE_PROPERTY, item_case_id(item)) not in report.user_properties:
+        report.user_properties.append((CASE_PROPERTY, item_case_id(item)))
     if call.excinfo is not None and is_context_error(call.excinfo.value):
         session = run_session(item.config)
         if session.cuda_lost is None:
-            session.cuda_lost = (item_key(item), str(call.excinfo.value).splitlines()[0])
+            session.cuda_lost = (item_case_id(item), str(call.excinfo.value).splitlines()[0])
         expected = item.stash.get(_LOSES_CONTEXT, False) and not call.excinfo.errisinstance(CudaContextLost)
         if hasattr(report, "wasxfail") and not expected:
             del report.wasxfail
@@ -312,12 +356,18 @@ def require(dspark_adapter: "Adapter", pytestconfig: pytest.Config) -> Callable[
     or a skip that names the capability: not offered, or declared unable to run on this run's
     device or torch build (``Adapter.unmet``, from ``conventions.devices`` and
     ``Adapter.requirements``). The one place where a declared device limit becomes a skip; a
-    test that passes ``require`` runs."""
+    test that passes ``require`` runs. A capability the adapter declares ``unavailable`` (the
+    engine release should offer it, a module did not load) is INCONCLUSIVE with the reason."""
     device = run_session(pytestconfig).device
 
     def _require(capability: type) -> Any:
         from .boundary import validating
+        from .contract import Inconclusive
 
+        why_unavailable = dspark_adapter.unavailable.get(capability)
+        if why_unavailable is not None:
+            raise Inconclusive(f"capability {capability.__name__} should be offered by {dspark_adapter.name} "
+                               f"but did not load: {why_unavailable}")
         impl = dspark_adapter.get(capability)
         if impl is None:
             pytest.skip(f"capability {capability.__name__} not offered by {dspark_adapter.name}")
@@ -339,9 +389,9 @@ def tier_min_tv(request: pytest.FixtureRequest) -> float:
 
 @pytest.fixture
 def case_seed(request: pytest.FixtureRequest) -> int:
-    """Seed for this test case: ``derive_seed(--dspark-seed, case key)`` (xdist-safe, and the
-    same wherever the suite is installed)."""
-    return derive_seed(run_session(request.config).base_seed, item_key(request.node))
+    """Seed for this test case: ``seed_of_case(--dspark-seed, case id)`` (``conformance.seeds``:
+    xdist-safe, and the same wherever the suite is installed and whichever module holds the test)."""
+    return seed_of_case(run_session(request.config).base_seed, item_case_id(request.node))
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ def pytest_command(
     cases: list[str] | None = None, phase: str = "all",
 ) -> list[str]:
     """The pytest command line behind every subcommand: one adapter, the whole suite or only
-    the given case keys (``conformance.seeds``; as results.json names them); ``phase`` is
+    the given case ids (``conformance.seeds``; as results.json names them); ``phase`` is
     the plugin's ``--dspark-phase``."""
     cmd = [
         # The host's configuration stays out: without "-c", pytest adopts the first pytest.ini /
@@ -144,7 +144,7 @@ def rerun_lost_cases(payload: dict, command_for: Callable[[list[str], Path, Path
     their process lost the CUDA context (``conformance.cuda_context``), until every case ran
     or a round makes no progress; their new records replace the not-run ones.
 
-    ``command_for(case keys, json path, junit path)`` is the pytest command of one round;
+    ``command_for(case ids, json path, junit path)`` is the pytest command of one round;
     round ``i`` writes ``junit-rerun-i.xml`` in ``report_dir`` (the CLI merges it into
     ``junit.xml``, ``conformance.report.junit``). Returns ``payload`` with
     the merged ``tests`` (the case that lost the context keeps its own failure).

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .budget import StatLedger
-from .sections import section_of
 
 if TYPE_CHECKING:
     from .contract import Adapter
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
 DEFAULT_IMPL = "reference"
 DEFAULT_BASE_SEED = 20260
 SESSION_KEY = pytest.StashKey["RunSession"]()
-CASE_PROPERTY = "dspark_case"  # user property that marks a suite test's report, with its key
+CASE_PROPERTY = "dspark_case"  # user property that marks a suite test's report, with its case id
 
 
 class RunSession:
@@ -36,7 +35,7 @@ class RunSession:
         records: one dict per finished suite test (fields: ``conformance.plugin``).
         ledger: every statistical assertion the run checked (``stat_check``).
         started: ``time.time()`` at session start.
-        cuda_lost: ``(case key, error)`` of the case that lost the CUDA context of this
+        cuda_lost: ``(case id, error)`` of the case that lost the CUDA context of this
             process (``conformance.cuda_context``), or None.
     """
 
@@ -51,7 +50,7 @@ class RunSession:
         self.ledger = StatLedger()
         self.started = time.time()
         self._adapter: Adapter | None = None
-        #: (case key, error) of the case that lost this process's CUDA context, once one has
+        #: (case id, error) of the case that lost this process's CUDA context, once one has
         self.cuda_lost: tuple[str, str] | None = None
         #: suite cases per SPEC section that the selection (``-k``, ``-m``, ``--dspark-case``,
         #: ``--dspark-phase``) kept, and those the phase left to the other one (None: not known)
@@ -74,12 +73,12 @@ class RunSession:
                 raise pytest.UsageError(str(exc)) from exc
         return self._adapter
 
-    def replay_command(self, key: str) -> str:
-        """One line that reruns the case ``key`` with the same implementation, device, seed
+    def replay_command(self, case_id: str) -> str:
+        """One line that reruns the case ``case_id`` with the same implementation, device, seed
         and budget (sample sizes follow it), from any directory where the suite is installed."""
         budget = "" if self.budget == 1.0 else f" --budget {self.budget!r}"
         return (f"dspark-conformance run --impl {shlex.quote(self.impl)} --device {self.device} "
-                f"--seed {self.base_seed}{budget} --case {shlex.quote(key)}")
+                f"--seed {self.base_seed}{budget} --case {shlex.quote(case_id)}")
 
     # ------------------------------------------------------------------ hooks
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -91,12 +90,12 @@ class RunSession:
         props = dict(report.user_properties)
         if not final or CASE_PROPERTY not in props:
             return
-        key = props[CASE_PROPERTY]
+        case_id = props[CASE_PROPERTY]
         numerics = [json.loads(v) for k, v in report.user_properties if k == "dspark_numeric"]
         self.records.append({
-            "case": key,
+            "case": case_id,
             "nodeid": report.nodeid,
-            "section": section_of(key.split("::")[-1]),
+            "section": case_id.partition("/")[0],
             "outcome": _outcome(report),
             "duration_s": round(report.duration, 4),
             "reason": _reason(report),
@@ -104,7 +103,7 @@ class RunSession:
             "numerics": numerics,
             "bit_identical": all(n["bit_identical"] for n in numerics) if numerics else None,
             "reliability": [json.loads(v) for k, v in report.user_properties if k == "dspark_reliability"],
-            "replay": self.replay_command(key),
+            "replay": self.replay_command(case_id),
             "failure": next((json.loads(v) for k, v in report.user_properties if k == "dspark_failure"), None),
         })
 
@@ -125,6 +124,13 @@ class RunSession:
             "description": adapter.description,
             "conventions": {k: str(v) for k, v in vars(adapter.conventions).items()},
             "capabilities": sorted(cap.__name__ for cap in adapter.capabilities),
+            "unavailable": {cap.__name__: why for cap, why in sorted(adapter.unavailable.items(),
+                                                                      key=lambda item: item[0].__name__)},
+            "carried_forward": sorted({e.carried_forward_from for e in adapter.expected_failures
+                                       if e.carried_forward_from and self.device in e.devices}),
+            # offered, yet declared unable to run on this run's device or torch build: their cases skip
+            "cannot_run_here": {cap.__name__: why for cap in sorted(adapter.capabilities, key=lambda cap: cap.__name__)
+                            if (why := adapter.unmet(cap, self.device)) is not None},
             "device": self.device,
             "base_seed": self.base_seed,
             "budget": self.budget,

@@ -209,6 +209,19 @@ def test_run_log_keeps_the_first_record_and_reads_the_archive(tmp_path):
     assert log.records() == records[:20] + [{**r, "tests": {}} for r in records[20:]]
 
 
+def test_run_log_names_an_archived_runs_cases_by_case_id(tmp_path):
+    # Records logged before case ids were the identity name cases by their legacy keys
+    # (conformance.seeds); a fresh run names them by case id: the aggregate sees one case.
+    legacy = "conformance/test_simulated.py::test_S6_match_expected_law[S6/match-expected/4.7-max6]"
+    old = {**_reference(1, 0.5, 0.5), "tests": {legacy: _test("passed", 0.5), "c/t.py::test_S3_gpu": _test("skipped")}}
+    (tmp_path / "runs.jsonl.gz").write_bytes(gzip.compress((json.dumps(old) + "\n").encode()))
+    log = calibration.RunLog(tmp_path / "runs.jsonl")
+    log.append({**_reference(2, 0.5, 0.5), "tests": {"S6/match-expected/4.7-max6": _test("failed", 1e-9)}})
+    assert [sorted(r["tests"]) for r in log.records()] == [
+        ["S6/match-expected/4.7-max6", "c/t.py::test_S3_gpu"], ["S6/match-expected/4.7-max6"]]
+    assert numbers.aggregate(log.records())["per_test"]["S6/match-expected/4.7-max6"]["runs"] == 2
+
+
 def test_run_log_skips_a_cut_last_line_and_names_a_bad_one(tmp_path):
     path = tmp_path / "runs.jsonl"
     good = json.dumps(_reference(1, 0.5, 0.5))

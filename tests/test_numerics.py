@@ -18,10 +18,9 @@ import torch
 from conformance import numerics, runner
 from conformance.report import markdown, matrix
 
-S2_TEACHER = "conformance/test_markov.py::test_S2_sample_block_equals_teacher_forcing[S2/teacher-forcing/{}]"
-S4_VS_EAGER = "conformance/test_folded.py::test_S4_folded_matches_eager_and_teacher_forcing[S4/folded-vs-eager/{}]"
-S7_SURVIVAL = ("conformance/test_confidence.py::test_S7_prefix_survival_is_cumulative_product"
-               "[S7/prefix-survival/sigmoid-batched]")
+S2_TEACHER = "S2/teacher-forcing/{}"
+S4_VS_EAGER = "S4/folded-vs-eager/{}"
+S7_SURVIVAL = "S7/prefix-survival/sigmoid-batched"
 BOUNDED = [S2_TEACHER.format("gated-mixed"), S4_VS_EAGER.format("vanilla-float32"),
            S4_VS_EAGER.format("rnn-bfloat16"), S7_SURVIVAL]
 #: A second sample_block pass moves corrected logits by O(1); the bound is ~1e-6 (float32)

@@ -151,3 +151,27 @@ def loses_the_cuda_context_as_declared() -> c.Adapter:
         expected_failures=(c.ExpectedFailure("test_S6_match_expected_law", "S6", "a finding", ("cpu",),
                                              loses_cuda_context=True),),
     )
+
+
+def unavailable_confidence() -> c.Adapter:
+    """Simulated acceptance offered; the confidence head declared unavailable (the engine
+    release ships it, a module it needs did not import): its S7 cases must be INCONCLUSIVE."""
+    return c.Adapter(
+        "toy:unavailable-confidence", c.Conventions(), {c.SimulatedAcceptance: reference.SimulatedAcceptance()},
+        unavailable={c.Confidence: "toy.confidence did not import (No module named 'regex'); "
+                                   "pip install --target DIR regex"},
+    )
+
+
+def carried_forward_ledger() -> c.Adapter:
+    """Release 1.1 of a toy engine whose ledger confirmed a finding on the S6 degenerate
+    values only up to 1.0 (its newest measured): the entry is carried forward to 1.1, where
+    the reference passes the case, so the run must show a strict XPASS naming the entry."""
+    from conformance.adapters.ledgers import Entry, Ledger, Scope
+
+    ledger = Ledger("docs/toy-findings.md",
+                    (Entry("test_S6_lengths_stay_in_range", "S6", "T1: a toy finding",
+                           (Scope(">=0.9,<=1.0", ("cpu", "cuda")),)),),
+                    newest_measured={"cpu": "1.0", "cuda": "1.0"})
+    return c.Adapter("toy:engine==1.1", c.Conventions(), {c.SimulatedAcceptance: reference.SimulatedAcceptance()},
+                     expected_failures=ledger.expected_failures("1.1"))

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
-from conformance import runner
+from conformance import runner, seeds
 from conformance.loading import mutants_module
 from conformance.report import matrix as report
 
@@ -57,7 +57,7 @@ REPLAY_SEED = 1
 
 def _pytest_run(impl: str, seed: int | None, device: str, selection: list[str] | None = None,
                 cases: list[str] | None = None) -> dict | None:
-    """One pytest run (``-m``/``-k`` ``selection``, or the case keys ``cases``); its
+    """One pytest run (``-m``/``-k`` ``selection``, or the case ids ``cases``); its
     results.json, or None when the run produced no test record (a crash)."""
     _, payload, _ = runner.run_quietly(impl=impl, device=device, seed=seed, extra=selection, cases=cases)
     return payload if payload and payload["tests"] else None
@@ -72,12 +72,21 @@ def _outcome(test: dict) -> str:
 
 
 def _compact(payload: dict) -> dict[str, dict]:
-    """Per case key: outcome and its assertions' (name, p-value, effect, min effect)."""
+    """Per case id: outcome and its assertions' (name, p-value, effect, min effect)."""
     return {
         t["case"]: {"outcome": _outcome(t),
                       "stats": [[s["name"], s["p_value"], s["effect"], s["min_effect"]] for s in t["stats"]]}
         for t in payload["tests"]
     }
+
+
+def _by_case_id(record: dict) -> dict:
+    """``record`` with its ``tests`` keyed by case id: a record logged before case ids were the
+    identity names its cases by their legacy keys (``conformance.seeds``), so an archived log
+    and fresh runs aggregate per case."""
+    if "tests" not in record:
+        return record
+    return {**record, "tests": {seeds.resolve_case(name)[0]: test for name, test in record["tests"].items()}}
 
 
 def _record_key(record: dict) -> tuple:
@@ -119,7 +128,7 @@ class RunLog:
                 key = _record_key(record)
                 if key not in seen:
                     seen.add(key)
-                    out.append(record)
+                    out.append(_by_case_id(record))
         return out
 
     def _sources(self) -> list[tuple[Path, list[str]]]:

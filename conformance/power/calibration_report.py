@@ -168,10 +168,10 @@ def write_reports(cal: dict[str, Any], report_dir: Path, commands: list[str]) ->
     (report_dir / "calibration.json").write_text(json.dumps({**cal, "commands": commands}, indent=1))
     lines = ["# Calibration of the suite's tests on the reference", "", "Produced by:", ""]
     lines += [f"    {c}" for c in commands] + [""]
-    lines += ["Each case seed is `derive_seed(base seed, case key)` (conformance/seeds.py): the key is the test "
-              "module's import name, the test name and the parameter id, never a path, so these records reproduce "
-              "for the case keys they name (calibration.json) wherever the suite is installed; a renamed test gets "
-              "new seeds.", ""]
+    lines += ["Each case seed comes from its case id alone (`seed_of_case`, conformance/seeds.py; a case older "
+              "than case ids keeps the seed of its frozen legacy key), never from a path, module or test name, so "
+              "these records reproduce for the cases they name (calibration.json) wherever the suite is installed "
+              "and whichever module holds them; a renamed case id gets new seeds.", ""]
     if cal["exact"]["runs"]:
         lines += _exact(cal) + [""]
     if cal["runs"]:

@@ -237,6 +237,7 @@ def _header(payload: dict, verdict: str) -> str:
         ("wall time", f"{float(payload['wall_s']):.1f} s"),
         ("tests", str(len(payload["tests"]))),
         ("capabilities", _e(capabilities)),
+        *(("notice", f"<strong>{_e(line)}</strong>") for line in report.engine_notices(payload)),
     ]
     items = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta)
     return (

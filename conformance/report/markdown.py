@@ -8,7 +8,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from conformance.report.matrix import not_run_line, overall, run_rows, short_reason, table
+from conformance.report.matrix import engine_notices, not_run_line, overall, run_rows, short_reason, table
 
 
 def _stat_lines(payload: dict[str, Any]) -> list[str]:
@@ -50,7 +50,11 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         "",
         f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
         f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows, payload)}**.",
+        *(["", "Offered but unable to run here (their cases skip): "
+           + "; ".join(f"{cap} ({why})" for cap, why in payload["cannot_run_here"].items()) + "."]
+          if payload.get("cannot_run_here") else []),
         *(["", f"{missing}."] if missing else []),
+        *(line for notice in engine_notices(payload) for line in ("", f"**{html.escape(notice, quote=False)}**")),
         "",
         "| " + " | ".join(cells[0]) + " |",
         "|" + " --- |" * len(cells[0]),

@@ -107,6 +107,18 @@ def not_run_line(rows: list[SectionRow]) -> str | None:
     return f"{missing} of the {total} selected cases did not run (the run was interrupted before them)"
 
 
+def engine_notices(payload: dict[str, Any]) -> list[str]:
+    """Lines that say what the run could not vouch for, printed beside every verdict: each
+    capability the engine release should offer but that did not load (``unavailable``), and
+    the ledger entries carried forward unconfirmed from an older release (``carried_forward``)."""
+    lines = [f"UNAVAILABLE: capability {name} should be offered by {payload['impl']} but did not load: {why}"
+             for name, why in payload.get("unavailable", {}).items()]
+    for release in payload.get("carried_forward", ()):
+        lines.append(f"ledger: entries carried forward from {release}, not confirmed on {payload['impl']} "
+                     f"(a fixed finding shows as a strict XPASS naming it)")
+    return lines
+
+
 def interrupted(payload: dict[str, Any]) -> bool:
     """Whether pytest reported the run as interrupted (exit status 2: a signal or a deadline
     stopped it before every case ran)."""
@@ -164,6 +176,7 @@ def format_matrix(payload: dict[str, Any]) -> str:
     missing = not_run_line(rows)
     if missing:
         lines.append(missing)
+    lines.extend(engine_notices(payload))
     lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):

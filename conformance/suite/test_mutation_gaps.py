@@ -23,7 +23,7 @@ Covers (all exact, no statistical assertion):
 * ``S8/sps-table/path-length``: a table covering ``R + #{a > 0}`` batch sizes is enough.
 
 To add a case: add a ``case(...)`` record and a test named ``test_<section>_<what>``, then
-its key to docs/calibration/case-keys.txt and the mutant it kills to docs/mutation/triage.json.
+the mutant it kills to docs/mutation/triage.json.
 """
 
 from __future__ import annotations

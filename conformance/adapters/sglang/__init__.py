@@ -63,7 +63,11 @@ from . import (
 )
 from .loader import SGLangModules, load_sglang
 
-__all__ = ["make_adapter", "make_blockwise_adapter", "capabilities", "requirements"]
+__all__ = ["make_adapter", "make_blockwise_adapter", "capabilities", "requirements", "INSTALL_EXTRAS"]
+
+#: What the loader needs beside ``pip install --no-deps sglang==X`` (its DSpark modules import
+#: msgspec); the drift check (``conformance.drift``) installs them with the engine.
+INSTALL_EXTRAS: tuple[str, ...] = ("msgspec",)
 
 GREEDY_RULE = "top_k"
 #: Verification cuts top-k with ``torch.topk`` (``build_dflash_verify_target_probs``;

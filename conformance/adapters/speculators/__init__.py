@@ -42,7 +42,11 @@ import torch
 from conformance import contract as c
 from conformance.loading import AdapterLoadError
 
-__all__ = ["make_adapter", "load_model_definitions", "MarkovBlock"]
+__all__ = ["make_adapter", "load_model_definitions", "MarkovBlock", "INSTALL_EXTRAS"]
+
+#: What the loader needs beside ``pip install --no-deps speculators==X``: nothing (the heads
+#: import only torch); the drift check (``conformance.drift``) reads it.
+INSTALL_EXTRAS: tuple[str, ...] = ()
 
 MODULE = "speculators.models.dspark.model_definitions"
 

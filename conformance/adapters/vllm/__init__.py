@@ -83,7 +83,7 @@ from .simulated import SimulatedAcceptance
 from .tensor_parallel import TensorParallelRound
 from .verify import ChainVerifier, GreedyVerifier
 
-__all__ = ["make_adapter", "capabilities", "requirements", "unavailable"]
+__all__ = ["make_adapter", "capabilities", "requirements", "unavailable", "INSTALL_EXTRAS"]
 
 GREEDY_RULE = "temperature"
 #: NaN, negative and infinite temperatures are rejected with ValueError, as vLLM's
@@ -169,9 +169,6 @@ def make_adapter() -> c.Adapter:
     description = f"vLLM {modules.version} DSpark (V2 model runner), loaded without its engine"
     if not ledger.ledger_enabled():
         description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
-    # Until the contract carries Adapter.unavailable, the report's description names the loss.
-    for capability, why in unavailable(modules).items():
-        description += f"; {capability.__name__} UNAVAILABLE: {why}"
     return c.Adapter(
         name=f"vllm=={modules.version}",
         conventions=c.Conventions(greedy_rule=GREEDY_RULE, draft_truncates=False, bad_temperatures=BAD_TEMPERATURES,
@@ -179,6 +176,7 @@ def make_adapter() -> c.Adapter:
                                   draft_vocabularies=("target", "reduced")),
         capabilities=capabilities(modules),
         requirements=requirements(modules),
+        unavailable=unavailable(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
         description=description,
     )

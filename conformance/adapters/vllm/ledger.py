@@ -1,9 +1,10 @@
-"""vLLM's expected-failure ledger: confirmed divergences from the SPEC, by version and device.
+"""vLLM's expected-failure ledger: confirmed divergences from the SPEC, by release range and device.
 
 Every entry is a finding written up with a minimal reproducing input in
-``docs/conformance/vllm-findings.md`` (ids V1..), scoped to the vLLM versions and devices
-on which a run confirmed it (``_LEDGER``). Entries are strict xfails: when vLLM fixes one,
-the run reports XPASS and the entry must go. A new divergence is not in here and fails.
+``docs/conformance/vllm-findings.md`` (ids V1..), scoped to the vLLM release ranges and
+devices on which runs confirmed it (``_ENTRIES``; the rule: :mod:`conformance.adapters.ledgers`).
+Entries are strict xfails: when vLLM fixes one, the run reports XPASS and the entry's range
+must end. A new divergence is not in here and fails.
 ``DSPARK_VLLM_LEDGER=off`` turns the ledger off (how the committed matrices are made).
 """
 
@@ -38,32 +39,37 @@ _SYNTHETIC_RANGE = ("V6: a synthetic acceptance length outside [1, n + 1] is rej
 _SHARED_NOISE = ("V3: the verifier's correction draw reuses the drafter's Gumbel noise (same seed, position and "
                  "token), so the committed token does not follow the target law")
 
-_CPU = ("cpu",)
-_CUDA = ("cuda",)
-_BOTH = ("cpu", "cuda")
-_RELEASES = ("0.25.0", "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
-_H200 = ("0.25.0", "0.28.0", "0.29.0", "0.33.0")  # the releases run on the H200
-_SCHEDULER = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")  # ProductionScheduler runs on CPU (0.28.0, 0.29.0: CUDA only)
-_on = ledgers.on
+_ALL = ">=0.25.0,<=0.33.0"  # every release measured, on CPU each (sessions 5, 6) and on the H200 at both ends
+_Entry = ledgers.Entry
 
-#: (test, section, reason, where): ``where`` maps each vLLM version on which the failure was
-#: confirmed by a run to the devices of those runs. Nothing applies elsewhere: an unmeasured
-#: version or device shows its failures. CPU: a suite run (exact cases, ledger off) of every
-#: release, sessions 5 and 6. CUDA: the H200 runs of 0.33.0 (session 5, ledger off, with the
-#: messages), the session-6 runs of 0.25.0 / 0.28.0 / 0.29.0 (outcomes only), and session 7's
-#: whole-suite runs of all four (ledger on, with the messages: every entry below xfailed
-#: where it applies, nothing else failed but a per-case time limit; vllm-findings.md).
-_LEDGER: tuple[ledgers.Row, ...] = (
-    ("test_S3_zero_probability[S3/vocab-crop/neg-inf-never-drawn]", "S3", _HOT,
-     {**_on(_CPU, *_RELEASES), **_on(_BOTH, "0.25.0", "0.28.0", "0.29.0", "0.33.0")}),
+
+def _cpu(releases: str) -> ledgers.Scope:
+    return ledgers.Scope(releases, ("cpu",))
+
+
+def _cuda(releases: str) -> ledgers.Scope:
+    return ledgers.Scope(releases, ("cuda",))
+
+
+def _both(releases: str) -> ledgers.Scope:
+    return ledgers.Scope(releases, ("cpu", "cuda"))
+
+
+#: Where each finding was confirmed. CPU: a suite run (exact cases, ledger off) of every release
+#: 0.25.0-0.33.0, sessions 5 and 6. CUDA: the H200 runs of 0.33.0 (session 5, ledger off, with
+#: the messages), the session-6 runs of 0.25.0 / 0.28.0 / 0.29.0 (outcomes only), and session 7's
+#: whole-suite runs of all four (ledger on, with the messages: every entry below xfailed where it
+#: applies, nothing else failed but a per-case time limit; vllm-findings.md). A range's ends were
+#: each confirmed; the releases between inherit the entry.
+_ENTRIES: tuple[ledgers.Entry, ...] = (
+    _Entry("test_S3_zero_probability[S3/vocab-crop/neg-inf-never-drawn]", "S3", _HOT, (_both(_ALL),)),
     # V2 by the H200 run of 0.33.0 (ledger off): 167,505 of 382,814 greedy rows (T < 1e-5) sampled;
     # the reproducer showed the same rule on 0.25.0-0.33.0 (session 5) and the suite on 0.25.0-0.29.0.
-    ("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _FLOOR,
-     _on(_CUDA, "0.25.0", "0.28.0", "0.29.0", "0.33.0")),
-    ("test_S1_d2t_is_validated[S1/vocab/d2t-validated]", "S1", _D2T,
-     {**_on(_CPU, *_RELEASES), **_on(_BOTH, "0.25.0", "0.28.0", "0.29.0", "0.33.0")}),
+    _Entry("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _FLOOR, (_cuda(_ALL),)),
+    _Entry("test_S1_d2t_is_validated[S1/vocab/d2t-validated]", "S1", _D2T, (_both(_ALL),)),
+    # V5: ProductionScheduler runs on CPU from 0.30.0 (0.28.0, 0.29.0: CUDA only).
     *(
-        (test, "S8", _FILL_CURRENT, {**_on(_CPU, *_SCHEDULER), **_on(_CUDA, "0.28.0", "0.29.0"), "0.33.0": _BOTH})
+        _Entry(test, "S8", _FILL_CURRENT, (_cpu(">=0.30.0,<=0.33.0"), _cuda(">=0.28.0,<=0.33.0")))
         for test in ("test_S8_production_ignores_the_current_block[S8/production-non-anticipation/current-block]",
                      "test_S8_production_ignores_the_current_block[S8/production-non-anticipation/beyond-cut]",
                      "test_S8_production_rows_ignore_other_rows_current_values"
@@ -72,22 +78,25 @@ _LEDGER: tuple[ledgers.Row, ...] = (
     # V3 by the H200 runs of sessions 6 and 7 (failed on 0.25.0 / 0.28.0: p = 1e-205 and 1e-51;
     # passed on 0.29.0 / 0.33.0) and the reproducer (10^6 requests: TV 0.033, p = 0, on both);
     # statistical, so CUDA only.
-    *((f"test_S9_round_commits_the_target_law[S9/round/{name}]", "S9", _SHARED_NOISE, _on(_CUDA, "0.25.0", "0.28.0"))
+    *(_Entry(f"test_S9_round_commits_the_target_law[S9/round/{name}]", "S9", _SHARED_NOISE,
+             (_cuda(">=0.25.0,<=0.28.0"),))
       for name in ("law-vanilla-T1.0", "law-min-p0.2-T1.6")),
-    ("test_S3_huge_temperature_uniform[S3/degenerate/huge-temperature-uniform]", "S3", _HOT,
-     {**_on(_CUDA, "0.25.0", "0.28.0", "0.29.0"), "0.33.0": _BOTH}),
-    *((f"test_S6_match_expected_degenerate_values[S6/match-expected/{name}]", "S6", _SYNTHETIC_RANGE,
-       {**_on(_CPU, *_RELEASES), **_on(_BOTH, *cuda)})
-      for name, cuda in (("clamp-low-0.2", _H200), ("clamp-low-negative", _H200), ("clamp-high-9.5", _H200),
-                         ("max-len-1", _H200))),
-    ("test_S6_lengths_stay_in_range[S6/range/match-expected]", "S6", _SYNTHETIC_RANGE,
-     {**_on(_CPU, *_RELEASES), **_on(_BOTH, "0.25.0", "0.28.0", "0.29.0", "0.33.0")}),
-    ("test_S6_executor_clamps_at_gamma_plus_one[S6/executor/clamp-high-gamma]", "S6", _SYNTHETIC_RANGE,
-     {**_on(_CPU, *_RELEASES), **_on(_BOTH, "0.25.0", "0.28.0", "0.29.0", "0.33.0")}),
+    # statistical: on CPU only 0.33.0's run had its statistical cases
+    _Entry("test_S3_huge_temperature_uniform[S3/degenerate/huge-temperature-uniform]", "S3", _HOT,
+           (_cuda(_ALL), _cpu("==0.33.0"))),
+    *(_Entry(f"test_S6_match_expected_degenerate_values[S6/match-expected/{name}]", "S6", _SYNTHETIC_RANGE,
+             (_both(_ALL),))
+      for name in ("clamp-low-0.2", "clamp-low-negative", "clamp-high-9.5", "max-len-1")),
+    _Entry("test_S6_lengths_stay_in_range[S6/range/match-expected]", "S6", _SYNTHETIC_RANGE, (_both(_ALL),)),
+    _Entry("test_S6_executor_clamps_at_gamma_plus_one[S6/executor/clamp-high-gamma]", "S6", _SYNTHETIC_RANGE,
+           (_both(_ALL),)),
 )
+
+LEDGER = ledgers.Ledger(FINDINGS, _ENTRIES, newest_measured={"cpu": "0.33.0", "cuda": "0.33.0"})
 
 
 def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
-    """The entries confirmed for vLLM ``version`` (e.g. ``"0.33.0"``), each on the devices
-    where it was measured."""
-    return ledgers.scoped(_LEDGER, version, FINDINGS)
+    """The entries for vLLM ``version`` (e.g. ``"0.33.0"``), each on the devices where it was
+    confirmed, or carried forward to a release newer than the newest measured
+    (:class:`conformance.adapters.ledgers.Ledger`)."""
+    return LEDGER.expected_failures(version)
