@@ -176,6 +176,7 @@ def make_adapter() -> c.Adapter:
                                   draft_vocabularies=("target", "reduced")),
         capabilities=capabilities(modules),
         requirements=requirements(modules),
+        unavailable=unavailable(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
         description=description,
         unavailable=unavailable(modules),

@@ -84,7 +84,9 @@ MIN_VERSION = (0, 25, 0)  # first release with DSpark (V2 model runner only)
 
 #: PyPI packages the adapter's modules import beyond what ``pip install --no-deps`` brings and
 #: the suite's own environment (torch, triton, numpy): ``regex`` (``vllm.utils.platform_utils``,
-#: reached from adaptive verification through ``vllm.utils.torch_utils``; 0.33.0, 0.34.0).
+#: reached from adaptive verification through ``vllm.utils.torch_utils``; 0.33.0, 0.34.0; none
+#: on 0.25.x). The drift check (``conformance.drift``) installs them with the engine; re-exported
+#: as ``conformance.adapters.vllm.INSTALL_EXTRAS``.
 INSTALL_EXTRAS: tuple[str, ...] = ("regex",)
 #: How to install a release for the adapter (``{version}``: the release, or ``X``).
 INSTALL_HINT = ("pip install --no-deps --target DIR 'vllm=={version}' " + " ".join(INSTALL_EXTRAS)
