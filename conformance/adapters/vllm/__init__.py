@@ -179,6 +179,5 @@ def make_adapter() -> c.Adapter:
         unavailable=unavailable(modules),
         expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
         description=description,
-        unavailable=unavailable(modules),
     )
 
