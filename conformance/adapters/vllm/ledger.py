@@ -42,8 +42,10 @@ _ZERO_STEPS = ("V7: a zero-step block raises (DSparkSpeculator._sample_markov_ch
 _SHARED_NOISE = ("V3: the verifier's correction draw reuses the drafter's Gumbel noise (same seed, position and "
                  "token), so the committed token does not follow the target law")
 
-_ALL = ">=0.25.0,<=0.33.0"  # on the H200: 0.25.0, 0.28.0, 0.29.0 and 0.33.0 (sessions 5-7)
-_ALL_CPU = ">=0.25.0,<=0.34.0"  # on CPU: every release to 0.33.0 (sessions 5, 6), 0.34.0 (round 3)
+#: Every release: on CPU each of 0.25.0-0.33.0 (sessions 5, 6) and 0.34.0 (round 3); on CUDA 0.25.0,
+#: 0.28.0, 0.29.0 and 0.33.0 on the H200 (sessions 5-7) and 0.34.0 on an H100 (round 3: the whole
+#: suite, ledger on, where every entry that applies xfailed).
+_ALL = ">=0.25.0,<=0.34.0"
 _Entry = ledgers.Entry
 
 
@@ -55,6 +57,10 @@ def _cuda(releases: str) -> ledgers.Scope:
     return ledgers.Scope(releases, ("cuda",))
 
 
+def _both(releases: str) -> ledgers.Scope:
+    return ledgers.Scope(releases, ("cpu", "cuda"))
+
+
 #: Where each finding was confirmed. CPU: a suite run (exact cases, ledger off) of every release
 #: 0.25.0-0.33.0, sessions 5 and 6. CUDA: the H200 runs of 0.33.0 (session 5, ledger off, with
 #: the messages), the session-6 runs of 0.25.0 / 0.28.0 / 0.29.0 (outcomes only), and session 7's
@@ -62,14 +68,14 @@ def _cuda(releases: str) -> ledgers.Scope:
 #: applies, nothing else failed but a per-case time limit; vllm-findings.md). A range's ends were
 #: each confirmed; the releases between inherit the entry.
 _ENTRIES: tuple[ledgers.Entry, ...] = (
-    _Entry("test_S3_zero_probability[S3/vocab-crop/neg-inf-never-drawn]", "S3", _HOT, (_cpu(_ALL_CPU), _cuda(_ALL))),
+    _Entry("test_S3_zero_probability[S3/vocab-crop/neg-inf-never-drawn]", "S3", _HOT, (_both(_ALL),)),
     # V2 by the H200 run of 0.33.0 (ledger off): 167,505 of 382,814 greedy rows (T < 1e-5) sampled;
     # the reproducer showed the same rule on 0.25.0-0.33.0 (session 5) and the suite on 0.25.0-0.29.0.
     _Entry("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _FLOOR, (_cuda(_ALL),)),
-    _Entry("test_S1_d2t_is_validated[S1/vocab/d2t-validated]", "S1", _D2T, (_cpu(_ALL_CPU), _cuda(_ALL))),
+    _Entry("test_S1_d2t_is_validated[S1/vocab/d2t-validated]", "S1", _D2T, (_both(_ALL),)),
     # V5: ProductionScheduler runs on CPU from 0.30.0 (0.28.0, 0.29.0: CUDA only).
     *(
-        _Entry(test, "S8", _FILL_CURRENT, (_cpu(">=0.30.0,<=0.34.0"), _cuda(">=0.28.0,<=0.33.0")))
+        _Entry(test, "S8", _FILL_CURRENT, (_cpu(">=0.30.0,<=0.34.0"), _cuda(">=0.28.0,<=0.34.0")))
         for test in ("test_S8_production_ignores_the_current_block[S8/production-non-anticipation/current-block]",
                      "test_S8_production_ignores_the_current_block[S8/production-non-anticipation/beyond-cut]",
                      "test_S8_production_rows_ignore_other_rows_current_values"
@@ -85,19 +91,20 @@ _ENTRIES: tuple[ledgers.Entry, ...] = (
     _Entry("test_S3_huge_temperature_uniform[S3/degenerate/huge-temperature-uniform]", "S3", _HOT,
            (_cuda(_ALL), _cpu("==0.33.0"))),
     *(_Entry(f"test_S6_match_expected_degenerate_values[S6/match-expected/{name}]", "S6", _SYNTHETIC_RANGE,
-             (_cpu(_ALL_CPU), _cuda(_ALL)))
+             (_both(_ALL),))
       for name in ("clamp-low-0.2", "clamp-low-negative", "clamp-high-9.5", "max-len-1")),
-    # V7 by the suite on CPU (0.34.0, ledger off; the vanilla and the rnn head) and its reproducer.
-    *(_Entry(f"test_S2_gamma_zero_returns_empty_block[S2/edge/gamma-zero-{head}]", "S2", _ZERO_STEPS,
-             (_cpu("==0.34.0"),))
-      for head in ("vanilla", "rnn")),
+    # V7 by the suite on CPU (0.34.0, ledger off; the vanilla and the rnn head), its reproducer, and
+    # the H100 run of 0.34.0 (vanilla; its rnn head was not loaded there).
+    _Entry("test_S2_gamma_zero_returns_empty_block[S2/edge/gamma-zero-vanilla]", "S2", _ZERO_STEPS,
+           (_cpu("==0.34.0"), _cuda("==0.34.0"))),
+    _Entry("test_S2_gamma_zero_returns_empty_block[S2/edge/gamma-zero-rnn]", "S2", _ZERO_STEPS, (_cpu("==0.34.0"),)),
     _Entry("test_S6_lengths_stay_in_range[S6/range/match-expected]", "S6", _SYNTHETIC_RANGE,
-           (_cpu(_ALL_CPU), _cuda(_ALL))),
+           (_both(_ALL),)),
     _Entry("test_S6_executor_clamps_at_gamma_plus_one[S6/executor/clamp-high-gamma]", "S6", _SYNTHETIC_RANGE,
-           (_cpu(_ALL_CPU), _cuda(_ALL))),
+           (_both(_ALL),)),
 )
 
-LEDGER = ledgers.Ledger(FINDINGS, _ENTRIES, newest_measured={"cpu": "0.34.0", "cuda": "0.33.0"})
+LEDGER = ledgers.Ledger(FINDINGS, _ENTRIES, newest_measured={"cpu": "0.34.0", "cuda": "0.34.0"})
 
 
 def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
