@@ -2,8 +2,8 @@
 
 Accepted forms:
 
-* a built-in name: ``reference`` (the bundled ``dspark_ref``), ``sglang``, ``vllm`` and
-  ``speculators`` (the installed PyPI packages; ``NAME==X`` also checks the installed version), ``mutant:<id>``
+* a built-in name: ``reference`` (the bundled ``dspark_ref``), ``sglang``, ``vllm``,
+  ``speculators``, ``dspark-mlx`` and ``mlx-dspark`` (the installed PyPI packages; ``NAME==X`` also checks the installed version), ``mutant:<id>``
   (a known-bug variant from ``fixtures/mutants`` of a checkout: the mutants are not part of the wheel, and are found by module name, like any
   third-party adapter, so the suite never imports them statically);
 * ``package.module:attr``, where ``attr`` is an ``Adapter`` or a zero-argument callable
@@ -28,6 +28,8 @@ _BUILTINS = {
     "sglang": "conformance.adapters.sglang:make_adapter",
     "vllm": "conformance.adapters.vllm:make_adapter",
     "speculators": "conformance.adapters.speculators:make_adapter",
+    "dspark-mlx": "conformance.adapters.dspark_mlx:make_adapter",
+    "mlx-dspark": "conformance.adapters.mlx_dspark:make_adapter",
 }
 
 

@@ -1,0 +1,52 @@
+"""dspark-mlx's expected-failure ledger: confirmed divergences from the SPEC, by version and device.
+
+Every entry is a finding written up with a minimal reproducing input in
+``docs/conformance/dspark-mlx-findings.md`` (ids D1..), scoped to the dspark-mlx versions and
+devices on which a run confirmed it (``_LEDGER``). Entries are strict xfails: when dspark-mlx
+fixes one, the run reports XPASS and the entry must go. A new divergence is not in here and
+fails. ``DSPARK_DSPARK_MLX_LEDGER=off`` turns the ledger off (how the committed matrices are made).
+"""
+
+from __future__ import annotations
+
+from conformance.adapters import ledgers
+from conformance.contract import ExpectedFailure
+
+FINDINGS = "docs/conformance/dspark-mlx-findings.md"
+LEDGER_ENV = "DSPARK_DSPARK_MLX_LEDGER"
+
+
+def ledger_enabled() -> bool:
+    """False when ``DSPARK_DSPARK_MLX_LEDGER`` is ``off`` (or ``0``); on otherwise (ValueError
+    for any other value)."""
+    return ledgers.enabled(LEDGER_ENV)
+
+
+_RANK = "D1: markov_rank 0 raises ZeroDivisionError from MLX's nn.Embedding initialiser (no configuration check)"
+_NAN_ROW = "D2: a sampled row holding one NaN logit draws id 0 (all-NaN softmax, argmax 0), even where id 0 is -inf"
+_BAD_T = ("D3: NaN / +inf temperatures are neither rejected nor greedy (recipe.sample divides by max(T, 1e-5); "
+          "the verifier accepts every draft under the NaN law)")
+_ZERO_Q = "D4: a q(x) = 0 draft is accepted even where p(x) = 0 (verify.py: ratio = 1.0 if q <= 0)"
+_Q_ABOVE_ONE = "D5: a handed-over q(x) slightly above 1 is not read as 1 (accept iff u < min(1, p / q))"
+_GREEDY_RULE = "D6: only T == 0 is greedy (recipe.sample); 0 < T < 1e-5 samples at 1e-5, not the declared T < 1e-5"
+
+_CPU = ("cpu",)
+_on = ledgers.on
+
+#: (test, section, reason, where): ``where`` maps each dspark-mlx version on which the failure
+#: was confirmed by a run to the devices of those runs (MLX 0.32.4's CPU build on Linux; the
+#: whole suite, statistical cases included, ledger off: docs/conformance/dspark-mlx-0.1.0-cpu.md).
+_LEDGER: tuple[ledgers.Row, ...] = (
+    ("test_S2_nonpositive_rank_is_a_configuration_error[S2/edge/rank-nonpositive]", "S2", _RANK, _on(_CPU, "0.1.0")),
+    ("test_S3_nan_and_dead_rows[S3/degenerate/nan-rows-StepSampler]", "S3", _NAN_ROW, _on(_CPU, "0.1.0")),
+    ("test_S5_bad_temperatures_verify[S5/degenerate/temperature-nan-negative-inf]", "S5", _BAD_T, _on(_CPU, "0.1.0")),
+    ("test_S5_zero_q_draft_handed_over[S5/degenerate/zero-q-draft-handed-over]", "S5", _ZERO_Q, _on(_CPU, "0.1.0")),
+    ("test_S5_q_above_one_read_as_one[S5/degenerate/q-above-one]", "S5", _Q_ABOVE_ONE, _on(_CPU, "0.1.0")),
+    ("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _GREEDY_RULE, _on(_CPU, "0.1.0")),
+)
+
+
+def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
+    """The entries confirmed for dspark-mlx ``version`` (e.g. ``"0.1.0"``), each on the devices
+    where it was measured."""
+    return ledgers.scoped(_LEDGER, version, FINDINGS)

@@ -1,0 +1,144 @@
+"""Import mlx-dspark's DSpark modules without its package ``__init__``, mlx-lm or mlx-vlm.
+
+mlx-dspark (PyPI ``mlx-dspark``, package ``mlx_dspark``) is a whole serving stack: its package
+``__init__`` imports the calibration, DFlash, loading and server modules, which pull in
+mlx-lm, mlx-vlm, huggingface_hub and transformers. The DSpark pieces live in modules that need
+MLX alone, except for two import-time dependencies:
+
+* ``mlx_dspark.model`` (the drafter: ``VanillaMarkov``, ``DSparkDrafter.sample_block`` /
+  ``sample_block_probs`` / ``to_target_ids`` / ``widen_to_target`` / ``confidence_logits``,
+  ``ConfidenceHead``) imports ``initialize_rope`` from mlx-vlm, for the drafter's attention
+  layers;
+* ``mlx_dspark.generate`` (``_sample_arr``, ``_spec_sample_accept``) imports
+  ``mlx_dspark.dflash_model``, the DFlash drafter, which imports mlx-lm's mask, KV-cache, MLP
+  and rope helpers.
+
+So the loader serves ``mlx_dspark`` as a bare package (:class:`~conformance.adapters.
+engine_import.WheelFinder`: no ``__init__`` runs) and stubs the mlx-lm / mlx-vlm modules those
+two files import (``_STUBS``, each with its reason): none of them is called by a DSpark
+function the adapter uses. The adapter builds its drafter with no attention layer
+(``num_hidden_layers = 0``), so ``initialize_rope`` is never reached; a path that reaches a
+stub raises :class:`~conformance.adapters.engine_import.StubCalled` naming it. Where mlx-lm /
+mlx-vlm were already imported, their modules are used as they are.
+
+MLX runs on Linux through its CPU build: ``mlx`` with ``mlx-cpu`` of the same version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import importlib.util
+import os
+import sys
+import types
+from importlib.metadata import PackageNotFoundError, version
+
+from conformance.adapters.engine_import import Stubs, WheelFinder, install_finder
+from conformance.adapters.versions import release_of
+from conformance.loading import AdapterLoadError
+
+__all__ = ["DIST", "MIN_VERSION", "INSTALL", "MLXDSpark", "installed_version", "load_mlx_dspark"]
+
+DIST = "mlx-dspark"
+PACKAGE = "mlx_dspark"
+MIN_VERSION = (0, 20, 3)  # the release whose code the adapter was written against (older ones unread)
+#: The smallest install that loads the DSpark modules (no mlx-lm, mlx-vlm, transformers).
+INSTALL = ("pip install --no-deps --target DIR mlx-dspark==0.20.3 mlx==0.32.4 mlx-cpu==0.32.4, "
+           "then PYTHONPATH=DIR")
+
+#: Short name -> module of the installed package.
+MODULES: dict[str, str] = {
+    "config": f"{PACKAGE}.config",  # DSparkConfig
+    "model": f"{PACKAGE}.model",  # VanillaMarkov, DSparkDrafter, ConfidenceHead
+    "sampling": f"{PACKAGE}.sampling",  # truncate_probs, sample_probs
+    "generate": f"{PACKAGE}.generate",  # _sample_arr, _spec_sample_accept
+}
+
+_MLX_LM = "mlx_dspark.dflash_model's DFlash drafter (not DSpark)"
+#: Modules of mlx-lm / mlx-vlm that mlx-dspark's DSpark files import, with why they are not needed.
+_STUBS: dict[str, str] = {
+    "mlx_lm": "mlx-lm package (its __init__ imports transformers)",
+    "mlx_lm.models": "mlx-lm model package",
+    "mlx_lm.models.base": f"create_causal_mask, used by {_MLX_LM}",
+    "mlx_lm.models.cache": f"KVCache / RotatingKVCache, used by {_MLX_LM}",
+    "mlx_lm.models.qwen3": f"MLP, used by {_MLX_LM}",
+    "mlx_lm.models.rope_utils": f"initialize_rope, used by {_MLX_LM}",
+    "mlx_vlm": "mlx-vlm package (its __init__ imports transformers)",
+    "mlx_vlm.models": "mlx-vlm model package",
+    "mlx_vlm.models.rope_utils": "initialize_rope of the drafter's attention layers (the adapter builds none)",
+}
+_PACKAGES = ("mlx_lm", "mlx_lm.models", "mlx_vlm", "mlx_vlm.models")
+
+_STUB_MAKER = Stubs("mlx-lm / mlx-vlm", lambda module: _STUBS.get(module, "stub"))
+
+
+@dataclasses.dataclass(frozen=True)
+class MLXDSpark:
+    """The loaded mlx-dspark: its ``version``, ``mx`` (``mlx.core``) and the DSpark modules of
+    :data:`MODULES` by short name (``engine["generate"]``)."""
+
+    version: str
+    mx: types.ModuleType
+    modules: dict[str, types.ModuleType]
+
+    def __getitem__(self, name: str) -> types.ModuleType:
+        return self.modules[name]
+
+
+def installed_version() -> str:
+    """The installed ``mlx-dspark`` version.
+
+    Raises:
+        AdapterLoadError: not installed, or older than :data:`MIN_VERSION` (the message gives
+            the install line).
+    """
+    try:
+        text = version(DIST)
+    except PackageNotFoundError as exc:
+        raise AdapterLoadError(f"{DIST}: the package is not installed; {INSTALL}") from exc
+    if release_of(DIST, text) < MIN_VERSION:
+        raise AdapterLoadError(f"{DIST}=={text}: the adapter reads mlx-dspark >= "
+                               f"{'.'.join(map(str, MIN_VERSION))}; {INSTALL}")
+    return text
+
+
+def _install_stubs() -> None:
+    """The mlx-lm / mlx-vlm stubs in ``sys.modules`` (a module already imported stays)."""
+    for name in _STUBS:
+        if name not in sys.modules:
+            module = _STUB_MAKER.module(name, {})
+            if name in _PACKAGES:
+                module.__path__ = []  # a package with no submodule but the stubbed ones
+            sys.modules[name] = module
+
+
+@functools.cache
+def load_mlx_dspark() -> MLXDSpark:
+    """Import MLX and mlx-dspark's DSpark modules (see the module note; cached: once per process).
+
+    Raises:
+        AdapterLoadError: mlx-dspark or MLX missing, or a DSpark module failing to import
+            (names the module and gives the install line).
+    """
+    text = installed_version()
+    try:
+        mx = importlib.import_module("mlx.core")
+    except ImportError as exc:
+        raise AdapterLoadError(f"{DIST}=={text}: MLX does not import ({exc}); on Linux MLX needs its CPU build "
+                               f"(mlx-cpu of the same version as mlx): {INSTALL}") from exc
+    if PACKAGE not in sys.modules:
+        spec = importlib.util.find_spec(PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            raise AdapterLoadError(f"{DIST}=={text}: the package {PACKAGE} has no files; {INSTALL}")
+        root = os.path.dirname(list(spec.submodule_search_locations)[0])
+        install_finder(WheelFinder(PACKAGE, root, _STUB_MAKER, lambda name, path: None))
+    _install_stubs()
+    modules = {}
+    for short, name in MODULES.items():
+        try:
+            modules[short] = importlib.import_module(name)
+        except ImportError as exc:
+            raise AdapterLoadError(f"{DIST}=={text}: cannot import {name}: {exc}; {INSTALL}") from exc
+    return MLXDSpark(text, mx, modules)
