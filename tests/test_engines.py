@@ -203,7 +203,8 @@ def test_builtin_adapters_check_the_installed_version():
 
 def test_registry_extras_are_the_adapters_constants():
     assert {e.name: e.install_extras() for e in drift.ENGINES} == {
-        "sglang": ("msgspec",), "vllm": ("regex",), "speculators": ()}
+        "sglang": ("msgspec",), "vllm": ("regex",), "speculators": (), "dspark-mlx": ("mlx", "mlx-cpu"),
+        "mlx-dspark": ("mlx", "mlx-cpu")}
 
 
 # ------------------------------------------------------------------ table and exit code

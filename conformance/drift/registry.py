@@ -59,6 +59,8 @@ ENGINES: tuple[Engine, ...] = (
     Engine("sglang", "sglang", "sglang", "conformance.adapters.sglang:INSTALL_EXTRAS"),
     Engine("vllm", "vllm", "vllm", "conformance.adapters.vllm:INSTALL_EXTRAS"),
     Engine("speculators", "speculators", "speculators", "conformance.adapters.speculators:INSTALL_EXTRAS"),
+    Engine("dspark-mlx", "dspark-mlx", "dspark-mlx", "conformance.adapters.dspark_mlx:INSTALL_EXTRAS"),
+    Engine("mlx-dspark", "mlx-dspark", "mlx-dspark", "conformance.adapters.mlx_dspark:INSTALL_EXTRAS"),
 )
 
 

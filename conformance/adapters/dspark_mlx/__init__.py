@@ -50,13 +50,13 @@ from conformance import contract as c
 
 from . import ledger
 from .confidence import Confidence
-from .loader import DSparkMLX, load_dspark_mlx
+from .loader import INSTALL_EXTRAS, DSparkMLX, load_dspark_mlx
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler
 from .verify import ChainVerifier, GreedyVerifier, TruncatedChainVerifier
 
-__all__ = ["make_adapter", "capabilities", "CONVENTIONS"]
+__all__ = ["make_adapter", "capabilities", "CONVENTIONS", "INSTALL_EXTRAS"]
 
 CONVENTIONS = c.Conventions(
     # recipe.py:23 ``if temperature == 0: return mx.argmax(...)``: greedy by temperature (only

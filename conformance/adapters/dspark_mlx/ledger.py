@@ -1,9 +1,9 @@
-"""dspark-mlx's expected-failure ledger: confirmed divergences from the SPEC, by version and device.
+"""dspark-mlx's expected-failure ledger: confirmed divergences from the SPEC, by release range and device.
 
 Every entry is a finding written up with a minimal reproducing input in
 ``docs/conformance/dspark-mlx-findings.md`` (ids D1..), scoped to the dspark-mlx versions and
-devices on which a run confirmed it (``_LEDGER``). Entries are strict xfails: when dspark-mlx
-fixes one, the run reports XPASS and the entry must go. A new divergence is not in here and
+devices on which a run confirmed it (``_ENTRIES``; the rule: :mod:`conformance.adapters.ledgers`). Entries are strict xfails: when dspark-mlx
+fixes one, the run reports XPASS and the entry's range must end. A new divergence is not in here and
 fails. ``DSPARK_DSPARK_MLX_LEDGER=off`` turns the ledger off (how the committed matrices are made).
 """
 
@@ -30,23 +30,23 @@ _ZERO_Q = "D4: a q(x) = 0 draft is accepted even where p(x) = 0 (verify.py: rati
 _Q_ABOVE_ONE = "D5: a handed-over q(x) slightly above 1 is not read as 1 (accept iff u < min(1, p / q))"
 _GREEDY_RULE = "D6: only T == 0 is greedy (recipe.sample); 0 < T < 1e-5 samples at 1e-5, not the declared T < 1e-5"
 
-_CPU = ("cpu",)
-_on = ledgers.on
+_CPU = ledgers.Scope("==0.1.0", ("cpu",))
 
-#: (test, section, reason, where): ``where`` maps each dspark-mlx version on which the failure
-#: was confirmed by a run to the devices of those runs (MLX 0.32.4's CPU build on Linux; the
-#: whole suite, statistical cases included, ledger off: docs/conformance/dspark-mlx-0.1.0-cpu.md).
-_LEDGER: tuple[ledgers.Row, ...] = (
-    ("test_S2_nonpositive_rank_is_a_configuration_error[S2/edge/rank-nonpositive]", "S2", _RANK, _on(_CPU, "0.1.0")),
-    ("test_S3_nan_and_dead_rows[S3/degenerate/nan-rows-StepSampler]", "S3", _NAN_ROW, _on(_CPU, "0.1.0")),
-    ("test_S5_bad_temperatures_verify[S5/degenerate/temperature-nan-negative-inf]", "S5", _BAD_T, _on(_CPU, "0.1.0")),
-    ("test_S5_zero_q_draft_handed_over[S5/degenerate/zero-q-draft-handed-over]", "S5", _ZERO_Q, _on(_CPU, "0.1.0")),
-    ("test_S5_q_above_one_read_as_one[S5/degenerate/q-above-one]", "S5", _Q_ABOVE_ONE, _on(_CPU, "0.1.0")),
-    ("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _GREEDY_RULE, _on(_CPU, "0.1.0")),
+#: Each entry's scope: the releases and devices on which a run confirmed it (MLX 0.32.4's CPU
+#: build on Linux; the whole suite, statistical cases included, ledger off: docs/conformance/dspark-mlx-0.1.0-cpu.md).
+_ENTRIES: tuple[ledgers.Entry, ...] = (
+    ledgers.Entry("test_S2_nonpositive_rank_is_a_configuration_error[S2/edge/rank-nonpositive]", "S2", _RANK, (_CPU,)),
+    ledgers.Entry("test_S3_nan_and_dead_rows[S3/degenerate/nan-rows-StepSampler]", "S3", _NAN_ROW, (_CPU,)),
+    ledgers.Entry("test_S5_bad_temperatures_verify[S5/degenerate/temperature-nan-negative-inf]", "S5", _BAD_T, (_CPU,)),
+    ledgers.Entry("test_S5_zero_q_draft_handed_over[S5/degenerate/zero-q-draft-handed-over]", "S5", _ZERO_Q, (_CPU,)),
+    ledgers.Entry("test_S5_q_above_one_read_as_one[S5/degenerate/q-above-one]", "S5", _Q_ABOVE_ONE, (_CPU,)),
+    ledgers.Entry("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _GREEDY_RULE, (_CPU,)),
 )
+
+LEDGER = ledgers.Ledger(FINDINGS, _ENTRIES, newest_measured={"cpu": "0.1.0"})
 
 
 def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
     """The entries confirmed for dspark-mlx ``version`` (e.g. ``"0.1.0"``), each on the devices
     where it was measured."""
-    return ledgers.scoped(_LEDGER, version, FINDINGS)
+    return LEDGER.expected_failures(version)

@@ -20,10 +20,14 @@ from importlib.metadata import PackageNotFoundError, version
 from conformance.adapters.versions import release_of
 from conformance.loading import AdapterLoadError
 
-__all__ = ["DIST", "MIN_VERSION", "INSTALL", "DSparkMLX", "installed_version", "load_dspark_mlx"]
+__all__ = ["DIST", "MIN_VERSION", "INSTALL", "INSTALL_EXTRAS", "DSparkMLX", "installed_version",
+           "load_dspark_mlx"]
 
 DIST = "dspark-mlx"
 MIN_VERSION = (0, 1, 0)  # the first release
+#: What the adapter needs beside ``pip install --no-deps`` of the engine: MLX and its CPU build
+#: (the drift check, ``conformance.drift``, installs them with the engine).
+INSTALL_EXTRAS: tuple[str, ...] = ("mlx", "mlx-cpu")
 #: The smallest install that loads the DSpark modules (no mlx-lm, mlx-vlm or transformers).
 INSTALL = ("pip install --no-deps --target DIR dspark-mlx==0.1.0 mlx==0.32.4 mlx-cpu==0.32.4, "
            "then PYTHONPATH=DIR")

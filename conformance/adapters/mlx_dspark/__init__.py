@@ -48,13 +48,13 @@ from conformance import contract as c
 from . import ledger
 from .confidence import Confidence
 from .layouts import DraftLayouts
-from .loader import MLXDSpark, load_mlx_dspark
+from .loader import INSTALL_EXTRAS, MLXDSpark, load_mlx_dspark
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler, TruncatedStepSampler
 from .verify import ChainVerifier, TruncatedChainVerifier
 
-__all__ = ["make_adapter", "capabilities", "CONVENTIONS"]
+__all__ = ["make_adapter", "capabilities", "CONVENTIONS", "INSTALL_EXTRAS"]
 
 CONVENTIONS = c.Conventions(
     # generate.py:261 ``if temperature > 0.0`` (sample, else argmax), and speculative_generate

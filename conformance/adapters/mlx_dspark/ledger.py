@@ -1,9 +1,9 @@
-"""mlx-dspark's expected-failure ledger: confirmed divergences from the SPEC, by version and device.
+"""mlx-dspark's expected-failure ledger: confirmed divergences from the SPEC, by release range and device.
 
 Every entry is a finding written up with a minimal reproducing input in
 ``docs/conformance/mlx-dspark-findings.md`` (ids M1..), scoped to the mlx-dspark versions and
-devices on which a run confirmed it (``_LEDGER``). Entries are strict xfails: when mlx-dspark
-fixes one, the run reports XPASS and the entry must go. A new divergence is not in here and
+devices on which a run confirmed it (``_ENTRIES``; the rule: :mod:`conformance.adapters.ledgers`). Entries are strict xfails: when mlx-dspark
+fixes one, the run reports XPASS and the entry's range must end. A new divergence is not in here and
 fails. ``DSPARK_MLX_DSPARK_LEDGER=off`` turns the ledger off (how the committed matrices are made).
 """
 
@@ -29,23 +29,23 @@ _D2T = ("M4: a reduced vocabulary's d2t is not validated (set_draft_vocab_map): 
         "ids outside [0, V) and duplicates are accepted")
 _GREEDY_RULE = "M5: only T <= 0 is greedy (_sample_arr: T > 0.0 samples, unclamped), not the declared T < 1e-5"
 
-_CPU = ("cpu",)
-_on = ledgers.on
+_CPU = ledgers.Scope("==0.20.3", ("cpu",))
 
-#: (test, section, reason, where): ``where`` maps each mlx-dspark version on which the failure
-#: was confirmed by a run to the devices of those runs (MLX 0.32.4's CPU build on Linux; the
-#: exact cases, ledger off: docs/conformance/mlx-dspark-0.20.3-cpu.md; M5 by the greedy-rule
+#: Each entry's scope: the releases and devices on which a run confirmed it (MLX 0.32.4's CPU
+#: build on Linux; the exact cases, ledger off: docs/conformance/mlx-dspark-0.20.3-cpu.md; M5 by the greedy-rule
 #: statistical case run alone with --case).
-_LEDGER: tuple[ledgers.Row, ...] = (
-    ("test_S2_nonpositive_rank_is_a_configuration_error[S2/edge/rank-nonpositive]", "S2", _RANK, _on(_CPU, "0.20.3")),
-    ("test_S3_nan_and_dead_rows[S3/degenerate/nan-rows-StepSampler]", "S3", _NAN_ROW, _on(_CPU, "0.20.3")),
-    ("test_S5_q_above_one_read_as_one[S5/degenerate/q-above-one]", "S5", _Q_ABOVE_ONE, _on(_CPU, "0.20.3")),
-    ("test_S1_d2t_is_validated[S1/vocab/d2t-validated]", "S1", _D2T, _on(_CPU, "0.20.3")),
-    ("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _GREEDY_RULE, _on(_CPU, "0.20.3")),
+_ENTRIES: tuple[ledgers.Entry, ...] = (
+    ledgers.Entry("test_S2_nonpositive_rank_is_a_configuration_error[S2/edge/rank-nonpositive]", "S2", _RANK, (_CPU,)),
+    ledgers.Entry("test_S3_nan_and_dead_rows[S3/degenerate/nan-rows-StepSampler]", "S3", _NAN_ROW, (_CPU,)),
+    ledgers.Entry("test_S5_q_above_one_read_as_one[S5/degenerate/q-above-one]", "S5", _Q_ABOVE_ONE, (_CPU,)),
+    ledgers.Entry("test_S1_d2t_is_validated[S1/vocab/d2t-validated]", "S1", _D2T, (_CPU,)),
+    ledgers.Entry("test_S3_greedy_rule_mixed[S3/greedy-rule/mixed-batch]", "S3", _GREEDY_RULE, (_CPU,)),
 )
+
+LEDGER = ledgers.Ledger(FINDINGS, _ENTRIES, newest_measured={"cpu": "0.20.3"})
 
 
 def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
     """The entries confirmed for mlx-dspark ``version`` (e.g. ``"0.20.3"``), each on the devices
     where it was measured."""
-    return ledgers.scoped(_LEDGER, version, FINDINGS)
+    return LEDGER.expected_failures(version)

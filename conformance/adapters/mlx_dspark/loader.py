@@ -39,11 +39,15 @@ from conformance.adapters.engine_import import Stubs, WheelFinder, install_finde
 from conformance.adapters.versions import release_of
 from conformance.loading import AdapterLoadError
 
-__all__ = ["DIST", "MIN_VERSION", "INSTALL", "MLXDSpark", "installed_version", "load_mlx_dspark"]
+__all__ = ["DIST", "MIN_VERSION", "INSTALL", "INSTALL_EXTRAS", "MLXDSpark", "installed_version",
+           "load_mlx_dspark"]
 
 DIST = "mlx-dspark"
 PACKAGE = "mlx_dspark"
 MIN_VERSION = (0, 20, 3)  # the release whose code the adapter was written against (older ones unread)
+#: What the adapter needs beside ``pip install --no-deps`` of the engine: MLX and its CPU build
+#: (the drift check, ``conformance.drift``, installs them with the engine).
+INSTALL_EXTRAS: tuple[str, ...] = ("mlx", "mlx-cpu")
 #: The smallest install that loads the DSpark modules (no mlx-lm, mlx-vlm, transformers).
 INSTALL = ("pip install --no-deps --target DIR mlx-dspark==0.20.3 mlx==0.32.4 mlx-cpu==0.32.4, "
            "then PYTHONPATH=DIR")
