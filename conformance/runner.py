@@ -28,6 +28,19 @@ SUITE_DIR = Path(__file__).resolve().parent / "suite"
 PACKAGE_PARENT = SUITE_DIR.parent.parent
 
 
+#: The environment of every pytest the runner starts. The host's pytest plugins stay out, as
+#: its configuration does ("-c"): the command names the two it needs (this suite's and
+#: xdist); others join only by "-p NAME" after "--". Each would cost every pytest process
+#: its import (hypothesis's plugin imports hypothesis at the terminal summary: 1-2 s per
+#: process, the controller and each worker, measured on 2 cores) and could reorder, time
+#: out or rerun cases behind the gate's back.
+PYTEST_ENV = {"PYTHONUNBUFFERED": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+#: Built-in plugins the suite does not use whose teardown costs every process: the
+#: unraisable-exception hook's five garbage collections over torch's heap (0.4 s idle, in
+#: each process, after the last case and after an interrupt alike).
+_PLUGINS_OFF = ("-p", "no:cacheprovider", "-p", "no:unraisableexception")
+
+
 def pytest_command(
     *, impl: str, device: str, json_path: Path, junit_path: Path | None = None, seed: int | None = None,
     workers: str = "auto", keyword: str | None = None, extra: list[str] | None = None,
@@ -35,23 +48,23 @@ def pytest_command(
 ) -> list[str]:
     """The pytest command line behind every subcommand: one adapter, the whole suite or only
     the given case ids (``conformance.seeds``; as results.json names them); ``phase`` is
-    the plugin's ``--dspark-phase``."""
+    the plugin's ``--dspark-phase``. Run it with :data:`PYTEST_ENV` (:func:`run_suite` does)."""
     cmd = [
         # The host's configuration stays out: without "-c", pytest adopts the first pytest.ini /
         # pyproject.toml above SUITE_DIR and the conftest.py files on the way, which for a
         # virtual environment kept inside a project are that project's (its addopts, its
         # fixtures, even a case_seed of its own).
         sys.executable, "-m", "pytest", str(SUITE_DIR), "-c", os.devnull, f"--rootdir={PACKAGE_PARENT}",
-        f"--confcutdir={PACKAGE_PARENT}", "-q", "-rN", "-p", "no:cacheprovider",
+        f"--confcutdir={PACKAGE_PARENT}", "-q", "-rN",
         f"--dspark-impl={impl}", f"--dspark-device={device}", f"--dspark-report-json={json_path}",
-        "--dspark-strict-ledger",
+        "--dspark-strict-ledger", "-p", "dspark_conformance_plugin", *_PLUGINS_OFF,
     ]
     if junit_path is not None:
         cmd.append(f"--junitxml={junit_path}")
     if seed is not None:
         cmd.append(f"--dspark-seed={seed}")
     if workers != "0":
-        cmd += ["-n", workers]
+        cmd += ["-p", "xdist.plugin", "-n", workers]
     if keyword:
         cmd += ["-k", keyword]
     cmd += [f"--dspark-case={key}" for key in cases or ()]
@@ -76,7 +89,7 @@ def run_suite(cmd: list[str], json_path: Path, *, quiet: bool = False,
         active.cut = True
         return ExitCode.INTERRUPTED, None
     tee_stderr = errors is not None and not quiet
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=output,
+    proc = subprocess.Popen(cmd, env={**os.environ, **PYTEST_ENV}, stdout=output,
                             stderr=subprocess.PIPE if tee_stderr else output, text=tee_stderr,
                             start_new_session=active is not None)
     tee = None

@@ -42,6 +42,24 @@ def test_run_reference_section_passes_and_writes_reports(tmp_path):
     assert (tmp_path / "junit.xml").exists()
 
 
+def test_the_hosts_pytest_plugins_stay_out_unless_named(tmp_path):
+    """An environment's auto-loaded pytest plugin (here one that records its loading and
+    fails every case) does not join the suite's pytest: the runner names its plugins
+    (``conformance.runner.PYTEST_ENV``); one named after ``--`` with ``-p`` does join."""
+    host = tmp_path / "site"
+    (host / "host_plugin-1.0.dist-info").mkdir(parents=True)
+    (host / "host_plugin-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: host-plugin\nVersion: 1.0\n")
+    (host / "host_plugin-1.0.dist-info" / "entry_points.txt").write_text("[pytest11]\nhost_plugin = host_plugin\n")
+    marker = tmp_path / "loaded"
+    (host / "host_plugin.py").write_text(
+        f"import pathlib\ndef pytest_configure(config):\n    pathlib.Path({str(marker)!r}).touch()\n"
+        "def pytest_runtest_call(item):\n    raise AssertionError('the host plugin ran')\n")
+    code, out = _run(tmp_path / "alone", "-k", "test_S6_executor_gamma_one", pythonpath=host)
+    assert code == cli.EXIT_PASS and not marker.exists(), out
+    code, out = _run(tmp_path / "named", "-k", "test_S6_executor_gamma_one", "--", "-p", "host_plugin", pythonpath=host)
+    assert code == cli.EXIT_FAIL and marker.exists(), out
+
+
 def test_run_mutant_fails_with_replay_command(tmp_path):
     code, out = _run(tmp_path, "--impl", "mutant:simulated-rounded-once", "-k", "test_S6_")
     assert code == cli.EXIT_FAIL, out
@@ -520,7 +538,10 @@ def test_a_deadline_signal_stops_the_cases_the_workers_are_running(tmp_path):
     """The interrupt reaches the xdist workers too: a worker's running case stops at once.
     Before, only pytest's controller got it, which then waited for its busy workers (xdist's
     ``EXIT_TIMEOUT``, 10 s, before it kills them): the run ended 9.2 s after SIGTERM here and
-    13 s on the whole suite; now 3.8 s. The bound is a CI's grace: on a cancel, GitHub
+    13 s on the whole suite. Then the host's pytest plugins (hypothesis's imports hypothesis
+    at every process's terminal summary) and pytest's unraisable-exception hook (five garbage
+    collections at exit) cost each process 1-3 s: 7.8 s on an idle 2-core machine, 13.5 s in
+    CI. Now 2.5 s idle, 3.7 s beside two busy processes. The bound is a CI's grace: on a cancel, GitHub
     Actions sends SIGINT, then SIGTERM 7.5 s later, then SIGKILL. Here each case would hold
     its worker ``STALL_S`` seconds."""
     from tests.stalling_case import STALL_S

@@ -121,7 +121,9 @@ def render_html(payload: dict[str, Any], *, mutants: list[dict] | None = None,
         TypeError / ValueError: as :func:`write_html` for ``payload``.
     """
     _check_payload(payload)
-    mpl = _matplotlib()
+    # matplotlib takes 0.7 s to import: a run with nothing to plot (one interrupted at its
+    # deadline) does not wait for it.
+    mpl = _matplotlib() if _anything_to_plot(payload["tests"], calibration) else None
     rows = report.run_rows(payload)
     body = "".join([
         _matrix(rows),
@@ -170,6 +172,11 @@ def _read_json(path: Path) -> Any:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _anything_to_plot(tests: list[dict], calibration: dict | None) -> bool:
+    return (any(t.get("reliability") for t in tests) or any(_has_bins(s) for _, _, s in _stat_records(tests))
+            or bool(calibration and calibration["per_test"]))
 
 
 def _matplotlib() -> Any:
@@ -343,7 +350,7 @@ def _reliability_plot(mpl: Any, diagram: dict) -> str:
 
 def _plots(tests: list[dict], mpl: Any) -> str:
     out = ['<h2 id="plots">Plots</h2>']
-    if mpl is None:
+    if mpl is None and _anything_to_plot(tests, None):
         out.append(f'<p class="note">Plots need matplotlib: <code>{PLOTS_HINT}</code>. The tables above hold '
                    "every number.</p>")
         return "".join(out)
@@ -526,7 +533,7 @@ def _kill_cell(mutant: dict) -> str:
 def _unavailable(tests: list[dict], mpl: Any, mutants: list | None, cal: dict | None) -> str:
     """Plots the data cannot support, each with the reason (nothing is invented)."""
     notes = []
-    if mpl is None:
+    if mpl is None and _anything_to_plot(tests, cal):
         notes.append(("every plot", f"matplotlib is not installed: <code>{PLOTS_HINT}</code>"))
     s7 = [t for t in tests if t["section"] == "S7"]
     if not any(t.get("reliability") for t in s7):
