@@ -6,8 +6,9 @@ but stops at the first failure: one kill is the claim (the report lists every ki
 """
 
 import pytest
+import torch
 
-from conformance.power.kill_matrix import kill_one, split_failures
+from conformance.power.kill_matrix import format_matrix, kill_one, split_failures, write_reports
 from conformance.plugin import _SUITE_DIR, _failure
 from fixtures.mutants import load_all
 
@@ -25,12 +26,24 @@ def test_catalogue_size_and_sections():
 @pytest.mark.parametrize("mutant_id", sorted(MUTANTS))
 def test_mutant_is_killed_by_its_section(mutant_id):
     # Stopped at the first failure: one kill decides it (`dspark-conformance mutants` lists all).
-    record = kill_one(mutant_id, first_failure=True)
+    if MUTANTS[mutant_id].device == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"{mutant_id}: only a CUDA case sees this fault (dspark-conformance mutants --device cuda)")
+    record = kill_one(mutant_id, first_failure=True, device=MUTANTS[mutant_id].device)
     assert not record.error, record.error
     assert record.killed, (
         f"mutant {mutant_id} ({record.fault}) survived the {record.section} tests: {record.counts}; "
         f"suite bugs: {record.suite_bugs}"
     )
+
+
+def test_a_cuda_mutant_on_cpu_is_not_run_and_said_so(tmp_path):
+    cuda_only = [i for i, m in MUTANTS.items() if m.device == "cuda"]
+    assert cuda_only, "no CUDA mutant registered"
+    record = kill_one(cuda_only[0], device="cpu")
+    assert (record.killed, record.killers, record.not_run) == (False, [], record.not_run) and "cuda" in record.not_run
+    write_reports([record], tmp_path)
+    assert "not run on this device" in (tmp_path / "mutants.md").read_text()
+    assert f"not run on this device: {cuda_only[0]}" in format_matrix([record])
 
 
 def _failure_raised_in(filename: str, source: str) -> dict:

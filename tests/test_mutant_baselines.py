@@ -55,7 +55,9 @@ def _probe_step_sampler(impl) -> list:
     logits[8, 3], logits[8, 7] = 5.0, 5.00001  # a near tie that a tempered softmax merges
     temps = torch.tensor([0.0, 0.5, 1.0, 2.0, 1.0, 0.3, 1.0, 0.7, 1e4, 1.0, 0.0, 1.5])
     top_k = torch.tensor([1, 50, 50, 50, 1, 50, 1, 50, 1, 50, 50, 50])
-    return [impl.sample(logits, temps, top_k, vocab, g) for _ in range(2)]
+    flat = torch.zeros(20_000, 2)  # noise of too few distinct values ties keys: ~28 ties in these rows
+    return [impl.sample(logits, temps, top_k, vocab, g) for _ in range(2)] + [
+        impl.sample(flat, torch.ones(len(flat)), torch.full((len(flat),), 50), 2, g)]
 
 
 def _outcome(call: Callable[[], Any]) -> Any:

@@ -3,7 +3,9 @@
 A mutant (``fixtures/mutants``) is the reference with one known fault. It is *killed* when
 at least one test of its own section fails against it under the default seeds. The
 matrix records, per mutant, the killing tests and their evidence (the p-value of a
-statistical assertion, or the last line of an exact mismatch).
+statistical assertion, or the last line of an exact mismatch). A mutant declared for CUDA
+(a fault below the CPU tier's effect) is not run on CPU: its row says so, and it counts
+neither as killed nor as survived.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class KillRecord:
     counts: dict[str, int]
     error: str = ""
     suite_bugs: list[dict] = dataclasses.field(default_factory=list)
+    not_run: str = ""  # why this device cannot kill it (a CUDA mutant on CPU); "" when run
 
 
 def _evidence(record: dict) -> str:
@@ -51,6 +54,9 @@ def kill_one(mutant_id: str, *, device: str = "cpu", seed: int | None = None,
     killed and names it); the record lists that one killer. The kill matrix report runs
     every test, to list every killer."""
     m = mutants_module().load_all()[mutant_id]
+    if m.device == "cuda" and device != "cuda":
+        return KillRecord(m.id, m.section, m.fault, m.mirrors, False, [], {},
+                          not_run="needs --device cuda: only a CUDA case sees this fault")
     returncode, payload, cmd = runner.run_quietly(impl=f"mutant:{mutant_id}", device=device, seed=seed,
                                                keyword=f"test_{m.section}_",
                                                extra=["--maxfail=1"] if first_failure else None)
@@ -84,20 +90,22 @@ def write_reports(records: list[KillRecord], report_dir: Path) -> None:
     """Write ``mutants.json`` and ``mutants.md`` (mutant x section, killer, evidence)."""
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "mutants.json").write_text(json.dumps([dataclasses.asdict(r) for r in records], indent=1))
-    killed = sum(r.killed for r in records)
+    killed, ran = sum(r.killed for r in records), [r for r in records if not r.not_run]
     lines = [
         "# Mutant kill matrix",
         "",
-        f"{killed} of {len(records)} mutants killed ({100 * killed / max(len(records), 1):.0f}%).",
+        f"{killed} of {len(ran)} mutants killed ({100 * killed / max(len(ran), 1):.0f}%)"
+        + (f"; {len(records) - len(ran)} not run on this device (see their rows)." if len(ran) < len(records) else "."),
         "",
         "| mutant | section | fault | mirrors | killed | by test | evidence |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in records:
-        first = r.killers[0] if r.killers else {"test": r.error or "-", "evidence": ""}
+        first = r.killers[0] if r.killers else {"test": r.error or r.not_run or "-", "evidence": ""}
         more = f" (+{len(r.killers) - 1} more)" if len(r.killers) > 1 else ""
+        verdict = "not run" if r.not_run else "yes" if r.killed else "**NO**"
         lines.append(
-            f"| `{r.id}` | {r.section} | {r.fault} | {r.mirrors or '-'} | {'yes' if r.killed else '**NO**'} | "
+            f"| `{r.id}` | {r.section} | {r.fault} | {r.mirrors or '-'} | {verdict} | "
             f"`{first['test'].split('::')[-1]}`{more} | {first['evidence'].replace('|', '/')} |"
         )
     bugs = [(r.id, b) for r in records for b in r.suite_bugs]
@@ -112,8 +120,10 @@ def format_matrix(records: list[KillRecord]) -> str:
     width = max((len(r.id) for r in records), default=10)
     rows = [f"{'mutant'.ljust(width)}  section  killed  by"]
     for r in records:
-        by = r.killers[0]["test"].split("::")[-1] if r.killers else (r.error or "-")
-        rows.append(f"{r.id.ljust(width)}  {r.section.ljust(7)}  {'yes' if r.killed else 'NO '}     {by}")
-    killed = sum(r.killed for r in records)
-    rows.append(f"killed {killed}/{len(records)}")
+        by = r.killers[0]["test"].split("::")[-1] if r.killers else (r.error or r.not_run or "-")
+        verdict = "n/a" if r.not_run else "yes" if r.killed else "NO "
+        rows.append(f"{r.id.ljust(width)}  {r.section.ljust(7)}  {verdict}     {by}")
+    ran = [r for r in records if not r.not_run]
+    rows.append(f"killed {sum(r.killed for r in ran)}/{len(ran)}"
+                + (f"; not run on this device: {', '.join(r.id for r in records if r.not_run)}" if len(ran) < len(records) else ""))
     return "\n".join(rows)

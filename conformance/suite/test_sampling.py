@@ -178,6 +178,39 @@ def test_S3_law(case, family, temperature, require, dspark_device, case_seed, ca
                                      min_tv=tier_min_tv))
 
 
+# Noise of too few distinct values (Exp(1) held in bfloat16: about 2,000 values per million
+# draws) ties two tokens' race keys; argmax then takes the lowest index (flat rows) or the
+# larger probability (near-ties), a shift of TV 7.0e-4 on these rows (exact for the flat
+# row: the quantised law summed over every bfloat16 value, any V). The GPU tier's TV 0.002
+# cannot see it; FINE_MIN_TV = 5e-4 can, with n = 7.7e7 draws per row (about a second on
+# one GPU at the sampler's rate), so these cases run on CUDA only.
+FINE_MIN_TV = 5e-4
+FINE_LAW_CASES = [
+    pytest.param(
+        case(f"S3/law-fine/{family}", f"chi-square of the race vs float64 softmax(L), {family} row of 8 tokens, at "
+             f"min TV {FINE_MIN_TV:g}: noise of too few distinct values (bfloat16) ties keys", ("S3.law",
+             "S3.exponential-race"), statistical=1),
+        family, id=f"S3/law-fine/{family}", marks=pytest.mark.gpu,
+    )
+    for family in ("flat", "near-tie")
+]
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case, family", FINE_LAW_CASES)
+def test_S3_law_fine(case, family, require, dspark_device, case_seed, case_generator, stat_check):
+    if dspark_device.type != "cuda":
+        pytest.skip("gpu tier: a law at TV 5e-4 needs --dspark-device cuda")
+    sampler = require(StepSampler)
+    vocab = 8
+    row = logit_rows(family, 1, vocab, _inputs_generator(case_seed))[0]
+    probs = _softmax64(row, 1.0)
+    n = stats.sample_size_for_tv(probs, min_tv=FINE_MIN_TV)
+    tokens = _draw(sampler, row, 1.0, vocab, vocab, n, case_generator, dspark_device)
+    stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab).cpu(), probs, name=case.id,
+                                     min_tv=FINE_MIN_TV))
+
+
 RACE_CASES = [
     pytest.param(
         case(f"S3/race-exact/{family}", f"explicit noise: argmax p/E equals the float64 oracle, {family} rows, "
