@@ -16,7 +16,7 @@
 # Steps, each with its own time limit, summary in OUTDIR/summary.txt:
 #   1. load:  the adapter loads and lists its capabilities;
 #   2. off:   DSPARK_VLLM_LEDGER=off, whole suite, --device cuda: the committed matrix
-#             (docs/conformance/vllm-VERSION-cuda-h200.{md,json} from off/report.md, results.json);
+#             (results/conformance/vllm/vllm-VERSION-cuda-h200.{md,json} from off/report.md, results.json);
 #   3. gate:  CI/gate.sh --impl vllm==VERSION --device cuda with the ledger on;
 #   4. repro: the minimal inputs of findings V2 and V3 (docs/conformance/vllm-repro/) on the GPU.
 # With the device tool: carry or copy the tarball into the tree (e.g. shared/), then

@@ -4,7 +4,7 @@ A case's seed is ``seed_of_case(base, case id)``: ``derive_seed(base, legacy key
 cases of the frozen table (``conformance/legacy_case_keys.json``), ``derive_seed(base, case
 id)`` for newer ones (``conformance/seeds.py``). Checked here:
 
-* the table holds exactly the committed legacy keys (docs/calibration/case-keys.txt, written
+* the table holds exactly the committed legacy keys (results/calibration/case-keys.txt, written
   before the layout move, the keys committed calibrations name), and every case of a fresh
   collection, from the checkout root and from another directory, has the seed of its legacy
   key for several base seeds (bit for bit), a newer case that of its case id;
@@ -39,7 +39,7 @@ from conformance.seeds import LEGACY_TABLE, derive_seed, legacy_key, legacy_keys
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]
-CALIBRATION = ROOT / "docs" / "calibration"
+CALIBRATION = ROOT / "results" / "calibration"
 COMMITTED_KEYS = sorted(filter(None, (CALIBRATION / "case-keys.txt").read_text().splitlines()))
 #: The committed keys by case id, read from the list itself (independent of the JSON table).
 COMMITTED_BY_ID = {re.fullmatch(r".*\[(.+)\]", key)[1]: key for key in COMMITTED_KEYS}

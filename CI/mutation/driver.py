@@ -27,7 +27,7 @@ trampoline is not a kernel) and are not mutated: the report says so.
 Commands (from the repository root)::
 
     python CI/mutation/driver.py run --modules simulated,scheduler --shard 0/1 --jobs 2 --out R
-    python CI/mutation/driver.py merge R            # -> docs/mutation/summary.json, results.md
+    python CI/mutation/driver.py merge R            # -> results/mutation/summary.json, results.md
     python CI/mutation/driver.py sample --count 30 --seed 17 --jobs 2   # CI: fails on an untriaged survivor
 
 Result file per module and shard: ``R/<module>.shard<i>of<n>.json`` with every mutant's
@@ -349,13 +349,13 @@ def _pytest(cwd: Path, module: str, name: str, budget: float | None, timeout: fl
     return {0: "survived", 1: killed, 5: "survived"}.get(rc, f"error-{rc}")
 
 
-def _unchanged_since_triage(module: str, current: dict[str, str], docs: Path) -> list[str]:
-    """The mutants of ``module`` the recorded runs (``docs / "raw"``) saw, in functions whose
+def _unchanged_since_triage(module: str, current: dict[str, str], results: Path) -> list[str]:
+    """The mutants of ``module`` the recorded runs (``results / "raw"``) saw, in functions whose
     recorded survivors still have the same changes: a mutant of a function added, or changed,
     since the triage has no verdict to hold the sample to."""
     from merge import records  # CI/mutation/merge.py: a function a later run saw changed starts over
 
-    runs = [json.loads(path.read_text()) for path in sorted((docs / "raw").glob(f"*/{module}.*.json"))]
+    runs = [json.loads(path.read_text()) for path in sorted((results / "raw").glob(f"*/{module}.*.json"))]
     recorded_status, _, recorded_diffs = records(runs)
     changed = {_function_of(n) for n, diff in recorded_diffs.items()
                if n in current and triage_key(n, current[n]) != triage_key(n, diff)}
@@ -372,15 +372,15 @@ def _cmd_sample(a) -> int:
     statistical at the recorded budget) or match a mutant the triage judged equivalent."""
     from mutmut.file_mutation import mutate_file_contents
 
-    from merge import DOCS, equivalent_keys  # CI/mutation/merge.py
+    from merge import RESULTS, equivalent_keys  # CI/mutation/merge.py
 
-    summary = json.loads((DOCS / "summary.json").read_text())
+    summary = json.loads((RESULTS / "summary.json").read_text())
     equivalent = equivalent_keys()
     modules = [m for m, s in summary.items() if s["untriaged"] == 0]
     names = []
     for module in modules:
         current = mutants(module)
-        keep = _unchanged_since_triage(module, current, DOCS)
+        keep = _unchanged_since_triage(module, current, RESULTS)
         names += keep
         if len(keep) < len(current):
             print(f"mutation sample: {module}: {len(current) - len(keep)} of {len(current)} mutants are in functions "
@@ -450,7 +450,7 @@ def main(argv=None) -> int:
     s.add_argument("--jobs", type=int, default=2)
     s.add_argument("--out", default="reports/mutation-sample")
     s.add_argument("--work", default=None)
-    m = sub.add_parser("merge", help="results files -> docs/mutation/summary.json and results.md")
+    m = sub.add_parser("merge", help="results files -> results/mutation/summary.json and results.md")
     m.add_argument("results", nargs="+")
     a = p.parse_args(argv)
     if a.cmd == "merge":

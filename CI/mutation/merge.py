@@ -1,10 +1,10 @@
-"""Merge mutation results (CI/mutation/driver.py run) with the triage into docs/mutation/.
+"""Merge mutation results (CI/mutation/driver.py run) with the triage into results/mutation/.
 
 ``merge(paths)``: every ``*.json`` result file under ``paths`` (directories or files, in the
 order given: the first run of a mutant is its baseline, the last its final status, so a
-re-check after a gap-closing test goes last) plus docs/mutation/triage.json -> per-module
-``docs/mutation/summary.json`` and ``docs/mutation/results.md`` (every survivor with its
-verdict and reason).
+re-check after a gap-closing test goes last) plus docs/mutation/triage.json (hand-written)
+-> per-module ``results/mutation/summary.json`` and ``results/mutation/results.md`` (every
+survivor with its verdict and reason). The recorded runs are ``results/mutation/raw/PERIOD/``.
 
 Counts per module: ``killed`` (baseline: by the exact tests, by the statistical tests at the
 run's budget, or by mutmut's CPU-time limit), ``survived_equivalent``, ``survived_gap``
@@ -21,8 +21,9 @@ import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = REPO / "docs" / "mutation"
-TRIAGE = DOCS / "triage.json"
+TRIAGE = REPO / "docs" / "mutation" / "triage.json"
+#: Where the merge writes (summary.json, results.md) and the recorded runs live (raw/).
+RESULTS = REPO / "results" / "mutation"
 KILLED = ("killed", "killed-statistical", "timeout")
 COMMAND = ("python CI/mutation/driver.py run --modules {modules} --shard I/N --jobs J --out DIR; "
            "python CI/mutation/driver.py merge DIR [RECHECK_DIR]")
@@ -158,15 +159,15 @@ def _markdown(summary: dict, rows: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def merge(paths: list[Path], docs: Path = DOCS) -> int:
-    """Write docs/mutation/summary.json and results.md; return 0."""
+def merge(paths: list[Path], out: Path = RESULTS) -> int:
+    """Write ``out/summary.json`` and ``out/results.md`` (default results/mutation/); return 0."""
     results = [json.loads(f.read_text()) for f in _result_files(paths)]
     if not results:
         raise ValueError(f"paths: no result files under {[str(p) for p in paths]}")
     summary, rows = summarise(results, load_triage())
-    docs.mkdir(parents=True, exist_ok=True)
-    (docs / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    (docs / "results.md").write_text(_markdown(summary, rows))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    (out / "results.md").write_text(_markdown(summary, rows))
     for module, s in summary.items():
         print(f"{module:15s} mutants {s['mutants']:5d} killed {s['killed']:5d} equivalent {s['survived_equivalent']:4d} "
               f"gap {s['survived_gap']:3d} (closed {s['gap_closed']}) untriaged {s['untriaged']:4d} score {s['score']}")

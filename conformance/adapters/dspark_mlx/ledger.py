@@ -33,7 +33,7 @@ _GREEDY_RULE = "D6: only T == 0 is greedy (recipe.sample); 0 < T < 1e-5 samples 
 _CPU = ledgers.Scope("==0.1.0", ("cpu",))
 
 #: Each entry's scope: the releases and devices on which a run confirmed it (MLX 0.32.4's CPU
-#: build on Linux; the whole suite, statistical cases included, ledger off: docs/conformance/dspark-mlx-0.1.0-cpu.md).
+#: build on Linux; the whole suite, statistical cases included, ledger off: results/conformance/dspark-mlx/dspark-mlx-0.1.0-cpu.md).
 _ENTRIES: tuple[ledgers.Entry, ...] = (
     ledgers.Entry("test_S2_nonpositive_rank_is_a_configuration_error[S2/edge/rank-nonpositive]", "S2", _RANK, (_CPU,)),
     ledgers.Entry("test_S3_nan_and_dead_rows[S3/degenerate/nan-rows-StepSampler]", "S3", _NAN_ROW, (_CPU,)),

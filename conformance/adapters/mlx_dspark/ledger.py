@@ -32,7 +32,7 @@ _GREEDY_RULE = "M5: only T <= 0 is greedy (_sample_arr: T > 0.0 samples, unclamp
 _CPU = ledgers.Scope("==0.20.3", ("cpu",))
 
 #: Each entry's scope: the releases and devices on which a run confirmed it (MLX 0.32.4's CPU
-#: build on Linux; the exact cases, ledger off: docs/conformance/mlx-dspark-0.20.3-cpu.md; M5 by the greedy-rule
+#: build on Linux; the exact cases, ledger off: results/conformance/mlx-dspark/mlx-dspark-0.20.3-cpu.md; M5 by the greedy-rule
 #: statistical case run alone with --case).
 _ENTRIES: tuple[ledgers.Entry, ...] = (
     ledgers.Entry("test_S2_nonpositive_rank_is_a_configuration_error[S2/edge/rank-nonpositive]", "S2", _RANK, (_CPU,)),

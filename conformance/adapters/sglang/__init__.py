@@ -9,7 +9,7 @@ API generation maps the capabilities:
 * 0.5.22+ (Philox-keyed draft): :mod:`.v0522` (``BlockwiseRejection`` from 0.5.23), and the
   simulated bonus (``SimulatedBonus``, :mod:`.simulated`);
 
-Measured on CPU: every release 0.5.17-0.5.23 (``docs/conformance/sglang-<version>-cpu.md``);
+Measured on CPU: every release 0.5.17-0.5.23 (``results/conformance/sglang/sglang-<version>-cpu.md``);
 on an H200: 0.5.21 and 0.5.23 (whole suite), 0.5.17-0.5.20 (without the statistical cases). ``DSPARK_SGLANG_LEDGER=off`` drops the expected-failure
 ledger (:mod:`.ledger`) so that known divergences show as failures.
 * both: the bonus-anchor layout from 0.5.19 (:mod:`.layouts`), verification (:mod:`.verify`,

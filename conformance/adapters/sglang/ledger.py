@@ -16,7 +16,7 @@ from conformance.contract import ExpectedFailure
 FINDINGS = "docs/conformance/sglang-findings.md"
 
 #: ``DSPARK_SGLANG_LEDGER=off`` turns the ledger off, so every finding shows as a failure:
-#: how the committed matrices in ``docs/conformance/`` are produced.
+#: how the committed matrices in ``results/conformance/sglang/`` are produced.
 LEDGER_ENV = "DSPARK_SGLANG_LEDGER"
 
 
@@ -44,7 +44,7 @@ _NAN_ROW = "F15: a NaN in the row makes SampleStepTokens (torch path) return the
 #: Release ranges, each confirmed at both ends (the releases between inherit an entry).
 _EVERY = ">=0.5.17,<=0.5.23"  # every release: a suite run on CPU of each (session 6, ledger off) and on
 #                              the H200 the full-budget gate of each (0.5.19-0.5.23 in session 8, 0.5.17
-#                              and 0.5.18 in session 9: docs/conformance/sglang-0.5.*-cuda-h200-gate.md)
+#                              and 0.5.18 in session 9: results/conformance/sglang/sglang-0.5.*-cuda-h200-gate.md)
 _TORCH_PATH = ">=0.5.17,<=0.5.21"  # the torch sampling path of F4 / F15 and the folded sampler of F7
 _TRITON_PATH = ">=0.5.22,<=0.5.23"
 #: F2 and F3 have no entry: under the SPEC S0 bound they are within bound, not bit-identical

@@ -36,7 +36,7 @@ Capability loss is never silent: where the wheel ships an optional module that f
 import (0.30.0+ installed with ``--no-deps`` lack ``regex``, which adaptive verification
 reaches through ``vllm.utils.platform_utils``), :func:`unavailable` names the capabilities it
 feeds, the module, the error and the pip line (``loader.INSTALL_EXTRAS``). Measured
-on CPU (``TRITON_INTERPRET=1``): see ``docs/conformance/vllm-*-cpu.md``. The expected-failure
+on CPU (``TRITON_INTERPRET=1``): see ``results/conformance/vllm/vllm-*-cpu.md``. The expected-failure
 ledger (:mod:`.ledger`) holds the confirmed findings; ``DSPARK_VLLM_LEDGER=off`` drops it.
 
 Not offered (skipped by the suite, naming the capability): ``NoiseStepSampler`` (the noise
