@@ -51,6 +51,9 @@ SPEC_CLAUSES: dict[str, str] = {
     "S4.gate": "OFF / AUTO / FORCE memory gate with the byte formula and 1 GiB margin",
     "S5.accept-rule": "accept x_j iff u q(x_j) < p(x_j); stop at first reject",
     "S5.residual": "correction from normalize(max(p - q, 0)), p when that mass is ~0",
+    "S5.explicit-uniforms": "explicit uniforms: coin j decides draft j alone; the final uniform draws the correction "
+                            "or bonus by inverse CDF in index order (smallest C_i > u; past the total, the last "
+                            "token with mass), in float64, p when the residual mass is <= 1e-12",
     "S5.bonus": "bonus drawn from p_{l+1} when all accepted",
     "S5.lossless": "committed tokens follow the target's law whatever q",
     "S5.greedy-verify": "greedy verification: accept while x_j == argmax p_j",

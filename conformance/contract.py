@@ -528,6 +528,15 @@ class ChainVerifier(Protocol):
     IUT that cannot take explicit uniforms or seeded rows raises ``NotImplementedError``
     for them (reported as a skip naming the feature).
 
+    Explicit uniforms (SPEC S5 "Explicit uniforms"): ``accept_uniforms[b, j - 1]`` is the
+    coin of draft ``j`` alone, accepted iff ``u * min(q_j(x_j), 1) < p_j(x_j)`` (strict);
+    ``final_uniforms[b]`` draws the row's one emitted token, correction or bonus, from its
+    law ``r`` (``max(p_j - q_j, 0) / m`` after a reject at ``j``, ``p_j`` if ``m <= 1e-12``;
+    ``p_{a+1}`` after ``a`` accepted drafts and no reject) by inverse CDF in vocabulary
+    index order: the smallest ``i`` with ``r_0 + ... + r_i > u``, or the largest ``i``
+    with ``r_i > 0`` when no running sum exceeds ``u``. Laws and sums in float64 from the
+    logits cast to float64.
+
     ``cap``: one verify-length cap for every row (an int), or one per row (``[B]`` int64 on
     the drafts' device; an IUT without per-row caps raises ``NotImplementedError`` for a
     tensor). A row with fewer drafts than ``l`` carries trailing ``-1`` sentinels: it

@@ -218,7 +218,23 @@ def _probe_chain_verifier(impl) -> list:
     leading_zero[:, :, 0] = -math.inf
     out.append(impl.verify(drafts, leading_zero, zero_q, temps, top_k, accept_uniforms=torch.zeros_like(accept),
                            final_uniforms=torch.zeros_like(final)))
+    out.append(_explicit_draw_edges(impl))
     return out
+
+
+def _explicit_draw_edges(impl):
+    """SPEC S5 explicit uniforms where the draw rule's details decide (V = 10, l = 1): a
+    final uniform past the rounded total (ten tokens of 0.1 sum to 1 - 2^-53) and on the
+    boundary C_4 = .5; a reject with residual mass ~1e-14 (below the floor); a bonus law
+    (.5 + 2.5e-9, .5 - 2.5e-9) that float32 rounding makes even."""
+    below_one = 1.0 - 2.0 ** -53
+    target, draft = torch.zeros(4, 2, 10), torch.zeros(4, 1, 10)
+    target[3, 1, 2:], target[3, 1, 0] = -math.inf, 1e-8
+    draft[2, 0, 0] = 1e-13
+    coins = torch.tensor([[0.0], [0.0], [below_one], [0.0]], dtype=torch.float64)
+    finals = torch.tensor([below_one, 0.5, 0.05, 0.5 + 1e-9], dtype=torch.float64)
+    return impl.verify(torch.zeros(4, 1, dtype=torch.int64), target, draft, torch.ones(4),
+                       torch.full((4,), 50), accept_uniforms=coins, final_uniforms=finals)
 
 
 def _truncations(rows: int, vocab: int):

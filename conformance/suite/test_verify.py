@@ -197,27 +197,27 @@ def _parity_inputs(spec: ParitySpec, gen: torch.Generator) -> dict[str, torch.Te
 
 PARITY_CASES = {
     case("S5/parity/random-V8-l4-T1", "random laws, 512 rows, T = 1",
-         ["S5.accept-rule", "S5.residual", "S5.bonus"]):
+         ["S5.accept-rule", "S5.residual", "S5.bonus", "S5.explicit-uniforms"]):
         ParitySpec("random", 8, 4, 512, (1.0,)),
     case("S5/parity/peaked-V32-l5-T0.6", "peaked laws at T = 0.6: q is softmax(corrected / T)",
-         ["S5.accept-rule", "S5.residual", "S5.bonus"]):
+         ["S5.accept-rule", "S5.residual", "S5.bonus", "S5.explicit-uniforms"]):
         ParitySpec("peaked", 32, 5, 512, (0.6,)),
     case("S5/parity/random-V12-l3-mixed-T", "per-row temperatures 0.5 / 1 / 1.7 in one batch",
-         ["S5.accept-rule", "S5.residual", "S5.bonus"]):
+         ["S5.accept-rule", "S5.residual", "S5.bonus", "S5.explicit-uniforms"]):
         ParitySpec("random", 12, 3, 512, (0.5, 1.0, 1.7)),
     case("S5/parity/masked-V16-l4-T1", "target -inf on a quarter of the vocab: p(x) = 0 never accepted or drawn",
-         ["S5.accept-rule", "S5.residual", "S5.bonus"]):
+         ["S5.accept-rule", "S5.residual", "S5.bonus", "S5.explicit-uniforms"]):
         ParitySpec("random", 16, 4, 512, (1.0,), masked=True),
     case("S5/parity/random-V4096-l5-T0.9", "larger vocabulary, 96 rows",
-         ["S5.accept-rule", "S5.residual", "S5.bonus"]):
+         ["S5.accept-rule", "S5.residual", "S5.bonus", "S5.explicit-uniforms"]):
         ParitySpec("random", 4096, 5, 96, (0.9,), check_coverage=False),
 }
 PARITY_GPU_CASES = {
     case("S5/parity/production-V129280-l5", "DeepSeek-V4 DSpark shape (V = 129,280, gamma = 5)",
-         ["S5.accept-rule", "S5.residual", "S5.bonus"]):
+         ["S5.accept-rule", "S5.residual", "S5.bonus", "S5.explicit-uniforms"]):
         ParitySpec("random", 129_280, 5, 16, (0.8,), check_coverage=False),
     case("S5/parity/production-V151936-l7", "DeepSpec Qwen3 block7 shape (V = 151,936, gamma = 7)",
-         ["S5.accept-rule", "S5.residual", "S5.bonus"]):
+         ["S5.accept-rule", "S5.residual", "S5.bonus", "S5.explicit-uniforms"]):
         ParitySpec("random", 151_936, 7, 16, (1.0,), check_coverage=False),
 }
 PARITY_SPECS = {**PARITY_CASES, **PARITY_GPU_CASES}
@@ -266,6 +266,10 @@ class HandCase:
     rows: tuple[HandRow, ...]
     temperature: float = 1.0
     top_k: int = TOP_K_OFF
+    logits: bool = False  # target and draft hold float32 logits, not laws
+
+
+ONE_BELOW_ONE = 1.0 - 2.0 ** -53  # the largest float64 uniform in [0, 1)
 
 
 def _grid(n: int) -> list[float]:
@@ -315,6 +319,45 @@ HAND_CASES = {
               HandRow((2,), (0.9,), 0.9, (2, 0))),
         temperature=0.0, top_k=1,
     ),
+    # SPEC S5 explicit uniforms, on laws whose running sums are exact in float64. x = 0 with
+    # coin .9 is rejected (.9 * .5 >= .25): residual [0, 0, .5, .5], C = [0, 0, .5, 1]; with
+    # coin .25 accepted: bonus from the uniform p_2, C = [.25, .5, .75, 1]. u on a boundary
+    # C_i draws the next token (smallest C_i > u), never the one ending there.
+    case("S5/explicit-draw/boundary-coin-draws-next-token", "u exactly on a CDF boundary C_i draws token i + 1: "
+         "correction [0, 0, .5, .5] and a uniform bonus", ["S5.explicit-uniforms", "S5.residual", "S5.bonus"]): HandCase(
+        target=((0.25,) * 4, (0.25,) * 4),
+        draft=((0.5, 0.5, 0.0, 0.0),),
+        rows=tuple(HandRow((0,), (0.9,), u, (tok,)) for u, tok in ((0.0, 2), (0.25, 2), (0.5, 3), (0.75, 3)))
+        + tuple(HandRow((0,), (0.25,), u, (0, tok)) for u, tok in ((0.0, 0), (0.25, 1), (0.5, 2), (0.75, 3))),
+    ),
+    # Ten tokens of 0.1: the float64 running sum ends at 1 - 2^-53, so u = 1 - 2^-53 exceeds
+    # no C_i and draws the last token with mass (9), as any rounding of the total does.
+    case("S5/explicit-draw/coin-past-rounded-total", "u at or above the CDF's rounded total draws the last token "
+         "with mass", ["S5.explicit-uniforms", "S5.bonus"]): HandCase(
+        target=((0.1,) * 10, (0.1,) * 10),
+        draft=((0.1,) * 10,),
+        rows=tuple(HandRow((0,), (0.0,), u, (0, tok)) for u, tok in ((ONE_BELOW_ONE, 9), (0.95, 9), (0.05, 0))),
+    ),
+    # Draft logit 1e-13 above a flat target: q(0) - p(0) ~ 1.9e-14, rejected only by a coin
+    # above 1 - 7.5e-14; the residual mass ~1.9e-14 <= 1e-12, so the correction comes from
+    # p (uniform: u = .1 draws 0), not from the rounding left on tokens 1..3.
+    case("S5/explicit-draw/residual-mass-below-floor", "a reject whose residual mass is ~1.9e-14 (<= 1e-12) draws "
+         "the correction from p", ["S5.explicit-uniforms", "S5.residual"]): HandCase(
+        target=((0.0,) * 4, (0.0,) * 4),
+        draft=((1e-13, 0.0, 0.0, 0.0),),
+        rows=(HandRow((0,), (ONE_BELOW_ONE,), 0.1, (0,)), HandRow((0,), (ONE_BELOW_ONE,), 0.3, (1,)),
+              HandRow((0,), (0.5,), 0.6, (0, 2))),
+        logits=True,
+    ),
+    # Bonus from softmax([1e-8, 0]) in float64: p = [.5 + 2.5e-9, .5 - 2.5e-9], so u = .5 + 1e-9
+    # draws 0 and u = .5 + 4e-9 draws 1; the law rounded to float32 is [.5, .5] (both draw 1).
+    case("S5/explicit-draw/float64-law", "the bonus law and its CDF in float64: p(0) = .5 + 2.5e-9 separates "
+         "u = .5 + 1e-9 from u = .5 + 4e-9", ["S5.explicit-uniforms", "S5.bonus"]): HandCase(
+        target=((0.0, -math.inf), (1e-8, 0.0)),
+        draft=((0.0, -math.inf),),
+        rows=(HandRow((0,), (0.5,), 0.5 + 1e-9, (0, 0)), HandRow((0,), (0.5,), 0.5 + 4e-9, (0, 1))),
+        logits=True,
+    ),
 }
 
 
@@ -324,8 +367,9 @@ def test_S5_hand_cases(case, require, dspark_device):
     spec = HAND_CASES[case]
     rows, l = len(spec.rows), len(spec.draft)
     drafts = torch.tensor([r.drafts for r in spec.rows], dtype=torch.int64)
-    target = _logits_of(*spec.target).expand(rows, -1, -1).contiguous()
-    draft_logits = _logits_of(*spec.draft).expand(rows, -1, -1).contiguous()
+    as_logits = (lambda *rows_: torch.tensor(rows_, dtype=torch.float32)) if spec.logits else _logits_of
+    target = as_logits(*spec.target).expand(rows, -1, -1).contiguous()
+    draft_logits = as_logits(*spec.draft).expand(rows, -1, -1).contiguous()
     temps = torch.full((rows,), spec.temperature)
     top_k = torch.full((rows,), spec.top_k, dtype=torch.int64)
     coins = torch.tensor([r.coins for r in spec.rows], dtype=F64).reshape(rows, l)
