@@ -6,6 +6,9 @@ run), giving a graph of module -> module edges. Checked:
 
 * ``dspark_ref`` imports nothing from ``conformance`` or ``fixtures``;
 * ``conformance`` never imports ``fixtures`` (the mutants, a checkout's, are found by name);
+* the judge shares no code with the judged (STYLE habit 17): no module of ``conformance``
+  but the reference adapter imports ``dspark_ref``, save the modules of
+  :data:`DSPARK_REF_IMPORTERS`, each with its reason; that list only shrinks;
 * no test module imports another test module;
 * no cycle between modules, and none between the packages of ``conformance``: the core
   (top-level modules) never imports ``suite``, ``report``, ``power`` or ``drift`` except
@@ -79,6 +82,52 @@ def _edges(source_prefix: str, target_prefix: str) -> list[str]:
                                             ("conformance", "fixtures")])
 def test_no_import_against_the_layers(source, target):
     assert _edges(source, target) == []
+
+
+#: The modules of ``conformance`` outside the reference adapter that still import
+#: ``dspark_ref``, each with its reason. It only shrinks: a new importer fails
+#: :func:`test_only_the_reference_adapter_imports_dspark_ref`, and an entry that no longer
+#: imports ``dspark_ref`` fails :func:`test_the_dspark_ref_allow_list_has_no_stale_entry`.
+DSPARK_REF_IMPORTERS = {
+    "conformance.stats": "argument checks (dspark_ref._checks); to move to a conformance home",
+    "conformance.report.html": "argument checks (dspark_ref._checks); to move to a conformance home",
+    "conformance.adapters.sglang.folded_session": "argument checks (dspark_ref._checks); to move",
+    "conformance.adapters.sglang.heads": "argument checks (dspark_ref._checks); to move",
+    "conformance.adapters.sglang.v0517": "argument checks (dspark_ref._checks); to move",
+    "conformance.suite.support.inputs": "random Markov heads built by dspark_ref.markov.build_markov_head",
+    "conformance.suite.test_speculative": "S9 tiny target/draft models and their exact law "
+                                          "(dspark_ref.tiny_models); the S9 expected-tau case "
+                                          "estimates its expectation with dspark_ref.speculative "
+                                          "(issue 41, a separate item)",
+}
+REFERENCE_ADAPTER = "conformance.adapters.reference"
+
+
+def _dspark_ref_importers(graph: dict[str, set[str]]) -> set[str]:
+    """Modules of ``conformance`` outside the reference adapter (``conformance.adapters.reference``
+    and anything under or beside it named ``reference*``) with an edge into ``dspark_ref``."""
+    return {a for a, bs in graph.items()
+            if a.startswith("conformance.") and not a.startswith(REFERENCE_ADAPTER)
+            and any(b.split(".")[0] == "dspark_ref" for b in bs)}
+
+
+def test_only_the_reference_adapter_imports_dspark_ref():
+    assert sorted(_dspark_ref_importers(GRAPH) - set(DSPARK_REF_IMPORTERS)) == []
+
+
+def test_the_dspark_ref_allow_list_has_no_stale_entry():
+    assert sorted(set(DSPARK_REF_IMPORTERS) - _dspark_ref_importers(GRAPH)) == []
+    assert all(reason.strip() for reason in DSPARK_REF_IMPORTERS.values())
+
+
+def test_the_checker_sees_an_import_of_dspark_ref():
+    """A planted import of ``dspark_ref`` (at module level or inside a function) is found;
+    the reference adapter's own imports are not."""
+    planted = "def f():\n    from dspark_ref._checks import check_int\n"
+    graph = {"conformance.stats": {"conformance.budget"},
+             "conformance.oracles.probe": _imports_of(planted, "conformance.oracles.probe", False),
+             REFERENCE_ADAPTER: {"dspark_ref.markov"}}
+    assert _dspark_ref_importers(graph) == {"conformance.oracles.probe"}
 
 
 def test_no_test_module_imports_another():
