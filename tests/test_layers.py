@@ -89,11 +89,6 @@ def test_no_import_against_the_layers(source, target):
 #: :func:`test_only_the_reference_adapter_imports_dspark_ref`, and an entry that no longer
 #: imports ``dspark_ref`` fails :func:`test_the_dspark_ref_allow_list_has_no_stale_entry`.
 DSPARK_REF_IMPORTERS = {
-    "conformance.stats": "argument checks (dspark_ref._checks); to move to a conformance home",
-    "conformance.report.html": "argument checks (dspark_ref._checks); to move to a conformance home",
-    "conformance.adapters.sglang.folded_session": "argument checks (dspark_ref._checks); to move",
-    "conformance.adapters.sglang.heads": "argument checks (dspark_ref._checks); to move",
-    "conformance.adapters.sglang.v0517": "argument checks (dspark_ref._checks); to move",
     "conformance.suite.support.inputs": "random Markov heads built by dspark_ref.markov.build_markov_head",
     "conformance.suite.test_speculative": "S9 tiny target/draft models and their exact law "
                                           "(dspark_ref.tiny_models); the S9 expected-tau case "
