@@ -89,6 +89,23 @@ def test_logit_rows_are_the_pinned_tensors(call):
     assert _logit_digest(*call) == LOGIT_DIGESTS[call]
 
 
+@pytest.mark.parametrize("call, error, match", [
+    (lambda g: markov_head_state("lstm", 8, 4, 4, g), ValueError, "^head_type: expected one of"),
+    (lambda g: markov_head_state("vanilla", 0, 4, None, g), ValueError, "^vocab_size: expected an int >= 1"),
+    (lambda g: markov_head_state("vanilla", 8, 0, None, g), ValueError, "^rank: expected an int >= 1"),
+    (lambda g: markov_head_state("rnn", 8, 4, None, g), TypeError, r"^hidden_size \(of a rnn head\)"),
+    (lambda g: markov_head_state("gated", 8, 4, 0, g), ValueError, r"^hidden_size \(of a gated head\)"),
+    (lambda g: markov_head_state("vanilla", 8, 4, None, g, scale=-1.0), ValueError, "^scale:"),
+    (lambda g: markov_head_state("vanilla", 8, 4, None, None), TypeError, "^generator: expected a CPU"),
+    (lambda g: logit_rows("sharp", 2, 4, g), ValueError, "^family: expected one of"),
+    (lambda g: logit_rows("flat", 0, 4, g), ValueError, "^batch: expected an int >= 1"),
+    (lambda g: logit_rows("random", 2, 2.0, g), TypeError, "^vocab: expected an int"),
+])
+def test_a_bad_argument_is_named(call, error, match):
+    with pytest.raises(error, match=match):
+        call(torch.Generator().manual_seed(0))
+
+
 if __name__ == "__main__":  # prints the tables above from the builders of today
     print("PRODUCED_ON =", _here())
     for call in HEAD_DIGESTS:

@@ -89,7 +89,6 @@ def test_no_import_against_the_layers(source, target):
 #: :func:`test_only_the_reference_adapter_imports_dspark_ref`, and an entry that no longer
 #: imports ``dspark_ref`` fails :func:`test_the_dspark_ref_allow_list_has_no_stale_entry`.
 DSPARK_REF_IMPORTERS = {
-    "conformance.suite.support.inputs": "random Markov heads built by dspark_ref.markov.build_markov_head",
     "conformance.suite.test_speculative": "S9 tiny target/draft models and their exact law "
                                           "(dspark_ref.tiny_models); the S9 expected-tau case "
                                           "estimates its expectation with dspark_ref.speculative "
