@@ -13,6 +13,6 @@ To add a builder: one module per SPEC topic, exported here, with a digest in
 """
 
 from .logits import LOGIT_FAMILIES, logit_rows
-from .markov_heads import MARKOV_HEAD_TYPES, markov_head_shapes, markov_head_state
+from .markov_heads import MARKOV_HEAD_TYPES, markov_head_state
 
-__all__ = ["LOGIT_FAMILIES", "logit_rows", "MARKOV_HEAD_TYPES", "markov_head_shapes", "markov_head_state"]
+__all__ = ["LOGIT_FAMILIES", "logit_rows", "MARKOV_HEAD_TYPES", "markov_head_state"]

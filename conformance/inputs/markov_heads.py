@@ -16,12 +16,12 @@ import torch
 
 from conformance.checks import check_choice, check_float, check_int
 
-__all__ = ["MARKOV_HEAD_TYPES", "markov_head_shapes", "markov_head_state"]
+__all__ = ["MARKOV_HEAD_TYPES", "markov_head_state"]
 
 MARKOV_HEAD_TYPES = ("vanilla", "gated", "rnn")
 
 
-def markov_head_shapes(head_type: str, vocab_size: int, rank: int, hidden_size: int | None) -> dict[str, tuple]:
+def _layout(head_type: str, vocab_size: int, rank: int, hidden_size: int | None) -> dict[str, tuple]:
     """The reference layout of a head, in drawing order: ``{name: shape}`` (SPEC S2).
 
     ``hidden_size`` (``d``) is read by the gated and rnn heads only.
@@ -54,7 +54,8 @@ def markov_head_state(
         generator: CPU ``torch.Generator``; the weights are its next draws.
         scale: the weights' standard deviation (>= 0; 0.5 makes the bias matter at small V).
     Returns:
-        ``{name: tensor}`` in the order of :func:`markov_head_shapes`.
+        ``{name: tensor}``: ``W1.weight [V, r]``, ``W2.weight [V, r]``, then ``Wg.weight [r, d + r]``,
+        ``Wg.bias [r]`` (gated) or ``Wz.weight [3r, 2r + d]``, ``Wz.bias [3r]`` (rnn), in that order.
     Raises:
         TypeError / ValueError: naming the bad argument.
 
@@ -63,7 +64,7 @@ def markov_head_state(
         >>> {name: tuple(t.shape) for name, t in state.items()}["Wg.weight"]
         (4, 10)
     """
-    shapes = markov_head_shapes(head_type, vocab_size, rank, hidden_size)
+    shapes = _layout(head_type, vocab_size, rank, hidden_size)
     scale = check_float("scale", scale, minimum=0.0)
     if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
         raise TypeError(f"generator: expected a CPU torch.Generator, got {generator!r}")
