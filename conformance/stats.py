@@ -35,7 +35,7 @@ import numpy as np
 import scipy.stats
 import torch
 
-from dspark_ref._checks import check_choice, check_float, check_int
+from .checks import check_choice, check_float, check_int
 
 from . import budget
 from .budget import DEFAULT_MIN_TV, PER_ASSERTION_ALPHA, TARGET_POWER, StatLedger

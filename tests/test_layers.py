@@ -6,6 +6,9 @@ run), giving a graph of module -> module edges. Checked:
 
 * ``dspark_ref`` imports nothing from ``conformance`` or ``fixtures``;
 * ``conformance`` never imports ``fixtures`` (the mutants, a checkout's, are found by name);
+* the judge shares no code with the judged (STYLE habit 17): no module of ``conformance``
+  but the reference adapter imports ``dspark_ref``, save the imports of
+  :data:`DSPARK_REF_IMPORTS`, each with its reason; that list only shrinks;
 * no test module imports another test module;
 * no cycle between modules, and none between the packages of ``conformance``: the core
   (top-level modules) never imports ``suite``, ``report``, ``power`` or ``drift`` except
@@ -79,6 +82,48 @@ def _edges(source_prefix: str, target_prefix: str) -> list[str]:
                                             ("conformance", "fixtures")])
 def test_no_import_against_the_layers(source, target):
     assert _edges(source, target) == []
+
+
+#: The imports of ``dspark_ref`` by a module of ``conformance`` outside the reference adapter
+#: that remain, ``(importer, dspark_ref module) -> reason``. It only shrinks: a new import fails
+#: :func:`test_only_the_reference_adapter_imports_dspark_ref`, and an entry no longer imported
+#: fails :func:`test_the_dspark_ref_allow_list_has_no_stale_entry`.
+DSPARK_REF_IMPORTS = {
+    ("conformance.suite.test_speculative", "dspark_ref.tiny_models"):
+        "SPEC S9 models: the SpeculativeLoop contract (conformance.contract) takes a TinyTargetLM "
+        "and its drafts (TinyDSparkDraft, OracleDraft) as the models an implementation runs",
+    ("conformance.suite.test_speculative", "dspark_ref.speculative"):
+        "the S9 expected-tau case estimates its expectation with speculative_generate "
+        "(issue 41, a separate item)",
+}
+REFERENCE_ADAPTER = "conformance.adapters.reference"
+
+
+def _dspark_ref_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """``(importer, dspark_ref module)`` for every module of ``conformance`` outside the reference
+    adapter (``conformance.adapters.reference`` and any module named ``reference*`` beside it)."""
+    return {(a, b) for a, bs in graph.items() for b in bs
+            if a.startswith("conformance.") and not a.startswith(REFERENCE_ADAPTER)
+            and b.split(".")[0] == "dspark_ref"}
+
+
+def test_only_the_reference_adapter_imports_dspark_ref():
+    assert sorted(_dspark_ref_imports(GRAPH) - set(DSPARK_REF_IMPORTS)) == []
+
+
+def test_the_dspark_ref_allow_list_has_no_stale_entry():
+    assert sorted(set(DSPARK_REF_IMPORTS) - _dspark_ref_imports(GRAPH)) == []
+    assert all(reason.strip() for reason in DSPARK_REF_IMPORTS.values())
+
+
+def test_the_checker_sees_an_import_of_dspark_ref():
+    """A planted import of ``dspark_ref`` (at module level or inside a function) is found;
+    the reference adapter's own imports are not."""
+    planted = "def f():\n    from dspark_ref._checks import check_int\n"
+    graph = {"conformance.stats": {"conformance.budget"},
+             "conformance.oracles.probe": _imports_of(planted, "conformance.oracles.probe", False) & set(GRAPH),
+             REFERENCE_ADAPTER: {"dspark_ref.markov"}}
+    assert _dspark_ref_imports(graph) == {("conformance.oracles.probe", "dspark_ref._checks")}
 
 
 def test_no_test_module_imports_another():

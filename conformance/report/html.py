@@ -37,8 +37,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from dspark_ref._checks import check_float, check_int
-
+from conformance.checks import check_float, check_int
 from conformance.sections import SECTION_TITLES, SECTIONS
 
 from . import matrix as report

@@ -21,7 +21,7 @@ from typing import Any, Callable, ContextManager
 
 import torch
 
-from dspark_ref._checks import check_int, check_tensor
+from conformance.checks import check_int, check_tensor
 
 from .engine_inputs import TOP_K_ALL, DraftModelStandIn, sampling_info
 

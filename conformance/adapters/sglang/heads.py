@@ -23,7 +23,7 @@ from typing import Mapping
 
 import torch
 
-from dspark_ref._checks import check_choice, check_int
+from conformance.checks import check_choice, check_int
 
 __all__ = ["HEAD_TYPES", "REFERENCE_TO_SGLANG", "SGLangHead", "load_head"]
 

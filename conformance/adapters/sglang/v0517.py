@@ -35,8 +35,8 @@ from typing import Iterator
 
 import torch
 
+from conformance.checks import check_choice, check_int
 from conformance.contract import Inconclusive
-from dspark_ref._checks import check_choice, check_int
 
 from .engine_inputs import (
     DraftModelStandIn,

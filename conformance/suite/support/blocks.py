@@ -1,6 +1,6 @@
 """Markov-block inputs and the float64 oracle of SPEC S2, shared by the S1, S2 and S4 tests.
 
-Random heads in the reference layout (:func:`conformance.suite.support.inputs.markov_head_state`),
+Random heads in the reference layout (:func:`conformance.inputs.markov_head_state`),
 block inputs, row parameters, shape and greedy checks, the float64 teacher-forcing oracle of
 each head's formula (vanilla, gated, rnn) with its float32 error bound, the SPEC S0 bound
 between two evaluations of the same block (:func:`compare_block_logits`), and the exact
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from conformance import numerics
+from conformance.inputs import MARKOV_HEAD_TYPES as HEAD_TYPES
+from conformance.inputs import markov_head_state
 from conformance.seeds import derive_seed
-from conformance.suite.support.inputs import markov_head_state
 
-HEAD_TYPES = ("vanilla", "gated", "rnn")
 #: "No top-k cut" as SGLang stages it; a row is sampling under either greedy rule with this
 #: and a temperature >= 1e-5. Greedy rows use (T = 0, top_k = 1): greedy under both rules.
 NO_TOP_K_CUT = 1 << 30

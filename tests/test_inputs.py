@@ -1,0 +1,114 @@
+"""Golden digests of the suite's seeded inputs: the random Markov heads and logit rows fed to
+the S1, S2, S3, S4 and S5 cases stay the same tensors, bit for bit, whoever builds them.
+
+Each digest is the SHA-256 of every tensor a call returns (in order: name, dtype, shape,
+stride, then its bytes), followed by the next three ``randn`` draws of the same generator
+(a caller such as ``support.blocks.draft_vocab_head_state`` goes on drawing from it).
+The digests were produced by ``python tests/test_inputs.py`` on torch 2.13.0 (x86 CPU
+capability AVX2) with the heads still built by ``dspark_ref.markov.build_markov_head``
+(commit 824e80f). ``torch.normal_`` draws other bits on another CPU capability
+(``ATEN_CPU_CAPABILITY=default`` changes them), so elsewhere the test is skipped, naming why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+from conformance.suite.support.inputs import LOGIT_FAMILIES, logit_rows, markov_head_state
+
+#: Where the digests below were produced: (torch release, ATen CPU capability).
+PRODUCED_ON = ("2.13.0", "AVX2")
+
+#: (head type, seed, vocab, rank, hidden size, scale) -> digest; every head type, a vanilla
+#: head without hidden size, odd shapes, and scale 0 (the generator still advances).
+HEAD_DIGESTS = {
+    ("vanilla", 0, 8, 4, 4, 0.5): "93327645e6a343fa5ae05e3b0c091bd3f97a21f7c64e08037ec09f59085eb44b",
+    ("vanilla", 1, 37, 3, None, 2.0): "601e1a306921ef0e780d1a05da4aa92d90dfb2c3fa0c571a1c5da6ed68474279",
+    ("vanilla", 2, 5, 1, 4, 0.0): "ea7256eff41479c0e42db8c35b72a1913835c060927319b8c44301571295a741",
+    ("gated", 0, 8, 4, 4, 0.5): "cf67312d341fd4d75b75fc813e8884412a95727daf75995715e013760d1c2b79",
+    ("gated", 3, 37, 5, 7, 0.05): "d27c0d9db171aaa4acdbbbe187517c786c3a99ca611aa6096edbd183d912468d",
+    ("rnn", 0, 8, 4, 4, 0.5): "0d4c13bcc3257ec2c497842975cbac0c023d588d09d0e8b90ed219c018da26df",
+    ("rnn", 4, 37, 5, 7, 1.0): "2d598b357b3ccf0496bd0b2cb6efa016538469e9c24353cea4a257e5bca1f824",
+    ("rnn", 5, 6, 2, 3, 0.0): "debf7ee0e7232c255672ab51badaba811477034b1780df85c186ebaecf18712b",
+}
+#: (family, seed, batch, vocab) -> digest of ``logit_rows``.
+LOGIT_DIGESTS = {
+    ("flat", 7, 5, 11): "b073327e406d69ad0dc475b0e4b4c6d2c319004181db19742ff2174564d666a1",
+    ("peaked", 7, 5, 11): "3f34e4a7db3a138afceedbbf8f9e0e7781c44bf6686de4817700ec3daf0b3665",
+    ("near-tie", 7, 5, 11): "3ca208e45ffed76a514d273a09453ece98d6196054b15f2a279bb4d4639fade7",
+    ("random", 7, 5, 11): "d609593a59f1ae3a190bbec318714126bad4de6d524781cf2b9bb874d2f0d6d4",
+}
+
+
+def _digest(tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for name, t in tensors.items():
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|{t.stride()}|".encode())
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _head_digest(head_type, seed, vocab, rank, hidden_size, scale) -> str:
+    generator = torch.Generator().manual_seed(seed)
+    state = markov_head_state(head_type, vocab, rank, hidden_size, generator, scale=scale)
+    return _digest({**state, "<next draw>": torch.randn(3, generator=generator)})
+
+
+def _logit_digest(family, seed, batch, vocab) -> str:
+    generator = torch.Generator().manual_seed(seed)
+    rows = logit_rows(family, batch, vocab, generator)
+    return _digest({"logits": rows, "<next draw>": torch.randn(3, generator=generator)})
+
+
+def _here() -> tuple[str, str]:
+    return torch.__version__.split("+")[0], torch.backends.cpu.get_cpu_capability()
+
+
+needs_the_producing_build = pytest.mark.skipif(
+    _here() != PRODUCED_ON, reason=f"digests were made on torch {PRODUCED_ON[0]} with CPU capability "
+    f"{PRODUCED_ON[1]}; this is torch {_here()[0]}, {_here()[1]}: torch.normal_ draws other bits")
+
+
+def test_the_pinned_calls_cover_every_head_type_and_logit_family():
+    assert {key[0] for key in HEAD_DIGESTS} == {"vanilla", "gated", "rnn"}
+    assert {key[0] for key in LOGIT_DIGESTS} == set(LOGIT_FAMILIES)
+
+
+@needs_the_producing_build
+@pytest.mark.parametrize("call", sorted(HEAD_DIGESTS, key=str), ids=str)
+def test_a_random_markov_head_is_the_pinned_tensors(call):
+    assert _head_digest(*call) == HEAD_DIGESTS[call]
+
+
+@needs_the_producing_build
+@pytest.mark.parametrize("call", sorted(LOGIT_DIGESTS), ids=str)
+def test_logit_rows_are_the_pinned_tensors(call):
+    assert _logit_digest(*call) == LOGIT_DIGESTS[call]
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda g: markov_head_state("lstm", 8, 4, 4, g), ValueError, "^head_type: expected one of"),
+    (lambda g: markov_head_state("vanilla", 0, 4, None, g), ValueError, "^vocab_size: expected an int >= 1"),
+    (lambda g: markov_head_state("vanilla", 8, 0, None, g), ValueError, "^rank: expected an int >= 1"),
+    (lambda g: markov_head_state("rnn", 8, 4, None, g), TypeError, r"^hidden_size \(of a rnn head\)"),
+    (lambda g: markov_head_state("gated", 8, 4, 0, g), ValueError, r"^hidden_size \(of a gated head\)"),
+    (lambda g: markov_head_state("vanilla", 8, 4, None, g, scale=-1.0), ValueError, "^scale:"),
+    (lambda g: markov_head_state("vanilla", 8, 4, None, None), TypeError, "^generator: expected a CPU"),
+    (lambda g: logit_rows("sharp", 2, 4, g), ValueError, "^family: expected one of"),
+    (lambda g: logit_rows("flat", 0, 4, g), ValueError, "^batch: expected an int >= 1"),
+    (lambda g: logit_rows("random", 2, 2.0, g), TypeError, "^vocab: expected an int"),
+])
+def test_a_bad_argument_is_named(call, error, match):
+    with pytest.raises(error, match=match):
+        call(torch.Generator().manual_seed(0))
+
+
+if __name__ == "__main__":  # prints the tables above from the builders of today
+    print("PRODUCED_ON =", _here())
+    for call in HEAD_DIGESTS:
+        print(f"    {call}: {_head_digest(*call)!r},")
+    for call in LOGIT_DIGESTS:
+        print(f"    {call}: {_logit_digest(*call)!r},")
