@@ -130,6 +130,17 @@ def test_page_without_matplotlib_keeps_tables_and_names_the_extra(tmp_path, no_m
     assert "matplotlib is not installed" in page
 
 
+def test_the_plots_hint_is_a_command_that_installs_the_plots_extra():
+    # A fresh-user trial: the hint said "pip install dspark-conformance[plots]", which fails
+    # (the distribution is not on the package index). The extra is matplotlib alone.
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    [requirement] = pyproject["project"]["optional-dependencies"]["plots"]
+    assert html_report.PLOTS_HINT == f"pip install {re.match(r'[A-Za-z0-9_.-]+', requirement).group(0)}"
+
+
 def test_kill_matrix_and_calibration_are_read_from_the_report_dir(tmp_path):
     pytest.importorskip("matplotlib")
     mutants = [

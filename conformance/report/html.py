@@ -15,8 +15,8 @@
    mutant kill matrix (``mutants.json`` of ``dspark-conformance mutants``) when those
    files sit in ``report_dir``.
 
-Plots need matplotlib, an optional extra (``pip install dspark-conformance[plots]``);
-without it the page keeps every table and says so. Images are base64 PNG and the CSS is
+Plots need matplotlib (the ``plots`` extra; :data:`PLOTS_HINT` installs it on its own, since
+the distribution is not on the package index); without it the page keeps every table and says so. Images are base64 PNG and the CSS is
 inline, so the page opens offline. A plot the data cannot support (a reliability diagram
 without per-bin confidences, a binomial test without a frequency vector) is listed with
 the reason instead of being drawn. To add a plot: write a ``_*_figure`` function that
@@ -45,7 +45,9 @@ from . import matrix as report
 
 __all__ = ["write_html", "render_html"]
 
-PLOTS_HINT = "pip install dspark-conformance[plots]"
+#: How to get the plots: the ``plots`` extra is matplotlib alone, and ``pip install
+#: dspark-conformance[plots]`` fails where the distribution is installed from a wheel or a checkout.
+PLOTS_HINT = "pip install matplotlib"
 ACCEPTANCE_SECTIONS = ("S5", "S6", "S9")
 _ACCEPTANCE_NAME = re.compile(r"tau|accept|length|match-expected|multinomial")
 _MAX_LEN = re.compile(r"max(\d+)|gamma(\d+)")  # max_len = gamma + 1 (SPEC S6)
