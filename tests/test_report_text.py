@@ -56,3 +56,30 @@ def test_sections_with_selected_cases_that_never_ran_read_interrupted_not_pass(t
     assert cli.exit_code(0, complete) == cli.EXIT_INFRA
     every = dict(complete, selected_by_section={"S6": 1})
     assert (matrix.overall(matrix.run_rows(every), every), cli.exit_code(0, every)) == ("PASS", cli.EXIT_PASS)
+
+
+def _record(case, outcome="passed", *, duration=0.1, reason="", stats=()):
+    return {"case": case, "nodeid": case, "section": case.partition("/")[0], "outcome": outcome,
+            "duration_s": duration, "reason": reason, "stats": list(stats), "numerics": [], "bit_identical": None,
+            "replay": f"dspark-conformance run --case {case}"}
+
+
+def _payload(*records, **fields):
+    return {"impl": "x", "device": "cpu", "base_seed": 1, "wall_s": 1.0, "capabilities": [], "tests": list(records),
+            **fields}
+
+
+def _renderings(payload, tmp_path):
+    """The console matrix, report.md and report.html of one payload."""
+    from conformance.report import html, matrix
+
+    markdown.write_markdown(payload, tmp_path / "report.md")
+    return matrix.format_matrix(payload), (tmp_path / "report.md").read_text(), html.render_html(payload)
+
+
+def test_the_time_column_says_it_sums_case_durations_not_wall_time(tmp_path):
+    # A fresh-user trial: "time s" summed 766 s of cases over the workers of a 478 s run.
+    payload = _payload(_record("S6/a", duration=0.8), _record("S6/b", duration=0.8))
+    for text in _renderings(payload, tmp_path):
+        assert "case time s" in text and "time s" not in text.replace("case time s", "")
+        assert "the sum of case durations across workers (the wall time is above)" in text

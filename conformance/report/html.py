@@ -257,7 +257,7 @@ def _header(payload: dict, verdict: str) -> str:
 
 def _matrix(rows: list[report.SectionRow]) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("section", "topic", "verdict", *report.OUTCOMES, "min p",
-                                              "bit-identical", "time s"))
+                                              "bit-identical", report.TIME_COLUMN))
     body = []
     for row in rows:
         counts = "".join(f'<td class="num">{row.counts[o]}</td>' for o in report.OUTCOMES)
@@ -267,7 +267,8 @@ def _matrix(rows: list[report.SectionRow]) -> str:
             f'<td class="num">{_num(row.min_p, ".2g")}</td><td class="num">{row.bit_identity}</td>'
             f'<td class="num">{row.seconds:.1f}</td></tr>'
         )
-    return f'<h2 id="matrix">Conformance matrix by SPEC section</h2><table><tr>{head}</tr>{"".join(body)}</table>'
+    return (f'<h2 id="matrix">Conformance matrix by SPEC section</h2><table><tr>{head}</tr>{"".join(body)}</table>'
+            f'<p class="small">{_e(report.TIME_NOTE)}</p>')
 
 
 def _not_passed(tests: list[dict]) -> str:

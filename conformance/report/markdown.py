@@ -8,7 +8,9 @@ import html
 from pathlib import Path
 from typing import Any
 
-from conformance.report.matrix import engine_notices, not_run_line, overall, run_rows, short_reason, table
+from conformance.report.matrix import (
+    TIME_NOTE, engine_notices, not_run_line, overall, run_rows, short_reason, table,
+)
 
 
 def _stat_lines(payload: dict[str, Any]) -> list[str]:
@@ -59,6 +61,8 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         "| " + " | ".join(cells[0]) + " |",
         "|" + " --- |" * len(cells[0]),
         *("| " + " | ".join(r) + " |" for r in cells[1:]),
+        "",
+        f"{TIME_NOTE}.",
         "",
         "## Not passed",
         "",

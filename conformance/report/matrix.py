@@ -24,6 +24,10 @@ LOW_POWER = 0.5
 OUTCOMES = ("passed", "failed", "inconclusive", "skipped", "xfailed", "xpassed", "error")
 #: The verdicts of a section (the first four) and of a whole run (:func:`overall`: all five).
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE", "SKIP", "INTERRUPTED")
+#: The matrix's time column and what it sums: under xdist the cases run side by side, so the
+#: sum exceeds the wall time.
+TIME_COLUMN = "case time s"
+TIME_NOTE = f"{TIME_COLUMN}: the sum of case durations across workers (the wall time is above)"
 
 
 def short_reason(record: dict[str, Any], limit: int = 300) -> str:
@@ -141,7 +145,7 @@ def overall(rows: list[SectionRow], payload: dict[str, Any]) -> str:
 
 def table(rows: list[SectionRow]) -> list[list[str]]:
     """Header and one row per section: the cells of every rendering of the matrix."""
-    header = ["section", "topic", "verdict", *OUTCOMES[:6], "min p", "bit-identical", "time s"]
+    header = ["section", "topic", "verdict", *OUTCOMES[:6], "min p", "bit-identical", TIME_COLUMN]
     body = [header]
     for row in rows:
         body.append([
@@ -165,6 +169,7 @@ def format_matrix(payload: dict[str, Any]) -> str:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths)))
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
+    lines.append(TIME_NOTE)
     powers = [s["power_at_min_effect"] for t in payload["tests"] for s in t.get("stats", [])
               if s.get("power_at_min_effect") == s.get("power_at_min_effect")]  # drop NaN
     if powers:
