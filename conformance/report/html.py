@@ -540,9 +540,11 @@ def _unavailable(tests: list[dict], mpl: Any, mutants: list | None, cal: dict | 
         notes.append(("every plot", f"matplotlib is not installed: <code>{PLOTS_HINT}</code>"))
     s7 = [t for t in tests if t["section"] == "S7"]
     if not any(t.get("reliability") for t in s7):
-        why = (f"{len(s7)} S7 tests ran, but none records per-bin confidence against observed acceptance (they "
+        ran = sum(t["outcome"] != "skipped" for t in s7)
+        skipped = f" ({len(s7) - ran} skipped)" if s7 else ""
+        why = (f"{ran} S7 case{'' if ran == 1 else 's'} ran{skipped}, but none records per-bin confidence against observed acceptance (they "
                "check confidences against a float64 oracle and STS by its ECE, with no statistical record)"
-               if s7 else "no S7 test ran in this run")
+               if ran else f"no S7 case ran in this run{skipped}")
         notes.append(("reliability diagram (S7)", why))
     if not any(t["section"] == "S8" and any(_has_bins(s) for s in t.get("stats", [])) for t in tests):
         notes.append(("scheduler (S8)", "no S8 statistical record with observed / expected bins in this run"))
