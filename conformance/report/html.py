@@ -16,10 +16,10 @@
    files sit in ``report_dir``.
 
 Plots need matplotlib (the ``plots`` extra; :data:`PLOTS_HINT` installs it on its own, since
-the distribution is not on the package index); without it the page keeps every table and says so. Images are base64 PNG and the CSS is
-inline, so the page opens offline. A plot the data cannot support (a reliability diagram
-without per-bin confidences, a binomial test without a frequency vector) is listed with
-the reason instead of being drawn. To add a plot: write a ``_*_figure`` function that
+the distribution is not on the package index); without it the page keeps every table and
+says so. Images are base64 PNG and the CSS is inline, so the page opens offline. A plot the
+data cannot support (a reliability diagram without per-bin confidences, a binomial test
+without a frequency vector) is listed with the reason instead of being drawn. To add a plot: write a ``_*_figure`` function that
 returns a matplotlib ``Figure`` and embed it with :func:`_img` in a section renderer.
 """
 
@@ -542,8 +542,9 @@ def _unavailable(tests: list[dict], mpl: Any, mutants: list | None, cal: dict | 
     if not any(t.get("reliability") for t in s7):
         ran = sum(t["outcome"] != "skipped" for t in s7)
         skipped = f" ({len(s7) - ran} skipped)" if s7 else ""
-        why = (f"{ran} S7 case{'' if ran == 1 else 's'} ran{skipped}, but none records per-bin confidence against observed acceptance (they "
-               "check confidences against a float64 oracle and STS by its ECE, with no statistical record)"
+        why = (f"{ran} S7 case{'' if ran == 1 else 's'} ran{skipped}, but none records per-bin confidence against "
+               "observed acceptance (they check confidences against a float64 oracle and STS by its ECE, with no "
+               "statistical record)"
                if ran else f"no S7 case ran in this run{skipped}")
         notes.append(("reliability diagram (S7)", why))
     if not any(t["section"] == "S8" and any(_has_bins(s) for s in t.get("stats", [])) for t in tests):
