@@ -83,3 +83,17 @@ def test_the_time_column_says_it_sums_case_durations_not_wall_time(tmp_path):
     for text in _renderings(payload, tmp_path):
         assert "case time s" in text and "time s" not in text.replace("case time s", "")
         assert "the sum of case durations across workers (the wall time is above)" in text
+
+
+def test_report_md_lists_failures_errors_and_xpasses_before_the_skips(tmp_path):
+    # A fresh-user trial: report.md (where CI/gate.sh points on FAIL) listed the two failures
+    # at lines 287 and 295, after 267 skips.
+    skips = [_record(f"S5/s{i}", "skipped", reason="capability ChainVerifier not offered by x") for i in range(5)]
+    payload = _payload(*skips[:3], _record("S5/f", "failed", reason="E AssertionError: wrong"), *skips[3:],
+                       _record("S6/e", "error", reason="E RuntimeError: boom"),
+                       _record("S6/x", "xpassed", reason="[S6] fixed"), _record("S6/i", "inconclusive"),
+                       _record("S6/xf", "xfailed", reason="[S6] known"))
+    markdown.write_markdown(payload, tmp_path / "report.md")
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    listed = [line.split("`")[1] for line in lines if line.startswith("- **")]
+    assert listed == ["S5/f", "S6/e", "S6/x", "S6/i", "S6/xf", *(f"S5/s{i}" for i in range(5))], listed

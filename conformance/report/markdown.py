@@ -12,6 +12,10 @@ from conformance.report.matrix import (
     TIME_NOTE, engine_notices, not_run_line, overall, run_rows, short_reason, table,
 )
 
+#: The order of report.md's "Not passed" list: what fails a run, then INCONCLUSIVE, then the rest.
+_NOT_PASSED_ORDER = {outcome: i for i, outcome in enumerate(("failed", "error", "xpassed", "inconclusive",
+                                                            "xfailed", "skipped"))}
+
 
 def _stat_lines(payload: dict[str, Any]) -> list[str]:
     lines = [
@@ -67,7 +71,8 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         "## Not passed",
         "",
     ]
-    for record in payload["tests"]:
+    # What decides the verdict first: a reader sent here by a FAIL finds it above the skips.
+    for record in sorted(payload["tests"], key=lambda record: _NOT_PASSED_ORDER.get(record["outcome"], 0)):
         if record["outcome"] != "passed":
             # Reasons quote the implementation's text ("<one token < 3>"): as entities, a
             # renderer shows it instead of swallowing it as HTML.
