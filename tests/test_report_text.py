@@ -97,3 +97,22 @@ def test_report_md_lists_failures_errors_and_xpasses_before_the_skips(tmp_path):
     lines = (tmp_path / "report.md").read_text().splitlines()
     listed = [line.split("`")[1] for line in lines if line.startswith("- **")]
     assert listed == ["S5/f", "S6/e", "S6/x", "S6/i", "S6/xf", *(f"S5/s{i}" for i in range(5))], listed
+
+
+def test_a_long_failure_message_is_cut_between_words_never_inside_a_number(tmp_path):
+    # A fresh-user trial: the console's FAILED line cut "chi-square = 1662" to "166".
+    from conformance.report import html, matrix
+
+    for pad in range(0, 30):
+        message = "S6/x/law: FAILED: " + "word " * (75 + pad) + "chi-square (Pearson) = 1662, p = 1.5e-07 <= alpha"
+        record = _record("S6/x", "failed", reason=f"Traceback\nE   AssertionError: {message}\nstats.py:113")
+        words = ("AssertionError: " + message).split()
+        shown = matrix.short_reason(record)
+        assert len(shown) <= matrix.REASON_LIMIT
+        kept = shown.removesuffix(" " + matrix.ELLIPSIS).split()
+        assert kept == words[:len(kept)], shown  # whole words of the message, in order
+        assert shown.endswith(matrix.ELLIPSIS) == (len(kept) < len(words))
+        console = next(line for line in matrix.format_matrix(_payload(record)).splitlines() if "FAILED: S6/x" in line)
+        assert console.endswith(shown)
+        assert f"<div>{shown}</div>" in html.render_html(_payload(record))
+    assert matrix.clip("1662" * 200, 10) == "1662" * 200  # one word longer than the limit is kept whole

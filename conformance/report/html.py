@@ -287,7 +287,7 @@ def _not_passed(tests: list[dict]) -> str:
     if quiet:
         rows = "".join(
             f'<tr><td><span class="badge {t["outcome"]}">{t["outcome"]}</span></td><td><code>{_e(t["case"])}'
-            f"</code></td><td>{_e(' '.join(t['reason'].split())[:400])}</td></tr>" for t in quiet
+            f"</code></td><td>{_e(report.clip(t['reason']))}</td></tr>" for t in quiet
         )
         out.append(f"<h3>Skipped and expected failures</h3><table><tr><th>outcome</th><th>test</th>"
                    f"<th>reason</th></tr>{rows}</table>")
@@ -295,10 +295,11 @@ def _not_passed(tests: list[dict]) -> str:
 
 
 def _summary(reason: str) -> str:
-    """pytest's ``E`` lines (the assertion message), else the last line of the reason."""
+    """pytest's ``E`` lines (the assertion message), else the last line of the reason, clipped
+    at a word boundary (``report.clip``)."""
     lines = [line for line in reason.strip().splitlines() if line.strip()]
     errors = [line[1:].strip() for line in lines if line.startswith("E ")]
-    return " ".join(errors)[:400] if errors else (lines[-1][:400] if lines else "")
+    return report.clip(" ".join(errors) if errors else (lines[-1] if lines else ""))
 
 
 def _named_value(value: object, spec: str, name: str) -> str:

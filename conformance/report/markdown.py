@@ -76,7 +76,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         if record["outcome"] != "passed":
             # Reasons quote the implementation's text ("<one token < 3>"): as entities, a
             # renderer shows it instead of swallowing it as HTML.
-            reason = html.escape(short_reason(record, 400), quote=False)
+            reason = html.escape(short_reason(record), quote=False)
             out.append(f"- **{record['outcome']}** `{record['case']}`: {reason}")
             if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
                 out.append(f"  - replay: `{record['replay']}`")

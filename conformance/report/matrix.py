@@ -30,11 +30,30 @@ TIME_COLUMN = "case time s"
 TIME_NOTE = f"{TIME_COLUMN}: the sum of case durations across workers (the wall time is above)"
 
 
-def short_reason(record: dict[str, Any], limit: int = 300) -> str:
-    """One line for a record's reason: pytest's first ``E`` line, else the last line."""
+#: The longest reason a report line shows (a statistical failure's message fits whole).
+REASON_LIMIT = 400
+ELLIPSIS = "..."
+
+
+def clip(text: str, limit: int = REASON_LIMIT) -> str:
+    """``text`` on one line (whitespace runs made one space), whole if at most ``limit``
+    characters, else cut at the last space that leaves room for :data:`ELLIPSIS` and ended
+    with it: a cut never splits a word, so never a number (a first word longer than
+    ``limit`` is kept whole)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit - len(ELLIPSIS))
+    kept = text[:cut] if cut > 0 else text.split(" ", 1)[0]
+    return kept if kept == text else f"{kept} {ELLIPSIS}"
+
+
+def short_reason(record: dict[str, Any], limit: int = REASON_LIMIT) -> str:
+    """One line for a record's reason: pytest's first ``E`` line, else the last line,
+    :func:`clip`-ped to ``limit`` characters."""
     lines = [line for line in record.get("reason", "").strip().splitlines() if line.strip()]
     errors = [line[1:].strip() for line in lines if line.startswith("E ")]
-    return " ".join((errors or lines[-1:] or [""])[0].split())[:limit]
+    return clip((errors or lines[-1:] or [""])[0], limit)
 
 
 def is_suite_bug(record: dict[str, Any]) -> bool:
@@ -185,6 +204,6 @@ def format_matrix(payload: dict[str, Any]) -> str:
     lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
-            lines.append(f"  {record['outcome'].upper()}: {record['case']}: {short_reason(record, 200)}")
+            lines.append(f"  {record['outcome'].upper()}: {record['case']}: {short_reason(record)}")
             lines.append(f"    replay: {record['replay']}")
     return "\n".join(lines)
