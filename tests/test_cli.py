@@ -771,9 +771,13 @@ def test_an_adapter_that_fails_to_load_is_one_usage_error_naming_it(tmp_path, im
                      pythonpath=_broken_adapters(tmp_path / "site"))
     assert code == cli.EXIT_INFRA, out
     assert "INTERNALERROR" not in out and "Traceback" not in out, out
-    # pytest's one usage error; the runner's own closing line repeats it as the run's cause.
-    [line] = [line for line in out.splitlines() if message in line and not line.startswith("dspark-conformance: ")]
+    # pytest's one usage error, printed once (a fresh-user trial saw it twice, the second time
+    # with a 600-character pytest command); the command and the cause are in results.json.
+    [line] = [line for line in out.splitlines() if message in line]
     assert line.startswith("ERROR: --dspark-impl "), out
+    assert " -m pytest " not in out, out
+    payload = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert message in payload["error"] and " -m pytest " in payload["command"], payload
 
 
 def test_a_project_around_the_installed_suite_leaves_it_alone(tmp_path):
