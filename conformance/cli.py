@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.machinery
 import json
 import os
 import sys
@@ -590,14 +591,36 @@ def environment_error() -> str | None:
     return None
 
 
+#: The directory of the running ``conformance`` package, whose suite every pytest here runs.
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _other_copy(search_path: list[str]) -> Path | None:
+    """The directory of the ``conformance`` package that Python finds first in
+    ``search_path`` (the start of a child pytest's ``sys.path``) where it is a package other
+    than the running one, found without importing it; None where it is this one or none."""
+    spec = importlib.machinery.PathFinder.find_spec("conformance", search_path)
+    if spec is None or spec.origin is None or Path(spec.origin).name != "__init__.py":
+        return None  # none, a namespace portion, or a module (shadowing_package names that)
+    package = Path(spec.origin).resolve().parent
+    return None if package == _PACKAGE else package
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     parser = args.command_parser  # a usage error after parsing shows the command's usage
     if args.command != "merge-runs":  # every other command starts pytest here, cwd first on its sys.path
-        shadow = shadowing_package([os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+        search = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        shadow = shadowing_package(search)
         if shadow is not None:
             print(f"dspark-conformance: {shadow} would be imported as 'conformance' in place of the suite's package "
                   "by the pytest this command starts: run it from another directory", file=sys.stderr)
+            return EXIT_INFRA
+        copy = _other_copy(search)
+        if copy is not None:  # its test modules would clash with this one's (pytest's ImportPathMismatchError)
+            print(f"dspark-conformance: {copy} is another copy of the suite (a checkout?), which the pytest this "
+                  f"command starts would import in place of the one running, {_PACKAGE}: run it from another "
+                  "directory, or run that copy (python -m conformance.cli from its checkout)", file=sys.stderr)
             return EXIT_INFRA
         broken = environment_error()
         if broken is not None:

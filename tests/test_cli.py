@@ -436,6 +436,23 @@ def test_a_directory_with_its_own_conformance_package_is_refused_before_pytest_s
     assert f"{(tmp_path / 'conformance').resolve()} would be imported as 'conformance'" in proc.stderr
 
 
+def test_a_directory_with_another_copy_of_the_suite_is_refused_before_pytest_starts(tmp_path):
+    # A fresh-user trial: the installed console script run inside a checkout started pytest on
+    # the installed suite while the checkout's `conformance` came first on its sys.path: a raw
+    # ImportPathMismatchError, exit 3.
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "conformance", checkout / "conformance", ignore=shutil.ignore_patterns("__pycache__"))
+    script = "import sys; sys.path.pop(0); from conformance.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", script, "run", "--workers", "0", "--report", str(tmp_path / "r"),
+                           "-k", "test_S6_executor_gamma_one"], cwd=checkout, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == cli.EXIT_INFRA, out
+    assert (f"dspark-conformance: {(checkout / 'conformance').resolve()} is another copy of the suite (a checkout?)"
+            in proc.stderr), out
+    assert "ImportPathMismatchError" not in out and not (tmp_path / "r").exists(), out
+
+
 @pytest.mark.parametrize("command", [["run", "-k", "test_S6_"], ["calibrate", "--seeds", "1"], ["null-replay"]])
 def test_a_broken_torch_is_an_infrastructure_error_not_a_failure(tmp_path, command):
     # A gate reads exit 1 as "the engine does not conform": an environment whose torch cannot
