@@ -98,6 +98,11 @@ def test_a_run_where_every_case_skipped_is_inconclusive_not_a_pass(tmp_path):
     payload = json.loads((tmp_path / "results.json").read_text())
     assert {t["outcome"] for t in payload["tests"]} == {"skipped"}
     assert (payload["overall"], payload["exit_code"]) == ("SKIP", cli.EXIT_INCONCLUSIVE)
+    # The coverage line classes every skip the plugin and the suite gave here: none is "other".
+    total = len(payload["tests"])
+    assert re.search(rf"coverage: 0 of {total} cases ran; {total} skipped \(\d+ not offered by the adapter, "
+                     r"0 unsupported feature, \d+ need CUDA or the GPU tier, 0 other\)", out), out
+    assert f"WARNING: most cases skipped in S5 ({total} of {total})" in out
 
 
 def test_capability_declared_cuda_only_is_a_skip_with_its_reason_on_cpu(tmp_path):

@@ -116,3 +116,30 @@ def test_a_long_failure_message_is_cut_between_words_never_inside_a_number(tmp_p
         assert console.endswith(shown)
         assert f"<div>{shown}</div>" in html.render_html(_payload(record))
     assert matrix.clip("1662" * 200, 10) == "1662" * 200  # one word longer than the limit is kept whole
+
+
+def test_every_verdict_has_a_coverage_line_with_skips_by_class_and_a_warning_where_most_skipped(tmp_path):
+    # A fresh-user trial: "overall: PASS" printed with 277 of 332 cases skipped and no line
+    # saying so. The reasons below are those the plugin and the suite give.
+    from conformance import contract
+    from conformance.report import matrix
+
+    unmet = contract.Requirement(devices=("cuda",), reason="a Triton kernel").unmet("cpu")
+    reasons = ["capability ChainVerifier not offered by toy:only-simulated", "gpu tier: CUDA is not available",
+               f"capability StepSampler of x {unmet}", "gpu tier: production vocabulary needs --dspark-device cuda",
+               "ChainVerifier.verify: not supported by the IUT (no explicit uniforms)",
+               "SpeculativeRound: seeded rows not supported by this IUT (no seeds)",
+               "the session cannot be spied on (sample_block_calls is None)"]
+    skips = [_record(f"S5/s{i}", "skipped", reason=reason) for i, reason in enumerate(reasons)]
+    payload = _payload(*skips, _record("S5/p"), _record("S6/p"), _record("S6/q"), _record("S6/s", "skipped"))
+    expected = ("coverage: 3 of 11 cases ran; 8 skipped (1 not offered by the adapter, 2 unsupported feature, "
+                "3 need CUDA or the GPU tier, 2 other)")
+    warning = "WARNING: most cases skipped in S5 (7 of 8): the verdict there rests on the few that ran"
+    console, report_md, page = _renderings(payload, tmp_path)
+    assert expected in console and warning in console and "S6 (" not in console.split("WARNING")[1]
+    assert expected in report_md and warning in report_md
+    assert expected.removeprefix("coverage: ") in page and warning in page
+    assert matrix.overall(matrix.run_rows(payload), payload) == "PASS"  # shown, never a change of verdict
+    half = _payload(_record("S6/p"), _record("S6/s", "skipped"))
+    assert "WARNING" not in matrix.format_matrix(half)  # half is not most
+    assert "coverage: 1 of 2 cases ran; 1 skipped (0 not offered" in matrix.format_matrix(half)

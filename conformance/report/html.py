@@ -19,8 +19,9 @@ Plots need matplotlib (the ``plots`` extra; :data:`PLOTS_HINT` installs it on it
 the distribution is not on the package index); without it the page keeps every table and
 says so. Images are base64 PNG and the CSS is inline, so the page opens offline. A plot the
 data cannot support (a reliability diagram without per-bin confidences, a binomial test
-without a frequency vector) is listed with the reason instead of being drawn. To add a plot: write a ``_*_figure`` function that
-returns a matplotlib ``Figure`` and embed it with :func:`_img` in a section renderer.
+without a frequency vector) is listed with the reason instead of being drawn. To add a plot:
+write a ``_*_figure`` function that returns a matplotlib ``Figure`` and embed it with
+:func:`_img` in a section renderer.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def render_html(payload: dict[str, Any], *, mutants: list[dict] | None = None,
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>DSpark conformance: {_e(payload['impl'])}</title><style>{_CSS}</style></head>"
-        f"<body>{_header(payload, report.overall(rows, payload))}<nav>{nav}</nav>{body}</body></html>\n"
+        f"<body>{_header(payload, rows)}<nav>{nav}</nav>{body}</body></html>\n"
     )
 
 
@@ -237,7 +238,9 @@ def _new_figure(mpl: Any, width: float, height: float, layout: str | None = "con
 # --------------------------------------------------------------------------- sections
 
 
-def _header(payload: dict, verdict: str) -> str:
+def _header(payload: dict, rows: list[report.SectionRow]) -> str:
+    verdict = report.overall(rows, payload)
+    coverage, *warning = report.coverage_lines(rows, payload["tests"])
     capabilities = ", ".join(payload.get("capabilities", [])) or "none"
     meta = [
         ("implementation", f"<code>{_e(payload['impl'])}</code> {_e(payload.get('description', ''))}"),
@@ -245,6 +248,8 @@ def _header(payload: dict, verdict: str) -> str:
         ("base seed", _e(payload["base_seed"])),
         ("wall time", f"{float(payload['wall_s']):.1f} s"),
         ("tests", str(len(payload["tests"]))),
+        ("coverage", _e(coverage.removeprefix("coverage: "))
+         + "".join(f"<br><strong>{_e(line)}</strong>" for line in warning)),
         ("capabilities", _e(capabilities)),
         *(("notice", f"<strong>{_e(line)}</strong>") for line in report.engine_notices(payload)),
     ]

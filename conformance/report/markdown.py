@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.report.matrix import (
-    TIME_NOTE, engine_notices, not_run_line, overall, run_rows, short_reason, table,
+    TIME_NOTE, coverage_lines, engine_notices, not_run_line, overall, run_rows, short_reason, table,
 )
 
 #: The order of report.md's "Not passed" list: what fails a run, then INCONCLUSIVE, then the rest.
@@ -56,6 +56,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         "",
         f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
         f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows, payload)}**.",
+        *(line for coverage in coverage_lines(rows, payload["tests"]) for line in ("", f"{coverage}.")),
         *(["", "Offered but unable to run here (their cases skip): "
            + "; ".join(f"{cap} ({why})" for cap, why in payload["cannot_run_here"].items()) + "."]
           if payload.get("cannot_run_here") else []),

@@ -10,6 +10,7 @@ it never changes a verdict.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -130,6 +131,40 @@ def not_run_line(rows: list[SectionRow]) -> str | None:
     return f"{missing} of the {total} selected cases did not run (the run was interrupted before them)"
 
 
+#: What a skip's reason says kept the case from running, first match wins (the reasons the
+#: plugin's ``require`` and the suite's ``pytest.skip`` calls give); anything else is "other".
+SKIP_CLASSES = {
+    "not offered by the adapter": re.compile(r"^capability \w+ not offered by "),
+    "unsupported feature": re.compile(r"not supported by (the|this) IUT"),
+    "need CUDA or the GPU tier": re.compile(r"gpu tier|\bcuda\b", re.IGNORECASE),
+}
+OTHER_SKIP = "other"
+#: A section where more than this share of the cases skipped gets a warning beside the verdict.
+MOSTLY_SKIPPED = 0.5
+
+
+def skip_class(reason: str) -> str:
+    """The :data:`SKIP_CLASSES` key (or :data:`OTHER_SKIP`) of a skipped case's reason."""
+    return next((name for name, pattern in SKIP_CLASSES.items() if pattern.search(reason)), OTHER_SKIP)
+
+
+def coverage_lines(rows: list[SectionRow], tests: list[dict[str, Any]]) -> list[str]:
+    """What a verdict covers, said beside every rendering of it: the cases that ran (every
+    record not skipped) of those recorded, the skips by :func:`skip_class`, and a warning
+    naming each section where most (more than :data:`MOSTLY_SKIPPED`) of the cases skipped.
+    It changes no verdict."""
+    skipped = Counter(skip_class(t.get("reason", "")) for t in tests if t["outcome"] == "skipped")
+    total = sum(skipped.values())
+    classes = ", ".join(f"{skipped[name]} {name}" for name in (*SKIP_CLASSES, OTHER_SKIP))
+    lines = [f"coverage: {len(tests) - total} of {len(tests)} cases ran; {total} skipped ({classes})"]
+    mostly = [f"{row.section} ({row.counts['skipped']} of {sum(row.counts.values())})" for row in rows
+              if row.counts["skipped"] > MOSTLY_SKIPPED * sum(row.counts.values())]
+    if mostly:
+        lines.append(f"WARNING: most cases skipped in {', '.join(mostly)}: the verdict there rests on the few "
+                     "that ran")
+    return lines
+
+
 def engine_notices(payload: dict[str, Any]) -> list[str]:
     """Lines that say what the run could not vouch for, printed beside every verdict: each
     capability the engine release should offer but that did not load (``unavailable``), and
@@ -201,6 +236,7 @@ def format_matrix(payload: dict[str, Any]) -> str:
     if missing:
         lines.append(missing)
     lines.extend(engine_notices(payload))
+    lines.extend(coverage_lines(rows, payload["tests"]))
     lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
