@@ -143,3 +143,22 @@ def test_every_verdict_has_a_coverage_line_with_skips_by_class_and_a_warning_whe
     half = _payload(_record("S6/p"), _record("S6/s", "skipped"))
     assert "WARNING" not in matrix.format_matrix(half)  # half is not most
     assert "coverage: 1 of 2 cases ran; 1 skipped (0 not offered" in matrix.format_matrix(half)
+
+
+def test_a_failed_frequency_test_names_its_worst_bins_in_the_console_and_report_md(tmp_path):
+    # A fresh-user trial: a statistical failure did not say which outcome each bin is.
+    from conformance import stats
+    from conformance.budget import StatLedger
+    from conformance.report import matrix
+
+    result = stats.goodness_of_fit([100, 300, 100, 300, 200], [0.1, 0.15, 0.25, 0.3, 0.2], name="S6/x/law",
+                                   labels=[f"length {k}" for k in range(1, 6)], ledger=StatLedger())
+    reason = f"Traceback\nE   AssertionError: {result.message()}\nconformance/stats.py:113: AssertionError"
+    record = _record("S6/x", "failed", reason=reason, stats=[result.to_dict()])
+    worst = "S6/x/law: largest Pearson residuals (O - E)/sqrt(E): length 2 +12.2 (O 300, E 150.0); length 3 -9.49"
+    console, report_md, _ = _renderings(_payload(record), tmp_path)
+    assert worst in console and worst in report_md
+    # Where the shown reason holds the bins already, they are not said twice.
+    short = dict(record, reason="E   AssertionError: " + result.message().split("; chi-square")[0]
+                 + "; " + stats.bins.largest_residuals(result.observed, result.expected, result.bin_labels))
+    assert matrix.format_matrix(_payload(short)).count("largest Pearson residuals") == 1

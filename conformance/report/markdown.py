@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.report.matrix import (
-    TIME_NOTE, coverage_lines, engine_notices, not_run_line, overall, run_rows, short_reason, table,
+    TIME_NOTE, coverage_lines, engine_notices, not_run_line, overall, run_rows, short_reason, table, worst_bins,
 )
 
 #: The order of report.md's "Not passed" list: what fails a run, then INCONCLUSIVE, then the rest.
@@ -77,8 +77,9 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         if record["outcome"] != "passed":
             # Reasons quote the implementation's text ("<one token < 3>"): as entities, a
             # renderer shows it instead of swallowing it as HTML.
-            reason = html.escape(short_reason(record), quote=False)
-            out.append(f"- **{record['outcome']}** `{record['case']}`: {reason}")
+            shown = short_reason(record)
+            out.append(f"- **{record['outcome']}** `{record['case']}`: {html.escape(shown, quote=False)}")
+            out.extend(f"  - {html.escape(bins, quote=False)}" for bins in worst_bins(record, shown))
             if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
                 out.append(f"  - replay: `{record['replay']}`")
     out += ["", "## Within the bound, not bit-identical (SPEC S0: a stricter level, not a failure)", "",

@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest import ExitCode
 
+from conformance.bins import largest_residuals
 from conformance.sections import SECTION_TITLES, SECTIONS
 
 #: Power at the declared effect below which the matrix warns that a pass says little: such
@@ -165,6 +166,19 @@ def coverage_lines(rows: list[SectionRow], tests: list[dict[str, Any]]) -> list[
     return lines
 
 
+def worst_bins(record: dict[str, Any], shown: str = "") -> list[str]:
+    """For each failed frequency test of a record (a stat with ``observed`` / ``expected``
+    bins), its name and its bins furthest from expectation (``conformance.bins``), unless
+    ``shown`` (the reason as a report shows it) already holds them."""
+    lines = []
+    for stat in record.get("stats", ()):
+        if not stat.get("passed", True) and stat.get("observed") and stat.get("expected"):
+            worst = largest_residuals(stat["observed"], stat["expected"], stat.get("bin_labels"))
+            if worst not in shown:
+                lines.append(f"{stat['name']}: {worst}")
+    return lines
+
+
 def engine_notices(payload: dict[str, Any]) -> list[str]:
     """Lines that say what the run could not vouch for, printed beside every verdict: each
     capability the engine release should offer but that did not load (``unavailable``), and
@@ -240,6 +254,8 @@ def format_matrix(payload: dict[str, Any]) -> str:
     lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
-            lines.append(f"  {record['outcome'].upper()}: {record['case']}: {short_reason(record)}")
+            shown = short_reason(record)
+            lines.append(f"  {record['outcome'].upper()}: {record['case']}: {shown}")
+            lines.extend(f"    {bins}" for bins in worst_bins(record, shown))
             lines.append(f"    replay: {record['replay']}")
     return "\n".join(lines)
