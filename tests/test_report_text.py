@@ -156,8 +156,8 @@ def test_a_failed_frequency_test_names_its_worst_bins_in_the_console_and_report_
     reason = f"Traceback\nE   AssertionError: {result.message()}\nconformance/stats.py:113: AssertionError"
     record = _record("S6/x", "failed", reason=reason, stats=[result.to_dict()])
     worst = "S6/x/law: largest Pearson residuals (O - E)/sqrt(E): length 2 +12.2 (O 300, E 150.0); length 3 -9.49"
-    console, report_md, _ = _renderings(_payload(record), tmp_path)
-    assert worst in console and worst in report_md
+    console, report_md, page = _renderings(_payload(record), tmp_path)
+    assert worst in console and worst in report_md and worst in page
     # Where the shown reason holds the bins already, they are not said twice.
     short = dict(record, reason="E   AssertionError: " + result.message().split("; chi-square")[0]
                  + "; " + stats.bins.largest_residuals(result.observed, result.expected, result.bin_labels))

@@ -283,9 +283,11 @@ def _not_passed(tests: list[dict]) -> str:
     if not bad and not quiet:
         out.append("<p>Every test passed.</p>")
     for t in bad:
+        summary = _summary(t["reason"])
         out.append(
             f'<h3><span class="badge {t["outcome"]}">{t["outcome"]}</span> <code>{_e(t["case"])}</code></h3>'
-            f"<div>{_e(_summary(t['reason']))}</div>"
+            f"<div>{_e(summary)}</div>"
+            + "".join(f"<div>{_e(bins)}</div>" for bins in report.worst_bins(t, summary)) +
             f"<details><summary>full reason</summary><pre>{_e(t['reason'])}</pre></details>"
             f'<div class="small">replay:</div><code class="replay">{_e(t["replay"])}</code>'
         )
