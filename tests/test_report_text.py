@@ -132,8 +132,8 @@ def test_every_verdict_has_a_coverage_line_with_skips_by_class_and_a_warning_whe
                "the session cannot be spied on (sample_block_calls is None)"]
     skips = [_record(f"S5/s{i}", "skipped", reason=reason) for i, reason in enumerate(reasons)]
     payload = _payload(*skips, _record("S5/p"), _record("S6/p"), _record("S6/q"), _record("S6/s", "skipped"))
-    expected = ("coverage: 3 of 11 cases ran; 8 skipped (1 not offered by the adapter, 2 unsupported feature, "
-                "3 need CUDA or the GPU tier, 2 other)")
+    expected = ("coverage: 3 of 11 cases ran; 8 skipped (1 not offered by the adapter, 3 need CUDA or the GPU tier, "
+                "2 unsupported feature, 2 other)")
     warning = "WARNING: most cases skipped in S5 (7 of 8): the verdict there rests on the few that ran"
     console, report_md, page = _renderings(payload, tmp_path)
     assert expected in console and warning in console and "S6 (" not in console.split("WARNING")[1]
