@@ -812,6 +812,7 @@ def test_a_project_around_the_installed_suite_leaves_it_alone(tmp_path):
     for name in ("conformance", "dspark_ref"):
         shutil.copytree(ROOT / name, site / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "conftest.py", site / "conftest.py")  # registers the plugin where no entry point does
+    shutil.copy(ROOT / "dspark_conformance_plugin.py", site / "dspark_conformance_plugin.py")  # as the wheel installs it
     (project / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-m fast"\n')
     (project / "conftest.py").write_text(
         "import pytest\n\n@pytest.fixture(autouse=True)\ndef foreign():\n    print('FOREIGN CONFTEST')\n\n"
