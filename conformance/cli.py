@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.machinery
 import json
 import os
 import sys
@@ -314,12 +315,18 @@ def _write_junit(report_dir: Path, sessions: list[Path], copy_to: Path | None) -
 _REPORT_FILES = ("results.json", "results-serial.json", "report.md", "report.html", "junit.xml")
 
 
-def _infra_error(report_dir: Path, payload: dict | None, message: str) -> int:
+def _infra_error(report_dir: Path, payload: dict | None, message: str, *, cause: str | None = None,
+                 command: list[str] | None = None) -> int:
     """End a run that produced no verdict: print ``message``, write results.json with
     ``overall`` ERROR, ``exit_code`` 3 and ``error`` (pytest's payload kept where there is
-    one), remove the sessions' partial JUnit files; returns EXIT_INFRA."""
-    print(f"dspark-conformance: {message}", file=sys.stderr)
-    record = dict(payload or {"tests": []}, overall="ERROR", exit_code=EXIT_INFRA, error=message)
+    one), remove the sessions' partial JUnit files; returns EXIT_INFRA. ``command``: the
+    pytest command that ended without results, and ``cause``: the error it printed (on the
+    terminal already, so printed once), both kept in results.json (``error``, ``command``)."""
+    where = " (pytest's output above; the pytest command is in results.json)" if command else ""
+    print(f"dspark-conformance: {message}{where}", file=sys.stderr)
+    record = dict(payload or {"tests": []}, overall="ERROR", exit_code=EXIT_INFRA,
+                  error=f"{message} ({cause})" if cause else message,
+                  **({"command": " ".join(command)} if command else {}))
     try:
         (report_dir / "results.json").write_text(json.dumps(record, indent=1))
         for partial in report_dir.glob("junit-*.xml"):
@@ -390,9 +397,8 @@ def run(args: argparse.Namespace) -> int:
         # An interrupted run reports even with no record: the signal can land before the first
         # finished case is recorded (in the plugin's report hook), and the verdict is INTERRUPTED.
         if payload is None or (not payload["tests"] and not interrupts.cut):
-            cause = f"{errors[-1]}; " if errors else ""
-            return _infra_error(report_dir, payload, f"pytest exited {returncode} without results "
-                                f"({cause}command: {' '.join(cmd)})")
+            return _infra_error(report_dir, payload, f"pytest exited {returncode} without results",
+                                cause=errors[-1] if errors else None, command=cmd)
         if not report.interrupted(payload) and lost_cases(payload["tests"]):
             payload = rerun_lost_cases(payload, command, report_dir)
             # pytest's exit 1 came from the not-run records, which the fresh runs replaced:
@@ -585,14 +591,36 @@ def environment_error() -> str | None:
     return None
 
 
+#: The directory of the running ``conformance`` package, whose suite every pytest here runs.
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _other_copy(search_path: list[str]) -> Path | None:
+    """The directory of the ``conformance`` package that Python finds first in
+    ``search_path`` (the start of a child pytest's ``sys.path``) where it is a package other
+    than the running one, found without importing it; None where it is this one or none."""
+    spec = importlib.machinery.PathFinder.find_spec("conformance", search_path)
+    if spec is None or spec.origin is None or Path(spec.origin).name != "__init__.py":
+        return None  # none, a namespace portion, or a module (shadowing_package names that)
+    package = Path(spec.origin).resolve().parent
+    return None if package == _PACKAGE else package
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     parser = args.command_parser  # a usage error after parsing shows the command's usage
     if args.command != "merge-runs":  # every other command starts pytest here, cwd first on its sys.path
-        shadow = shadowing_package([os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+        search = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        shadow = shadowing_package(search)
         if shadow is not None:
             print(f"dspark-conformance: {shadow} would be imported as 'conformance' in place of the suite's package "
                   "by the pytest this command starts: run it from another directory", file=sys.stderr)
+            return EXIT_INFRA
+        copy = _other_copy(search)
+        if copy is not None:  # its test modules would clash with this one's (pytest's ImportPathMismatchError)
+            print(f"dspark-conformance: {copy} is another copy of the suite (a checkout?), which the pytest this "
+                  f"command starts would import in place of the one running, {_PACKAGE}: run it from another "
+                  "directory, or run that copy (python -m conformance.cli from its checkout)", file=sys.stderr)
             return EXIT_INFRA
         broken = environment_error()
         if broken is not None:

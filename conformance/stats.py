@@ -37,7 +37,7 @@ import torch
 
 from .checks import check_choice, check_float, check_int
 
-from . import budget
+from . import bins, budget
 from .budget import DEFAULT_MIN_TV, PER_ASSERTION_ALPHA, TARGET_POWER, StatLedger
 
 __all__ = [
@@ -69,7 +69,8 @@ class StatResult:
     >= 1 - alpha), ``min_effect`` (smallest effect the assertion must detect),
     ``power_at_min_effect`` (probability of detecting it at this ``n``; NaN when the test
     is vacuous) and ``passed`` (``p_value > alpha``). ``observed`` / ``expected``: the
-    pooled bin counts a frequency test compared (None for other tests), kept for plots.
+    pooled bin counts a frequency test compared (None for other tests), kept for plots;
+    ``bin_labels``: the outcome of each (``conformance.bins``), named by a failure's message.
     ``design``: the rule and the parameters that, with ``n``, ``alpha``, ``min_effect`` and
     ``expected``, re-run the same assertion on simulated data (``conformance.power.replay``).
     """
@@ -90,17 +91,21 @@ class StatResult:
     observed: tuple[float, ...] | None = None
     expected: tuple[float, ...] | None = None
     design: dict[str, Any] | None = None
+    bin_labels: tuple[str, ...] | None = None
 
     def message(self) -> str:
-        """One line naming the case, the verdict, p-value, effect and its bound."""
+        """One line naming the case, the verdict, p-value, effect and its bound; a failed
+        frequency test also names its bins furthest from expectation (``conformance.bins``)."""
         verdict = "passed" if self.passed else "FAILED"
         relation = ">" if self.passed else "<="
+        worst = (f"; {bins.largest_residuals(self.observed, self.expected, self.bin_labels)}"
+                 if not self.passed and self.observed and self.expected else "")
         return (
             f"{self.name}: {verdict}: H0: {self.null}; {self.statistic_name} = {self.statistic:.4g}, "
             f"p = {self.p_value:.3g} {relation} alpha = {self.alpha:.3g}, n = {self.n}; "
             f"{self.effect_name} = {self.effect:.4g} (upper bound {self.effect_ci_upper:.4g} "
             f"at confidence 1 - alpha); min effect {self.min_effect:.4g} detected with power "
-            f"{self.power_at_min_effect:.4f}"
+            f"{self.power_at_min_effect:.4f}{worst}"
         )
 
     def assert_ok(self) -> StatResult:
@@ -220,11 +225,24 @@ def _check_goodness_of_fit(counts, probs, name, alpha, min_tv, min_expected, lam
     return counts, _check_probs("probs", probs, counts.size, "counts")
 
 
+def _check_labels(labels: object, size: int) -> list[str]:
+    """``labels``: None (``conformance.bins.default_labels``) or ``size`` strings."""
+    if labels is None:
+        return bins.default_labels(size)
+    if isinstance(labels, str) or not all(isinstance(label, str) for label in labels):
+        raise TypeError(f"labels: expected a sequence of strings, one per bin of counts, got {labels!r:.80}")
+    if len(labels) != size:
+        raise ValueError(f"labels: expected {size} labels (one per bin of counts), got {len(labels)}")
+    return list(labels)
+
+
 # --------------------------------------------------------------------------- chi-square
 
 
-def _pool_columns(table: np.ndarray, weight: np.ndarray, min_weight: float) -> np.ndarray:
-    """Pool the columns of ``table [rows, k]`` whose ``weight`` (expected count) is sparse.
+def _pool_columns(table: np.ndarray, weight: np.ndarray, min_weight: float,
+                  labels: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Pool the columns of ``table [rows, k]`` whose ``weight`` (expected count) is sparse;
+    return the pooled table and a label per pooled column (from ``labels [k]``).
 
     Columns with weight < ``min_weight`` are summed into one 'rest' column; if the rest is
     still below ``min_weight`` it is merged into the kept column of smallest weight. Pooling
@@ -232,13 +250,17 @@ def _pool_columns(table: np.ndarray, weight: np.ndarray, min_weight: float) -> n
     """
     sparse = weight < min_weight
     if not sparse.any():
-        return table
+        return table, labels
     kept = table[:, ~sparse].copy()
+    kept_labels = [label for label, s in zip(labels, sparse) if not s]
     rest = table[:, sparse].sum(axis=1)
+    rest_label = f"pooled rest ({int(sparse.sum())} bins)"
     if weight[sparse].sum() < min_weight and kept.shape[1] > 0:
-        kept[:, np.argmin(weight[~sparse])] += rest
-        return kept
-    return np.concatenate([kept, rest[:, None]], axis=1)
+        smallest = int(np.argmin(weight[~sparse]))
+        kept[:, smallest] += rest
+        kept_labels[smallest] += f" + {rest_label}"
+        return kept, kept_labels
+    return np.concatenate([kept, rest[:, None]], axis=1), [*kept_labels, rest_label]
 
 
 def _l1_radius(k: int, n: float, delta: float) -> float:
@@ -347,6 +369,7 @@ def goodness_of_fit(
     min_tv: float = DEFAULT_MIN_TV,
     min_expected: float = 5.0,
     lambda_: str = "pearson",
+    labels: Sequence[str] | None = None,
     ledger: StatLedger | None = None,
 ) -> StatResult:
     """Test that ``counts [k]`` are multinomial draws from ``probs [k]``.
@@ -369,6 +392,8 @@ def goodness_of_fit(
         counts: non-negative integer counts ``[k]`` (list, numpy or any-device tensor).
         probs: expected probabilities ``[k]``, summing to 1 within 1e-6 (renormalised).
         name: assertion id; alpha, min_tv: see ``conformance/budget.py``.
+        labels: the outcome each bin counts ``[k]`` (``"length 3"``), named by a failure's
+            message (``conformance.bins``); default ``"bin i"``, the index into ``counts``.
         ledger: where the result is recorded (default: not recorded; the plugin's
             ``stat_check`` records every checked result in the run's ledger).
 
@@ -384,10 +409,13 @@ def goodness_of_fit(
         (True, 1.0, 0.0)
     """
     counts, probs = _check_goodness_of_fit(counts, probs, name, alpha, min_tv, min_expected, lambda_)
+    labels = _check_labels(labels, counts.size)
     n = int(counts.sum())
     impossible = probs == 0
     expected = n * probs[~impossible]
-    observed, expected = _pool_columns(np.stack([counts[~impossible], expected]), expected, min_expected)
+    (observed, expected), bin_labels = _pool_columns(
+        np.stack([counts[~impossible], expected]), expected, min_expected,
+        [label for label, gone in zip(labels, impossible) if not gone])
     bins = observed.size
     hits = int(counts[impossible].sum())
     if hits:
@@ -416,6 +444,7 @@ def goodness_of_fit(
         observed=observed,
         expected=expected,
         design={"rule": "goodness_of_fit", "lambda_": lambda_, "min_expected": float(min_expected)},
+        bin_labels=tuple(bin_labels),
     )
 
 

@@ -98,6 +98,11 @@ def test_a_run_where_every_case_skipped_is_inconclusive_not_a_pass(tmp_path):
     payload = json.loads((tmp_path / "results.json").read_text())
     assert {t["outcome"] for t in payload["tests"]} == {"skipped"}
     assert (payload["overall"], payload["exit_code"]) == ("SKIP", cli.EXIT_INCONCLUSIVE)
+    # The coverage line classes every skip the plugin and the suite gave here: none is "other".
+    total = len(payload["tests"])
+    assert re.search(rf"coverage: 0 of {total} cases ran; {total} skipped \(\d+ not offered by the adapter, "
+                     r"\d+ need CUDA or the GPU tier, 0 unsupported feature, 0 other\)", out), out
+    assert f"WARNING: most cases skipped in S5 ({total} of {total})" in out
 
 
 def test_capability_declared_cuda_only_is_a_skip_with_its_reason_on_cpu(tmp_path):
@@ -436,6 +441,23 @@ def test_a_directory_with_its_own_conformance_package_is_refused_before_pytest_s
     assert f"{(tmp_path / 'conformance').resolve()} would be imported as 'conformance'" in proc.stderr
 
 
+def test_a_directory_with_another_copy_of_the_suite_is_refused_before_pytest_starts(tmp_path):
+    # A fresh-user trial: the installed console script run inside a checkout started pytest on
+    # the installed suite while the checkout's `conformance` came first on its sys.path: a raw
+    # ImportPathMismatchError, exit 3.
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "conformance", checkout / "conformance", ignore=shutil.ignore_patterns("__pycache__"))
+    script = "import sys; sys.path.pop(0); from conformance.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", script, "run", "--workers", "0", "--report", str(tmp_path / "r"),
+                           "-k", "test_S6_executor_gamma_one"], cwd=checkout, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == cli.EXIT_INFRA, out
+    assert (f"dspark-conformance: {(checkout / 'conformance').resolve()} is another copy of the suite (a checkout?)"
+            in proc.stderr), out
+    assert "ImportPathMismatchError" not in out and not (tmp_path / "r").exists(), out
+
+
 @pytest.mark.parametrize("command", [["run", "-k", "test_S6_"], ["calibrate", "--seeds", "1"], ["null-replay"]])
 def test_a_broken_torch_is_an_infrastructure_error_not_a_failure(tmp_path, command):
     # A gate reads exit 1 as "the engine does not conform": an environment whose torch cannot
@@ -771,9 +793,13 @@ def test_an_adapter_that_fails_to_load_is_one_usage_error_naming_it(tmp_path, im
                      pythonpath=_broken_adapters(tmp_path / "site"))
     assert code == cli.EXIT_INFRA, out
     assert "INTERNALERROR" not in out and "Traceback" not in out, out
-    # pytest's one usage error; the runner's own closing line repeats it as the run's cause.
-    [line] = [line for line in out.splitlines() if message in line and not line.startswith("dspark-conformance: ")]
+    # pytest's one usage error, printed once (a fresh-user trial saw it twice, the second time
+    # with a 600-character pytest command); the command and the cause are in results.json.
+    [line] = [line for line in out.splitlines() if message in line]
     assert line.startswith("ERROR: --dspark-impl "), out
+    assert " -m pytest " not in out, out
+    payload = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert message in payload["error"] and " -m pytest " in payload["command"], payload
 
 
 def test_a_project_around_the_installed_suite_leaves_it_alone(tmp_path):
@@ -786,6 +812,7 @@ def test_a_project_around_the_installed_suite_leaves_it_alone(tmp_path):
     for name in ("conformance", "dspark_ref"):
         shutil.copytree(ROOT / name, site / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "conftest.py", site / "conftest.py")  # registers the plugin where no entry point does
+    shutil.copy(ROOT / "dspark_conformance_plugin.py", site / "dspark_conformance_plugin.py")  # as the wheel installs it
     (project / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-m fast"\n')
     (project / "conftest.py").write_text(
         "import pytest\n\n@pytest.fixture(autouse=True)\ndef foreign():\n    print('FOREIGN CONFTEST')\n\n"

@@ -114,7 +114,7 @@ def test_page_with_plots_is_self_contained_with_one_png_per_binned_record(tmp_pa
     assert 'href="#stat-0"' in page and 'href="#stat-2"' not in page  # only binned records link to a plot
     unavailable = page[page.index('id="unavailable"'):]
     assert "S6/match-expected/4.7-max6/p-upper" in unavailable  # a binomial test has no frequency vector
-    assert "reliability diagram (S7)" in unavailable and "1 S7 tests ran" in unavailable
+    assert "reliability diagram (S7)" in unavailable and "1 S7 case ran (0 skipped)" in unavailable
     assert "scheduler (S8)" in unavailable
     assert 'href="#plots"' in page and 'href="#mutants"' not in page  # the nav names only sections present
 
@@ -128,6 +128,17 @@ def test_page_without_matplotlib_keeps_tables_and_names_the_extra(tmp_path, no_m
     assert "<img" not in page
     assert html_report.PLOTS_HINT in page
     assert "matplotlib is not installed" in page
+
+
+def test_the_plots_hint_is_a_command_that_installs_the_plots_extra():
+    # A fresh-user trial: the hint said "pip install dspark-conformance[plots]", which fails
+    # (the distribution is not on the package index). The extra is matplotlib alone.
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    [requirement] = pyproject["project"]["optional-dependencies"]["plots"]
+    assert html_report.PLOTS_HINT == f"pip install {re.match(r'[A-Za-z0-9_.-]+', requirement).group(0)}"
 
 
 def test_kill_matrix_and_calibration_are_read_from_the_report_dir(tmp_path):
@@ -172,8 +183,18 @@ def test_no_statistics_and_no_s7_are_said_plainly(tmp_path, no_matplotlib):
     page = html_report.render_html(payload)
 
     assert "No statistical assertion ran." in page
-    assert "no S7 test ran in this run" in page
+    assert "no S7 case ran in this run" in page
     assert 'class="badge big PASS">PASS<' in page and "Every test passed." in page
+
+
+def test_a_section_whose_cases_all_skipped_is_not_said_to_have_run(no_matplotlib):
+    # A fresh-user trial: the page said "18 S7 tests ran" where all 18 skipped.
+    skipped = [_test(f"t.py::test_S7_x[{i}]", "S7", "skipped", reason="gpu tier: CUDA is not available")
+               for i in range(2)]
+    page = html_report.render_html({**_payload(), "tests": skipped})
+    assert "no S7 case ran in this run (2 skipped)" in page and " ran, but" not in page
+    page = html_report.render_html({**_payload(), "tests": [*skipped, _test("t.py::test_S7_y", "S7", "passed")]})
+    assert "1 S7 case ran (2 skipped), but none records" in page
 
 
 @settings(max_examples=15, deadline=None)

@@ -56,3 +56,109 @@ def test_sections_with_selected_cases_that_never_ran_read_interrupted_not_pass(t
     assert cli.exit_code(0, complete) == cli.EXIT_INFRA
     every = dict(complete, selected_by_section={"S6": 1})
     assert (matrix.overall(matrix.run_rows(every), every), cli.exit_code(0, every)) == ("PASS", cli.EXIT_PASS)
+
+
+def _record(case, outcome="passed", *, duration=0.1, reason="", stats=()):
+    return {"case": case, "nodeid": case, "section": case.partition("/")[0], "outcome": outcome,
+            "duration_s": duration, "reason": reason, "stats": list(stats), "numerics": [], "bit_identical": None,
+            "replay": f"dspark-conformance run --case {case}"}
+
+
+def _payload(*records, **fields):
+    return {"impl": "x", "device": "cpu", "base_seed": 1, "wall_s": 1.0, "capabilities": [], "tests": list(records),
+            **fields}
+
+
+def _renderings(payload, tmp_path):
+    """The console matrix, report.md and report.html of one payload."""
+    from conformance.report import html, matrix
+
+    markdown.write_markdown(payload, tmp_path / "report.md")
+    return matrix.format_matrix(payload), (tmp_path / "report.md").read_text(), html.render_html(payload)
+
+
+def test_the_time_column_says_it_sums_case_durations_not_wall_time(tmp_path):
+    # A fresh-user trial: "time s" summed 766 s of cases over the workers of a 478 s run.
+    payload = _payload(_record("S6/a", duration=0.8), _record("S6/b", duration=0.8))
+    for text in _renderings(payload, tmp_path):
+        assert "case time s" in text and "time s" not in text.replace("case time s", "")
+        assert "the sum of case durations across workers (the wall time is above)" in text
+
+
+def test_report_md_lists_failures_errors_and_xpasses_before_the_skips(tmp_path):
+    # A fresh-user trial: report.md (where CI/gate.sh points on FAIL) listed the two failures
+    # at lines 287 and 295, after 267 skips.
+    skips = [_record(f"S5/s{i}", "skipped", reason="capability ChainVerifier not offered by x") for i in range(5)]
+    payload = _payload(*skips[:3], _record("S5/f", "failed", reason="E AssertionError: wrong"), *skips[3:],
+                       _record("S6/e", "error", reason="E RuntimeError: boom"),
+                       _record("S6/x", "xpassed", reason="[S6] fixed"), _record("S6/i", "inconclusive"),
+                       _record("S6/xf", "xfailed", reason="[S6] known"))
+    markdown.write_markdown(payload, tmp_path / "report.md")
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    listed = [line.split("`")[1] for line in lines if line.startswith("- **")]
+    assert listed == ["S5/f", "S6/e", "S6/x", "S6/i", "S6/xf", *(f"S5/s{i}" for i in range(5))], listed
+
+
+def test_a_long_failure_message_is_cut_between_words_never_inside_a_number(tmp_path):
+    # A fresh-user trial: the console's FAILED line cut "chi-square = 1662" to "166".
+    from conformance.report import html, matrix
+
+    for pad in range(0, 30):
+        message = "S6/x/law: FAILED: " + "word " * (75 + pad) + "chi-square (Pearson) = 1662, p = 1.5e-07 <= alpha"
+        record = _record("S6/x", "failed", reason=f"Traceback\nE   AssertionError: {message}\nstats.py:113")
+        words = ("AssertionError: " + message).split()
+        shown = matrix.short_reason(record)
+        assert len(shown) <= matrix.REASON_LIMIT
+        kept = shown.removesuffix(" " + matrix.ELLIPSIS).split()
+        assert kept == words[:len(kept)], shown  # whole words of the message, in order
+        assert shown.endswith(matrix.ELLIPSIS) == (len(kept) < len(words))
+        console = next(line for line in matrix.format_matrix(_payload(record)).splitlines() if "FAILED: S6/x" in line)
+        assert console.endswith(shown)
+        assert f"<div>{shown}</div>" in html.render_html(_payload(record))
+    assert matrix.clip("1662" * 200, 10) == "1662" * 200  # one word longer than the limit is kept whole
+
+
+def test_every_verdict_has_a_coverage_line_with_skips_by_class_and_a_warning_where_most_skipped(tmp_path):
+    # A fresh-user trial: "overall: PASS" printed with 277 of 332 cases skipped and no line
+    # saying so. The reasons below are those the plugin and the suite give.
+    from conformance import contract
+    from conformance.report import matrix
+
+    unmet = contract.Requirement(devices=("cuda",), reason="a Triton kernel").unmet("cpu")
+    reasons = ["capability ChainVerifier not offered by toy:only-simulated", "gpu tier: CUDA is not available",
+               f"capability StepSampler of x {unmet}", "gpu tier: production vocabulary needs --dspark-device cuda",
+               "ChainVerifier.verify: not supported by the IUT (no explicit uniforms)",
+               "SpeculativeRound: seeded rows not supported by this IUT (no seeds)",
+               "the session cannot be spied on (sample_block_calls is None)"]
+    skips = [_record(f"S5/s{i}", "skipped", reason=reason) for i, reason in enumerate(reasons)]
+    payload = _payload(*skips, _record("S5/p"), _record("S6/p"), _record("S6/q"), _record("S6/s", "skipped"))
+    expected = ("coverage: 3 of 11 cases ran; 8 skipped (1 not offered by the adapter, 3 need CUDA or the GPU tier, "
+                "2 unsupported feature, 2 other)")
+    warning = "WARNING: most cases skipped in S5 (7 of 8): the verdict there rests on the few that ran"
+    console, report_md, page = _renderings(payload, tmp_path)
+    assert expected in console and warning in console and "S6 (" not in console.split("WARNING")[1]
+    assert expected in report_md and warning in report_md
+    assert expected.removeprefix("coverage: ") in page and warning in page
+    assert matrix.overall(matrix.run_rows(payload), payload) == "PASS"  # shown, never a change of verdict
+    half = _payload(_record("S6/p"), _record("S6/s", "skipped"))
+    assert "WARNING" not in matrix.format_matrix(half)  # half is not most
+    assert "coverage: 1 of 2 cases ran; 1 skipped (0 not offered" in matrix.format_matrix(half)
+
+
+def test_a_failed_frequency_test_names_its_worst_bins_in_the_console_and_report_md(tmp_path):
+    # A fresh-user trial: a statistical failure did not say which outcome each bin is.
+    from conformance import stats
+    from conformance.budget import StatLedger
+    from conformance.report import matrix
+
+    result = stats.goodness_of_fit([100, 300, 100, 300, 200], [0.1, 0.15, 0.25, 0.3, 0.2], name="S6/x/law",
+                                   labels=[f"length {k}" for k in range(1, 6)], ledger=StatLedger())
+    reason = f"Traceback\nE   AssertionError: {result.message()}\nconformance/stats.py:113: AssertionError"
+    record = _record("S6/x", "failed", reason=reason, stats=[result.to_dict()])
+    worst = "S6/x/law: largest Pearson residuals (O - E)/sqrt(E): length 2 +12.2 (O 300, E 150.0); length 3 -9.49"
+    console, report_md, page = _renderings(_payload(record), tmp_path)
+    assert worst in console and worst in report_md and worst in page
+    # Where the shown reason holds the bins already, they are not said twice.
+    short = dict(record, reason="E   AssertionError: " + result.message().split("; chi-square")[0]
+                 + "; " + stats.bins.largest_residuals(result.observed, result.expected, result.bin_labels))
+    assert matrix.format_matrix(_payload(short)).count("largest Pearson residuals") == 1

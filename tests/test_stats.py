@@ -412,3 +412,22 @@ def test_gof_bad_inputs(counts, probs, kwargs, error, match):
 def test_bad_inputs_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_a_failed_frequency_test_names_its_bins_with_the_largest_residuals():
+    # A fresh-user trial: a statistical failure did not say which outcome each bin is.
+    law = [0.1, 0.15, 0.25, 0.3, 0.199, 0.0005, 0.0005]
+    counts = [100, 300, 100, 300, 200, 0, 0]  # n = 1000: the last two (expected 0.5) are pooled
+    labels = [f"length {k}" for k in range(1, 8)]
+    result = goodness_of_fit(counts, law, name="S6/x/law", labels=labels, ledger=SCRATCH)
+    assert not result.passed
+    # the pooled rest (expected 1 < 5) joins the kept bin of smallest expectation
+    assert result.bin_labels == ("length 1 + pooled rest (2 bins)", *labels[1:5])
+    # residuals: length 2 +12.2, length 3 -9.49, then length 1 + rest -0.0995
+    assert "largest Pearson residuals (O - E)/sqrt(E): length 2 +12.2 (O 300, E 150.0); length 3 -9.49 " \
+           "(O 100, E 250.0); " in result.message()
+    default = goodness_of_fit(counts[:3], [0.2, 0.3, 0.5], name="S3/x/law", ledger=SCRATCH)
+    assert "bin 2 -" in default.message() and default.bin_labels == ("bin 0", "bin 1", "bin 2")
+    assert "residuals" not in goodness_of_fit([50, 50], [0.5, 0.5], name="S3/y/law", ledger=SCRATCH).message()
+    with pytest.raises(ValueError, match="labels: expected 3 labels"):
+        goodness_of_fit(counts[:3], [0.2, 0.3, 0.5], name="S3/x/law", labels=["a"], ledger=SCRATCH)

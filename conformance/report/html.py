@@ -15,12 +15,13 @@
    mutant kill matrix (``mutants.json`` of ``dspark-conformance mutants``) when those
    files sit in ``report_dir``.
 
-Plots need matplotlib, an optional extra (``pip install dspark-conformance[plots]``);
-without it the page keeps every table and says so. Images are base64 PNG and the CSS is
-inline, so the page opens offline. A plot the data cannot support (a reliability diagram
-without per-bin confidences, a binomial test without a frequency vector) is listed with
-the reason instead of being drawn. To add a plot: write a ``_*_figure`` function that
-returns a matplotlib ``Figure`` and embed it with :func:`_img` in a section renderer.
+Plots need matplotlib (the ``plots`` extra; :data:`PLOTS_HINT` installs it on its own, since
+the distribution is not on the package index); without it the page keeps every table and
+says so. Images are base64 PNG and the CSS is inline, so the page opens offline. A plot the
+data cannot support (a reliability diagram without per-bin confidences, a binomial test
+without a frequency vector) is listed with the reason instead of being drawn. To add a plot:
+write a ``_*_figure`` function that returns a matplotlib ``Figure`` and embed it with
+:func:`_img` in a section renderer.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ from . import matrix as report
 
 __all__ = ["write_html", "render_html"]
 
-PLOTS_HINT = "pip install dspark-conformance[plots]"
+#: How to get the plots: the ``plots`` extra is matplotlib alone, and ``pip install
+#: dspark-conformance[plots]`` fails where the distribution is installed from a wheel or a checkout.
+PLOTS_HINT = "pip install matplotlib"
 ACCEPTANCE_SECTIONS = ("S5", "S6", "S9")
 _ACCEPTANCE_NAME = re.compile(r"tau|accept|length|match-expected|multinomial")
 _MAX_LEN = re.compile(r"max(\d+)|gamma(\d+)")  # max_len = gamma + 1 (SPEC S6)
@@ -137,7 +140,7 @@ def render_html(payload: dict[str, Any], *, mutants: list[dict] | None = None,
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>DSpark conformance: {_e(payload['impl'])}</title><style>{_CSS}</style></head>"
-        f"<body>{_header(payload, report.overall(rows, payload))}<nav>{nav}</nav>{body}</body></html>\n"
+        f"<body>{_header(payload, rows)}<nav>{nav}</nav>{body}</body></html>\n"
     )
 
 
@@ -234,7 +237,9 @@ def _new_figure(mpl: Any, width: float, height: float, layout: str | None = "con
 # --------------------------------------------------------------------------- sections
 
 
-def _header(payload: dict, verdict: str) -> str:
+def _header(payload: dict, rows: list[report.SectionRow]) -> str:
+    verdict = report.overall(rows, payload)
+    coverage, *warning = report.coverage_lines(rows, payload["tests"])
     capabilities = ", ".join(payload.get("capabilities", [])) or "none"
     meta = [
         ("implementation", f"<code>{_e(payload['impl'])}</code> {_e(payload.get('description', ''))}"),
@@ -242,6 +247,8 @@ def _header(payload: dict, verdict: str) -> str:
         ("base seed", _e(payload["base_seed"])),
         ("wall time", f"{float(payload['wall_s']):.1f} s"),
         ("tests", str(len(payload["tests"]))),
+        ("coverage", _e(coverage.removeprefix("coverage: "))
+         + "".join(f"<br><strong>{_e(line)}</strong>" for line in warning)),
         ("capabilities", _e(capabilities)),
         *(("notice", f"<strong>{_e(line)}</strong>") for line in report.engine_notices(payload)),
     ]
@@ -254,7 +261,7 @@ def _header(payload: dict, verdict: str) -> str:
 
 def _matrix(rows: list[report.SectionRow]) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("section", "topic", "verdict", *report.OUTCOMES, "min p",
-                                              "bit-identical", "time s"))
+                                              "bit-identical", report.TIME_COLUMN))
     body = []
     for row in rows:
         counts = "".join(f'<td class="num">{row.counts[o]}</td>' for o in report.OUTCOMES)
@@ -264,7 +271,8 @@ def _matrix(rows: list[report.SectionRow]) -> str:
             f'<td class="num">{_num(row.min_p, ".2g")}</td><td class="num">{row.bit_identity}</td>'
             f'<td class="num">{row.seconds:.1f}</td></tr>'
         )
-    return f'<h2 id="matrix">Conformance matrix by SPEC section</h2><table><tr>{head}</tr>{"".join(body)}</table>'
+    return (f'<h2 id="matrix">Conformance matrix by SPEC section</h2><table><tr>{head}</tr>{"".join(body)}</table>'
+            f'<p class="small">{_e(report.TIME_NOTE)}</p>')
 
 
 def _not_passed(tests: list[dict]) -> str:
@@ -274,16 +282,18 @@ def _not_passed(tests: list[dict]) -> str:
     if not bad and not quiet:
         out.append("<p>Every test passed.</p>")
     for t in bad:
+        summary = _summary(t["reason"])
         out.append(
             f'<h3><span class="badge {t["outcome"]}">{t["outcome"]}</span> <code>{_e(t["case"])}</code></h3>'
-            f"<div>{_e(_summary(t['reason']))}</div>"
+            f"<div>{_e(summary)}</div>"
+            + "".join(f"<div>{_e(bins)}</div>" for bins in report.worst_bins(t, summary)) +
             f"<details><summary>full reason</summary><pre>{_e(t['reason'])}</pre></details>"
             f'<div class="small">replay:</div><code class="replay">{_e(t["replay"])}</code>'
         )
     if quiet:
         rows = "".join(
             f'<tr><td><span class="badge {t["outcome"]}">{t["outcome"]}</span></td><td><code>{_e(t["case"])}'
-            f"</code></td><td>{_e(' '.join(t['reason'].split())[:400])}</td></tr>" for t in quiet
+            f"</code></td><td>{_e(report.clip(t['reason']))}</td></tr>" for t in quiet
         )
         out.append(f"<h3>Skipped and expected failures</h3><table><tr><th>outcome</th><th>test</th>"
                    f"<th>reason</th></tr>{rows}</table>")
@@ -291,10 +301,11 @@ def _not_passed(tests: list[dict]) -> str:
 
 
 def _summary(reason: str) -> str:
-    """pytest's ``E`` lines (the assertion message), else the last line of the reason."""
+    """pytest's ``E`` lines (the assertion message), else the last line of the reason, clipped
+    at a word boundary (``report.clip``)."""
     lines = [line for line in reason.strip().splitlines() if line.strip()]
     errors = [line[1:].strip() for line in lines if line.startswith("E ")]
-    return " ".join(errors)[:400] if errors else (lines[-1][:400] if lines else "")
+    return report.clip(" ".join(errors) if errors else (lines[-1] if lines else ""))
 
 
 def _named_value(value: object, spec: str, name: str) -> str:
@@ -536,9 +547,12 @@ def _unavailable(tests: list[dict], mpl: Any, mutants: list | None, cal: dict | 
         notes.append(("every plot", f"matplotlib is not installed: <code>{PLOTS_HINT}</code>"))
     s7 = [t for t in tests if t["section"] == "S7"]
     if not any(t.get("reliability") for t in s7):
-        why = (f"{len(s7)} S7 tests ran, but none records per-bin confidence against observed acceptance (they "
-               "check confidences against a float64 oracle and STS by its ECE, with no statistical record)"
-               if s7 else "no S7 test ran in this run")
+        ran = sum(t["outcome"] != "skipped" for t in s7)
+        skipped = f" ({len(s7) - ran} skipped)" if s7 else ""
+        why = (f"{ran} S7 case{'' if ran == 1 else 's'} ran{skipped}, but none records per-bin confidence against "
+               "observed acceptance (they check confidences against a float64 oracle and STS by its ECE, with no "
+               "statistical record)"
+               if ran else f"no S7 case ran in this run{skipped}")
         notes.append(("reliability diagram (S7)", why))
     if not any(t["section"] == "S8" and any(_has_bins(s) for s in t.get("stats", [])) for t in tests):
         notes.append(("scheduler (S8)", "no S8 statistical record with observed / expected bins in this run"))

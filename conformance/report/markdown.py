@@ -8,7 +8,13 @@ import html
 from pathlib import Path
 from typing import Any
 
-from conformance.report.matrix import engine_notices, not_run_line, overall, run_rows, short_reason, table
+from conformance.report.matrix import (
+    TIME_NOTE, coverage_lines, engine_notices, not_run_line, overall, run_rows, short_reason, table, worst_bins,
+)
+
+#: The order of report.md's "Not passed" list: what fails a run, then INCONCLUSIVE, then the rest.
+_NOT_PASSED_ORDER = {outcome: i for i, outcome in enumerate(("failed", "error", "xpassed", "inconclusive",
+                                                            "xfailed", "skipped"))}
 
 
 def _stat_lines(payload: dict[str, Any]) -> list[str]:
@@ -50,6 +56,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         "",
         f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
         f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows, payload)}**.",
+        *(line for coverage in coverage_lines(rows, payload["tests"]) for line in ("", f"{coverage}.")),
         *(["", "Offered but unable to run here (their cases skip): "
            + "; ".join(f"{cap} ({why})" for cap, why in payload["cannot_run_here"].items()) + "."]
           if payload.get("cannot_run_here") else []),
@@ -60,15 +67,19 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         "|" + " --- |" * len(cells[0]),
         *("| " + " | ".join(r) + " |" for r in cells[1:]),
         "",
+        f"{TIME_NOTE}.",
+        "",
         "## Not passed",
         "",
     ]
-    for record in payload["tests"]:
+    # What decides the verdict first: a reader sent here by a FAIL finds it above the skips.
+    for record in sorted(payload["tests"], key=lambda record: _NOT_PASSED_ORDER.get(record["outcome"], 0)):
         if record["outcome"] != "passed":
             # Reasons quote the implementation's text ("<one token < 3>"): as entities, a
             # renderer shows it instead of swallowing it as HTML.
-            reason = html.escape(short_reason(record, 400), quote=False)
-            out.append(f"- **{record['outcome']}** `{record['case']}`: {reason}")
+            shown = short_reason(record)
+            out.append(f"- **{record['outcome']}** `{record['case']}`: {html.escape(shown, quote=False)}")
+            out.extend(f"  - {html.escape(bins, quote=False)}" for bins in worst_bins(record, shown))
             if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
                 out.append(f"  - replay: `{record['replay']}`")
     out += ["", "## Within the bound, not bit-identical (SPEC S0: a stricter level, not a failure)", "",

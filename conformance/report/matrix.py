@@ -4,18 +4,21 @@
 table the main job prints (``conformance.report.markdown`` and ``.html`` render the same
 rows). The ``bit-identical`` column is SPEC S0's stricter level, shown apart: of the tests
 that made bounded comparisons (``numeric_check``), how many were bit-identical; missing
-it never changes a verdict.
+it never changes a verdict. Beside every verdict, a coverage line (:func:`coverage_lines`)
+says how many cases ran and why the others skipped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest import ExitCode
 
+from conformance.bins import largest_residuals
 from conformance.sections import SECTION_TITLES, SECTIONS
 
 #: Power at the declared effect below which the matrix warns that a pass says little: such
@@ -24,13 +27,36 @@ LOW_POWER = 0.5
 OUTCOMES = ("passed", "failed", "inconclusive", "skipped", "xfailed", "xpassed", "error")
 #: The verdicts of a section (the first four) and of a whole run (:func:`overall`: all five).
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE", "SKIP", "INTERRUPTED")
+#: The matrix's time column and what it sums: under xdist the cases run side by side, so the
+#: sum exceeds the wall time.
+TIME_COLUMN = "case time s"
+TIME_NOTE = f"{TIME_COLUMN}: the sum of case durations across workers (the wall time is above)"
 
 
-def short_reason(record: dict[str, Any], limit: int = 300) -> str:
-    """One line for a record's reason: pytest's first ``E`` line, else the last line."""
+#: The longest reason a report line shows (a statistical failure's message fits whole).
+REASON_LIMIT = 400
+ELLIPSIS = "..."
+
+
+def clip(text: str, limit: int = REASON_LIMIT) -> str:
+    """``text`` on one line (whitespace runs made one space), whole if at most ``limit``
+    characters, else cut at the last space that leaves room for :data:`ELLIPSIS` and ended
+    with it: a cut never splits a word, so never a number (a first word longer than
+    ``limit`` is kept whole)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit - len(ELLIPSIS))
+    kept = text[:cut] if cut > 0 else text.split(" ", 1)[0]
+    return kept if kept == text else f"{kept} {ELLIPSIS}"
+
+
+def short_reason(record: dict[str, Any], limit: int = REASON_LIMIT) -> str:
+    """One line for a record's reason: pytest's first ``E`` line, else the last line,
+    :func:`clip`-ped to ``limit`` characters."""
     lines = [line for line in record.get("reason", "").strip().splitlines() if line.strip()]
     errors = [line[1:].strip() for line in lines if line.startswith("E ")]
-    return " ".join((errors or lines[-1:] or [""])[0].split())[:limit]
+    return clip((errors or lines[-1:] or [""])[0], limit)
 
 
 def is_suite_bug(record: dict[str, Any]) -> bool:
@@ -107,6 +133,55 @@ def not_run_line(rows: list[SectionRow]) -> str | None:
     return f"{missing} of the {total} selected cases did not run (the run was interrupted before them)"
 
 
+#: What a skip's reason says kept the case from running, first match wins (the reasons the
+#: plugin's ``require`` and the suite's ``pytest.skip`` calls give); anything else is "other".
+SKIP_CLASSES = {
+    "not offered by the adapter": re.compile(r"^capability \w+ not offered by "),
+    "unsupported feature": re.compile(r"not supported by (the|this) IUT"),
+    "need CUDA or the GPU tier": re.compile(r"gpu tier|\bcuda\b", re.IGNORECASE),
+}
+OTHER_SKIP = "other"
+#: The order the coverage line counts the classes in.
+SKIP_CLASS_ORDER = ("not offered by the adapter", "need CUDA or the GPU tier", "unsupported feature", OTHER_SKIP)
+#: A section where more than this share of the cases skipped gets a warning beside the verdict.
+MOSTLY_SKIPPED = 0.5
+
+
+def skip_class(reason: str) -> str:
+    """The :data:`SKIP_CLASSES` key (or :data:`OTHER_SKIP`) of a skipped case's reason."""
+    return next((name for name, pattern in SKIP_CLASSES.items() if pattern.search(reason)), OTHER_SKIP)
+
+
+def coverage_lines(rows: list[SectionRow], tests: list[dict[str, Any]]) -> list[str]:
+    """What a verdict covers, said beside every rendering of it: the cases that ran (every
+    record not skipped) of those recorded, the skips by :func:`skip_class`, and a warning
+    naming each section where most (more than :data:`MOSTLY_SKIPPED`) of the cases skipped.
+    It changes no verdict."""
+    skipped = Counter(skip_class(t.get("reason", "")) for t in tests if t["outcome"] == "skipped")
+    total = sum(skipped.values())
+    classes = ", ".join(f"{skipped[name]} {name}" for name in SKIP_CLASS_ORDER)
+    lines = [f"coverage: {len(tests) - total} of {len(tests)} cases ran; {total} skipped ({classes})"]
+    mostly = [f"{row.section} ({row.counts['skipped']} of {sum(row.counts.values())})" for row in rows
+              if row.counts["skipped"] > MOSTLY_SKIPPED * sum(row.counts.values())]
+    if mostly:
+        lines.append(f"WARNING: most cases skipped in {', '.join(mostly)}: the verdict there rests on the few "
+                     "that ran")
+    return lines
+
+
+def worst_bins(record: dict[str, Any], shown: str = "") -> list[str]:
+    """For each failed frequency test of a record (a stat with ``observed`` / ``expected``
+    bins), its name and its bins furthest from expectation (``conformance.bins``), unless
+    ``shown`` (the reason as a report shows it) already holds them."""
+    lines = []
+    for stat in record.get("stats", ()):
+        if not stat.get("passed", True) and stat.get("observed") and stat.get("expected"):
+            worst = largest_residuals(stat["observed"], stat["expected"], stat.get("bin_labels"))
+            if worst not in shown:
+                lines.append(f"{stat['name']}: {worst}")
+    return lines
+
+
 def engine_notices(payload: dict[str, Any]) -> list[str]:
     """Lines that say what the run could not vouch for, printed beside every verdict: each
     capability the engine release should offer but that did not load (``unavailable``), and
@@ -141,7 +216,7 @@ def overall(rows: list[SectionRow], payload: dict[str, Any]) -> str:
 
 def table(rows: list[SectionRow]) -> list[list[str]]:
     """Header and one row per section: the cells of every rendering of the matrix."""
-    header = ["section", "topic", "verdict", *OUTCOMES[:6], "min p", "bit-identical", "time s"]
+    header = ["section", "topic", "verdict", *OUTCOMES[:6], "min p", "bit-identical", TIME_COLUMN]
     body = [header]
     for row in rows:
         body.append([
@@ -165,6 +240,7 @@ def format_matrix(payload: dict[str, Any]) -> str:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths)))
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
+    lines.append(TIME_NOTE)
     powers = [s["power_at_min_effect"] for t in payload["tests"] for s in t.get("stats", [])
               if s.get("power_at_min_effect") == s.get("power_at_min_effect")]  # drop NaN
     if powers:
@@ -177,9 +253,12 @@ def format_matrix(payload: dict[str, Any]) -> str:
     if missing:
         lines.append(missing)
     lines.extend(engine_notices(payload))
+    lines.extend(coverage_lines(rows, payload["tests"]))
     lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
-            lines.append(f"  {record['outcome'].upper()}: {record['case']}: {short_reason(record, 200)}")
+            shown = short_reason(record)
+            lines.append(f"  {record['outcome'].upper()}: {record['case']}: {shown}")
+            lines.extend(f"    {bins}" for bins in worst_bins(record, shown))
             lines.append(f"    replay: {record['replay']}")
     return "\n".join(lines)

@@ -258,7 +258,8 @@ def test_S9_round_acceptance_follows_p_and_q(case, require, dspark_adapter, case
     n = stats.sample_size_for_tv(law)
     _, accepted, _, _ = _round(iut, handle, _repeat(base, n), _repeat(anchor, n), _repeat(hidden, n),
                                _repeat(target, n), [spec] * n, dspark_device, generator=case_generator)
-    stat_check(stats.goodness_of_fit(torch.bincount(accepted, minlength=GAMMA + 1), law, name=case.id))
+    stat_check(stats.goodness_of_fit(torch.bincount(accepted, minlength=GAMMA + 1), law, name=case.id,
+                                     labels=[f"{k} accepted" for k in range(GAMMA + 1)]))
 
 
 # ----------------------------------------------------------------------------- greedy and mixed

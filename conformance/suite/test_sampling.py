@@ -175,7 +175,7 @@ def test_S3_law(case, family, temperature, require, dspark_device, case_seed, ca
     n = stats.sample_size_for_tv(probs, min_tv=tier_min_tv)
     tokens = _draw(sampler, row, temperature, vocab, vocab, n, case_generator, dspark_device)
     stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab).cpu(), probs, name=case.id,
-                                     min_tv=tier_min_tv))
+                                     min_tv=tier_min_tv, labels=[f"token {t}" for t in range(vocab)]))
 
 
 # Noise of too few distinct values (Exp(1) held in bfloat16: about 2,000 values per million

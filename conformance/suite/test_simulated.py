@@ -167,7 +167,8 @@ def test_S6_multinomial_law(case, law_draws, stat_check, case_seed):
 
     _check_support(case.id, draws, set(range(1, max_len + 1)), f"multinomial({value}, max_len={max_len})")
     counts = np.bincount(np.asarray(draws, dtype=np.int64) - 1, minlength=max_len)
-    stat_check(stats.goodness_of_fit(counts, law, name=f"{case.id}/law"))
+    stat_check(stats.goodness_of_fit(counts, law, name=f"{case.id}/law",
+                                     labels=[f"length {k}" for k in range(1, max_len + 1)]))
 
 
 # ----------------------------------------------------------------------------- range, methods
@@ -292,7 +293,8 @@ def test_S6_executor_multinomial_law(case, require, stat_check, case_seed, dspar
 
     _check_support(case.id, lengths.ravel().tolist(), set(range(1, gamma + 2)), f"executor({value}, gamma={gamma})")
     counts = np.bincount(lengths[:, 0] - 1, minlength=gamma + 1)
-    stat_check(stats.goodness_of_fit(counts, law, name=f"{case.id}/law", min_tv=EXECUTOR_MIN_EFFECT))
+    stat_check(stats.goodness_of_fit(counts, law, name=f"{case.id}/law", min_tv=EXECUTOR_MIN_EFFECT,
+                                     labels=[f"length {k}" for k in range(1, gamma + 2)]))
 
 
 EXECUTOR_BUFFER = case("S6/executor/correct-drafts", "after every step, correct_drafts holds each row's first "
