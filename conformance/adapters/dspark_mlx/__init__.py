@@ -47,10 +47,11 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import contract as c
+from conformance.adapters.mlx_engine import MLXEngine
 
 from . import ledger
 from .confidence import Confidence
-from .loader import INSTALL_EXTRAS, DSparkMLX, load_dspark_mlx
+from .loader import INSTALL_EXTRAS, load_dspark_mlx
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler
@@ -79,7 +80,7 @@ CONVENTIONS = c.Conventions(
 )
 
 
-def capabilities(engine: DSparkMLX) -> dict[type, Any]:
+def capabilities(engine: MLXEngine) -> dict[type, Any]:
     """The capability mapping for the loaded dspark-mlx (see the module note for what is left out)."""
     return {
         c.StepSampler: StepSampler(engine),

@@ -37,8 +37,7 @@ import numpy as np
 import torch
 
 from conformance.adapters.mlx_arrays import draw_seed, temperature_groups, to_mx, to_numpy
-
-from .loader import DSparkMLX
+from conformance.adapters.mlx_engine import MLXEngine
 
 __all__ = ["ChainVerifier", "GreedyVerifier", "TruncatedChainVerifier", "TEMPERATURE_FLOOR", "tempered_laws",
            "tempered_probs", "verified_counts"]
@@ -47,7 +46,7 @@ __all__ = ["ChainVerifier", "GreedyVerifier", "TruncatedChainVerifier", "TEMPERA
 TEMPERATURE_FLOOR = 1e-5
 
 
-def tempered_probs(engine: DSparkMLX, logits: torch.Tensor, temperature: float) -> np.ndarray:
+def tempered_probs(engine: MLXEngine, logits: torch.Tensor, temperature: float) -> np.ndarray:
     """``softmax(L / max(T, 1e-5))`` of ``logits [..., V]`` in float32 NumPy: ``recipe.sample``'s
     law (``mx.softmax(logits.astype(mx.float32) / max(temperature, 1e-5))``)."""
     mx = engine.mx
@@ -92,7 +91,7 @@ def _padded(results, width: int, device: torch.device) -> tuple[torch.Tensor, to
 class GreedyVerifier:
     """SPEC S5 greedy verification through ``verify.greedy_accept`` (see the module note)."""
 
-    def __init__(self, engine: DSparkMLX) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def verify_greedy(self, draft_tokens, target_logits, cap=None):
@@ -103,7 +102,7 @@ class GreedyVerifier:
         return _padded(results, draft_tokens.shape[1] + 1, draft_tokens.device)
 
 
-def tempered_laws(engine: DSparkMLX, logits: torch.Tensor, temperatures: torch.Tensor) -> np.ndarray:
+def tempered_laws(engine: MLXEngine, logits: torch.Tensor, temperatures: torch.Tensor) -> np.ndarray:
     """Per row ``r``, ``softmax(logits[r] / max(T_r, 1e-5))`` (:func:`tempered_probs`, one MLX
     call per distinct temperature) of ``logits [B, ..., V]``: float32 NumPy, same shape."""
     laws = np.empty(tuple(logits.shape), dtype=np.float32)
@@ -116,7 +115,7 @@ class ChainVerifier:
     """SPEC S5 chain verification through ``verify.speculative_sample_accept`` (temperature >
     0) and ``verify.greedy_accept`` (temperature 0); see the module note."""
 
-    def __init__(self, engine: DSparkMLX) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def verify(self, draft_tokens, target_logits, draft_logits, temperatures, top_k, *, generator=None,
@@ -154,7 +153,7 @@ class TruncatedChainVerifier:
     """SPEC S5 with the draft law handed over (``speculative_sample_accept``'s inputs), neutral
     truncation only (see the module note)."""
 
-    def __init__(self, engine: DSparkMLX) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
         self._chain = ChainVerifier(engine)
 

@@ -44,11 +44,12 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import contract as c
+from conformance.adapters.mlx_engine import MLXEngine
 
 from . import ledger
 from .confidence import Confidence
 from .layouts import DraftLayouts
-from .loader import INSTALL_EXTRAS, MLXDSpark, load_mlx_dspark
+from .loader import INSTALL_EXTRAS, load_mlx_dspark
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler, TruncatedStepSampler
@@ -83,7 +84,7 @@ CONVENTIONS = c.Conventions(
 )
 
 
-def capabilities(engine: MLXDSpark) -> dict[type, Any]:
+def capabilities(engine: MLXEngine) -> dict[type, Any]:
     """The capability mapping for the loaded mlx-dspark (see the module note for what is left out)."""
     return {
         c.StepSampler: StepSampler(engine),

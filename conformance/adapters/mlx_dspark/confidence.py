@@ -21,8 +21,7 @@ from typing import Mapping
 import torch
 
 from conformance.adapters.mlx_arrays import to_mx, to_torch
-
-from .loader import MLXDSpark
+from conformance.adapters.mlx_engine import MLXEngine
 
 __all__ = ["Confidence"]
 
@@ -30,7 +29,7 @@ __all__ = ["Confidence"]
 class Confidence:
     """SPEC S7 confidences through ``ConfidenceHead`` (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def confidences(self, state_dict: Mapping[str, torch.Tensor], hidden: torch.Tensor,

@@ -29,8 +29,7 @@ import numpy as np
 import torch
 
 from conformance.adapters.mlx_arrays import seed_global_rng, to_mx
-
-from .loader import MLXDSpark
+from conformance.adapters.mlx_engine import MLXEngine
 
 __all__ = ["ChainVerifier", "TruncatedChainVerifier", "verified_counts", "verify_rows", "require_sampling_rows"]
 
@@ -68,7 +67,7 @@ def require_sampling_rows(temperatures: torch.Tensor) -> None:
                                   "(an argmax-match loop), with no function to call")
 
 
-def verify_rows(engine: MLXDSpark, draft_tokens: torch.Tensor, target_logits: torch.Tensor, laws, temperatures,
+def verify_rows(engine: MLXEngine, draft_tokens: torch.Tensor, target_logits: torch.Tensor, laws, temperatures,
                 top_p=None, top_k=None, cap=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(accepted [B], tokens [B, l + 1])`` (padded with -1, on the drafts' device) from
     ``_spec_sample_accept`` row by row; ``laws[r]`` is row ``r``'s draft law (mx ``[>= n, V]``).
@@ -90,7 +89,7 @@ def verify_rows(engine: MLXDSpark, draft_tokens: torch.Tensor, target_logits: to
 class ChainVerifier:
     """SPEC S5 through ``_spec_sample_accept``, sampling rows only (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def verify(self, draft_tokens, target_logits, draft_logits, temperatures, top_k, *, generator=None,
@@ -113,7 +112,7 @@ class TruncatedChainVerifier:
     """SPEC S5 truncation through ``_spec_sample_accept``'s ``top_p`` / ``top_k`` with the
     handed-over draft law (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def verify_truncated(self, draft_tokens, target_logits, draft_probs, temperatures, top_k, top_p, min_p,
