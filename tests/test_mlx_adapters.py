@@ -21,6 +21,7 @@ from conformance.adapters import versions
 from conformance.adapters.dspark_mlx import loader as dspark_mlx_loader
 from conformance.adapters.engine_import import StubCalled, is_stub
 from conformance.adapters.mlx_dspark import loader as mlx_dspark_loader
+from conformance.adapters.verified_drafts import verified_counts
 from conformance.loading import AdapterLoadError, load_adapter
 from dspark_ref import markov
 
@@ -83,6 +84,18 @@ def test_engine_older_than_accepted_is_rejected(loader, load, pinned, old, requi
     with pytest.raises(AdapterLoadError, match=rf"{loader.DIST}=={re.escape(old)}: {requirement} {loader.DIST} >= "
                                                 rf"{re.escape(pinned)}; pip install"):
         loader.installed_version()
+
+
+def test_verified_counts_stop_at_the_sentinel_and_the_cap():
+    drafts = torch.tensor([[2, 1, 0], [5, -1, 3], [2, 1, 3]])
+    assert verified_counts(drafts, None) == [3, 1, 3]
+    assert verified_counts(drafts, 2) == [1, 1, 1]  # cap c keeps max(c - 1, 0) drafts
+    assert verified_counts(drafts, torch.tensor([4, 4, 0])) == [3, 1, 0]
+    assert verified_counts(drafts[:, :0], 3) == [0, 0, 0]
+    with pytest.raises(ValueError, match=r"cap: expected an int or a \[B=3\] integer tensor, got torch.float32"):
+        verified_counts(drafts, torch.ones(3))
+    with pytest.raises(ValueError, match="cap: expected an int or a \\[B\\] integer tensor, got float"):
+        verified_counts(drafts, 2.0)
 
 
 # --------------------------------------------------------------------------- an engine installed

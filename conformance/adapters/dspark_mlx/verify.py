@@ -38,9 +38,10 @@ import torch
 
 from conformance.adapters.mlx_arrays import draw_seed, temperature_groups, to_mx, to_numpy
 from conformance.adapters.mlx_engine import MLXEngine
+from conformance.adapters.verified_drafts import verified_counts
 
 __all__ = ["ChainVerifier", "GreedyVerifier", "TruncatedChainVerifier", "TEMPERATURE_FLOOR", "tempered_laws",
-           "tempered_probs", "verified_counts"]
+           "tempered_probs"]
 
 #: recipe.sample's clamp ``max(temperature, 1e-5)`` (dspark_mlx/recipe.py, ``sample``).
 TEMPERATURE_FLOOR = 1e-5
@@ -51,32 +52,6 @@ def tempered_probs(engine: MLXEngine, logits: torch.Tensor, temperature: float) 
     law (``mx.softmax(logits.astype(mx.float32) / max(temperature, 1e-5))``)."""
     mx = engine.mx
     return np.array(mx.softmax(to_mx(mx, logits).astype(mx.float32) / max(temperature, TEMPERATURE_FLOOR), axis=-1))
-
-
-def verified_counts(draft_tokens: torch.Tensor, cap: int | torch.Tensor | None) -> list[int]:
-    """Per row, how many drafts are verified: those before the first ``-1`` sentinel, at most
-    ``max(cap - 1, 0)`` of them.
-
-    Raises:
-        ValueError: ``cap`` neither None, an int, nor a ``[B]`` integer tensor.
-    """
-    bs, width = draft_tokens.shape
-    if width:
-        counts = torch.where(draft_tokens < 0, torch.arange(width, device=draft_tokens.device), width).amin(dim=1)
-        counts = counts.cpu().tolist()
-    else:
-        counts = [0] * bs
-    if cap is None:
-        return counts
-    if isinstance(cap, torch.Tensor):
-        if cap.shape != (bs,) or cap.dtype.is_floating_point:
-            raise ValueError(f"cap: expected an int or a [B={bs}] integer tensor, got {cap.dtype} {tuple(cap.shape)}")
-        caps = cap.cpu().tolist()
-    elif isinstance(cap, int):
-        caps = [cap] * bs
-    else:
-        raise ValueError(f"cap: expected an int or a [B] integer tensor, got {type(cap).__name__}")
-    return [min(n, max(c - 1, 0)) for n, c in zip(counts, caps)]
 
 
 def _padded(results, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

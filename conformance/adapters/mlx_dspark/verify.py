@@ -30,34 +30,9 @@ import torch
 
 from conformance.adapters.mlx_arrays import seed_global_rng, to_mx
 from conformance.adapters.mlx_engine import MLXEngine
+from conformance.adapters.verified_drafts import verified_counts
 
-__all__ = ["ChainVerifier", "TruncatedChainVerifier", "verified_counts", "verify_rows", "require_sampling_rows"]
-
-
-def verified_counts(draft_tokens: torch.Tensor, cap: int | torch.Tensor | None) -> list[int]:
-    """Per row, how many drafts are verified: those before the first ``-1`` sentinel, at most
-    ``max(cap - 1, 0)`` of them.
-
-    Raises:
-        ValueError: ``cap`` neither None, an int, nor a ``[B]`` integer tensor.
-    """
-    bs, width = draft_tokens.shape
-    if width:
-        counts = torch.where(draft_tokens < 0, torch.arange(width, device=draft_tokens.device), width).amin(dim=1)
-        counts = counts.cpu().tolist()
-    else:
-        counts = [0] * bs
-    if cap is None:
-        return counts
-    if isinstance(cap, torch.Tensor):
-        if cap.shape != (bs,) or cap.dtype.is_floating_point:
-            raise ValueError(f"cap: expected an int or a [B={bs}] integer tensor, got {cap.dtype} {tuple(cap.shape)}")
-        caps = cap.cpu().tolist()
-    elif isinstance(cap, int):
-        caps = [cap] * bs
-    else:
-        raise ValueError(f"cap: expected an int or a [B] integer tensor, got {type(cap).__name__}")
-    return [min(n, max(c - 1, 0)) for n, c in zip(counts, caps)]
+__all__ = ["ChainVerifier", "TruncatedChainVerifier", "verify_rows", "require_sampling_rows"]
 
 
 def require_sampling_rows(temperatures: torch.Tensor) -> None:
