@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import contract as c
+from conformance.adapters import ledgers
 from conformance.adapters.mlx_engine import MLXEngine
 
 from . import ledger
@@ -108,12 +109,11 @@ def make_adapter() -> c.Adapter:
     engine = load_mlx_dspark()
     description = (f"mlx-dspark {engine.version} DSpark drafter and verifier on MLX {engine.mx.__version__} "
                    f"({engine.mx.default_device()}), mlx-lm / mlx-vlm stubbed")
-    if not ledger.ledger_enabled():
-        description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
+    failures, off_note = ledgers.applied(ledger.LEDGER, ledger.LEDGER_ENV, engine.version)
     return c.Adapter(
         name=f"mlx-dspark=={engine.version}",
         conventions=CONVENTIONS,
         capabilities=capabilities(engine),
-        expected_failures=ledger.expected_failures(engine.version) if ledger.ledger_enabled() else (),
-        description=description,
+        expected_failures=failures,
+        description=description + off_note,
     )
