@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.adapters.ledgers import Entry, Ledger, Scope
+from conformance.adapters.ledgers import Entry, Ledger, Scope, applied, enabled
 
 _LEDGER = Ledger(
     "docs/findings.md",
@@ -65,3 +65,26 @@ def test_carrying_forward_is_per_device():
 def test_bad_ledger_input_names_the_argument(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+_SWITCH = "DSPARK_TEST_LEDGER"
+
+
+@pytest.mark.parametrize("value, on", [(None, True), ("on", True), ("1", True), ("OFF", False), ("0", False)])
+def test_the_switch_turns_the_ledger_off_for_the_adapter(monkeypatch, value, on):
+    if value is None:
+        monkeypatch.delenv(_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(_SWITCH, value)
+    assert enabled(_SWITCH) is on
+    failures, note = applied(_LEDGER, _SWITCH, "1.4")
+    if on:
+        assert failures == _LEDGER.expected_failures("1.4") and failures and note == ""
+    else:
+        assert failures == () and note == f"; expected-failure ledger off ({_SWITCH}=off)"
+
+
+def test_the_switch_rejects_other_values(monkeypatch):
+    monkeypatch.setenv(_SWITCH, "maybe")
+    with pytest.raises(ValueError, match="DSPARK_TEST_LEDGER='maybe': expected 'on' or 'off'"):
+        applied(_LEDGER, _SWITCH, "1.4")

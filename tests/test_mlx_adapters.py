@@ -11,13 +11,17 @@ add a case: one ``test_<engine>_*`` function, using the engine's fixture when it
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from conformance import contract as c
+from conformance.adapters import versions
 from conformance.adapters.dspark_mlx import loader as dspark_mlx_loader
 from conformance.adapters.engine_import import StubCalled, is_stub
 from conformance.adapters.mlx_dspark import loader as mlx_dspark_loader
+from conformance.adapters.verified_drafts import verified_counts
 from conformance.loading import AdapterLoadError, load_adapter
 from dspark_ref import markov
 
@@ -48,36 +52,71 @@ def mlx_dspark():
 
 
 # --------------------------------------------------------------------------- no engine needed
-def test_dspark_mlx_missing_names_the_install_line(monkeypatch):
+#: Per engine: its loader, its cached load function, the release its install line pins, and a
+#: release older than the one it accepts with the requirement the error names.
+_LOADERS = [
+    pytest.param(dspark_mlx_loader, dspark_mlx_loader.load_dspark_mlx, "0.1.0", "0.0.9", "DSpark needs",
+                 id="dspark_mlx"),
+    pytest.param(mlx_dspark_loader, mlx_dspark_loader.load_mlx_dspark, "0.20.3", "0.19.0", "the adapter reads",
+                 id="mlx_dspark"),
+]
+
+
+@pytest.mark.parametrize("loader, load, pinned, old, requirement", _LOADERS)
+def test_missing_engine_names_the_install_line(loader, load, pinned, old, requirement, monkeypatch):
     def missing(name):
-        raise dspark_mlx_loader.PackageNotFoundError(name)
+        raise versions.PackageNotFoundError(name)
 
-    monkeypatch.setattr(dspark_mlx_loader, "version", missing)
-    dspark_mlx_loader.load_dspark_mlx.cache_clear()
+    monkeypatch.setattr(versions, "version", missing)
+    load.cache_clear()
     try:
-        with pytest.raises(AdapterLoadError, match=r"dspark-mlx: the package is not installed; pip install "
-                                                    r"--no-deps --target DIR dspark-mlx==0\.1\.0 mlx==0\.32\.4 "
-                                                    r"mlx-cpu==0\.32\.4"):
-            load_adapter("dspark-mlx")
+        with pytest.raises(AdapterLoadError, match=rf"{loader.DIST}: the package is not installed; pip install "
+                                                    rf"--no-deps --target DIR {loader.DIST}=={re.escape(pinned)} "
+                                                    r"mlx==0\.32\.4 mlx-cpu==0\.32\.4"):
+            load_adapter(loader.DIST)
     finally:
-        dspark_mlx_loader.load_dspark_mlx.cache_clear()
+        load.cache_clear()
 
 
-def test_dspark_mlx_rejects_a_release_before_the_first(monkeypatch):
-    monkeypatch.setattr(dspark_mlx_loader, "version", lambda name: "0.0.9")
-    with pytest.raises(AdapterLoadError, match=r"dspark-mlx==0\.0\.9: DSpark needs dspark-mlx >= 0\.1\.0; pip install"):
-        dspark_mlx_loader.installed_version()
+@pytest.mark.parametrize("loader, load, pinned, old, requirement", _LOADERS)
+def test_engine_older_than_accepted_is_rejected(loader, load, pinned, old, requirement, monkeypatch):
+    monkeypatch.setattr(versions, "version", lambda name: old)
+    with pytest.raises(AdapterLoadError, match=rf"{loader.DIST}=={re.escape(old)}: {requirement} {loader.DIST} >= "
+                                                rf"{re.escape(pinned)}; pip install"):
+        loader.installed_version()
+
+
+def test_verified_counts_stop_at_the_sentinel_and_the_cap():
+    drafts = torch.tensor([[2, 1, 0], [5, -1, 3], [2, 1, 3]])
+    assert verified_counts(drafts, None) == [3, 1, 3]
+    assert verified_counts(drafts, 2) == [1, 1, 1]  # cap c keeps max(c - 1, 0) drafts
+    assert verified_counts(drafts, torch.tensor([4, 4, 0])) == [3, 1, 0]
+    assert verified_counts(drafts[:, :0], 3) == [0, 0, 0]
+    with pytest.raises(ValueError, match=r"cap: expected an int or a \[B=3\] integer tensor, got torch.float32"):
+        verified_counts(drafts, torch.ones(3))
+    with pytest.raises(ValueError, match="cap: expected an int or a \\[B\\] integer tensor, got float"):
+        verified_counts(drafts, 2.0)
+
+
+# --------------------------------------------------------------------------- an engine installed
+@pytest.mark.parametrize("engine, dist, capabilities, convention, value", [
+    pytest.param("dspark_mlx", "dspark-mlx", {c.StepSampler, c.MarkovBlock, c.ChainVerifier, c.GreedyVerifier,
+                                              c.TruncatedChainVerifier, c.SpeculativeRound, c.Confidence},
+                 "greedy_rule", "temperature", id="dspark_mlx"),
+    pytest.param("mlx_dspark", "mlx-dspark", {c.StepSampler, c.TruncatedStepSampler, c.MarkovBlock, c.DraftLayouts,
+                                              c.ChainVerifier, c.TruncatedChainVerifier, c.SpeculativeRound,
+                                              c.Confidence},
+                 "draft_vocabularies", ("target", "reduced"), id="mlx_dspark"),
+])
+def test_adapter_loads_with_its_capabilities(engine, dist, capabilities, convention, value, request):
+    loaded = request.getfixturevalue(engine)
+    adapter = load_adapter(f"{dist}=={loaded.version}")
+    assert adapter.name == f"{dist}=={loaded.version}"
+    assert set(adapter.capabilities) == capabilities
+    assert getattr(adapter.conventions, convention) == value
 
 
 # --------------------------------------------------------------------------- dspark-mlx installed
-def test_dspark_mlx_adapter_loads_with_its_capabilities(dspark_mlx):
-    adapter = load_adapter(f"dspark-mlx=={dspark_mlx.version}")
-    assert adapter.name == f"dspark-mlx=={dspark_mlx.version}"
-    assert set(adapter.capabilities) == {c.StepSampler, c.MarkovBlock, c.ChainVerifier, c.GreedyVerifier,
-                                         c.TruncatedChainVerifier, c.SpeculativeRound, c.Confidence}
-    assert adapter.conventions.greedy_rule == "temperature"
-
-
 def test_dspark_mlx_greedy_verify_round_trips(dspark_mlx):
     verifier = load_adapter("dspark-mlx").get(c.GreedyVerifier)
     argmax = torch.tensor([[2, 1, 3, 4], [5, 0, 0, 0], [2, 1, 3, 4]])
@@ -114,28 +153,6 @@ def test_dspark_mlx_step_sampler_draws_from_the_suite_generator(dspark_mlx):
     assert not torch.equal(draw(5), draw(6))
 
 
-# --------------------------------------------------------------------------- mlx-dspark, no engine needed
-def test_mlx_dspark_missing_names_the_install_line(monkeypatch):
-    def missing(name):
-        raise mlx_dspark_loader.PackageNotFoundError(name)
-
-    monkeypatch.setattr(mlx_dspark_loader, "version", missing)
-    mlx_dspark_loader.load_mlx_dspark.cache_clear()
-    try:
-        with pytest.raises(AdapterLoadError, match=r"mlx-dspark: the package is not installed; pip install "
-                                                    r"--no-deps --target DIR mlx-dspark==0\.20\.3 mlx==0\.32\.4 "
-                                                    r"mlx-cpu==0\.32\.4"):
-            load_adapter("mlx-dspark")
-    finally:
-        mlx_dspark_loader.load_mlx_dspark.cache_clear()
-
-
-def test_mlx_dspark_rejects_a_release_before_the_one_read(monkeypatch):
-    monkeypatch.setattr(mlx_dspark_loader, "version", lambda name: "0.19.0")
-    with pytest.raises(AdapterLoadError, match=r"mlx-dspark==0\.19\.0: the adapter reads mlx-dspark >= 0\.20\.3"):
-        mlx_dspark_loader.installed_version()
-
-
 # --------------------------------------------------------------------------- mlx-dspark installed
 def test_mlx_dspark_loads_without_mlx_lm_or_transformers(mlx_dspark):
     import sys
@@ -144,14 +161,6 @@ def test_mlx_dspark_loads_without_mlx_lm_or_transformers(mlx_dspark):
     assert "transformers" not in sys.modules
     with pytest.raises(StubCalled, match="mlx_vlm.models.rope_utils"):
         sys.modules["mlx_vlm.models.rope_utils"].initialize_rope(8)
-
-
-def test_mlx_dspark_adapter_loads_with_its_capabilities(mlx_dspark):
-    adapter = load_adapter(f"mlx-dspark=={mlx_dspark.version}")
-    assert adapter.name == f"mlx-dspark=={mlx_dspark.version}"
-    assert set(adapter.capabilities) == {c.StepSampler, c.TruncatedStepSampler, c.MarkovBlock, c.DraftLayouts,
-                                         c.ChainVerifier, c.TruncatedChainVerifier, c.SpeculativeRound, c.Confidence}
-    assert adapter.conventions.draft_vocabularies == ("target", "reduced")
 
 
 def test_mlx_dspark_greedy_block_matches_the_reference_head(mlx_dspark):

@@ -147,33 +147,18 @@ def test_fold_gate_answers_the_old_free_memory_probe():
     assert module.get_available_gpu_memory == "stub"
 
 
-@pytest.mark.parametrize("value, enabled", [(None, True), ("on", True), ("OFF", False), ("0", False)])
-def test_ledger_switch(monkeypatch, value, enabled):
-    if value is None:
-        monkeypatch.delenv(ledger.LEDGER_ENV, raising=False)
-    else:
-        monkeypatch.setenv(ledger.LEDGER_ENV, value)
-    assert ledger.ledger_enabled() is enabled
-
-
-def test_ledger_switch_rejects_other_values(monkeypatch):
-    monkeypatch.setenv(ledger.LEDGER_ENV, "maybe")
-    with pytest.raises(ValueError, match="DSPARK_SGLANG_LEDGER='maybe': expected 'on' or 'off'"):
-        ledger.ledger_enabled()
-
-
 def test_ledger_scopes_every_finding_by_release_range():
-    assert ledger.expected_failures("0.5.16") == ()  # before DSpark: nothing confirmed there
+    assert ledger.LEDGER.expected_failures("0.5.16") == ()  # before DSpark: nothing confirmed there
     for version in ("0.5.21", "0.5.23"):
-        pairs = [(e.test, d) for e in ledger.expected_failures(version) for d in e.devices]
+        pairs = [(e.test, d) for e in ledger.LEDGER.expected_failures(version) for d in e.devices]
         assert len(set(pairs)) == len(pairs)
-    zero_noise = [e for e in ledger.expected_failures("0.5.21") if e.reason.startswith("F4")]
+    zero_noise = [e for e in ledger.LEDGER.expected_failures("0.5.21") if e.reason.startswith("F4")]
     assert zero_noise and all(e.devices == ("cpu",) for e in zero_noise)  # the CPU torch path only
     # F1's lost CUDA context: confirmed on CUDA only, never claimed on CPU
-    caps = [e for e in ledger.expected_failures("0.5.23") if "per-row-chain-generator" in e.test]
+    caps = [e for e in ledger.LEDGER.expected_failures("0.5.23") if "per-row-chain-generator" in e.test]
     assert {(e.devices, e.loses_cuda_context) for e in caps} == {(("cpu",), False), (("cuda",), True)}
-    later = ledger.expected_failures("0.5.24")
-    newest = ledger.expected_failures(ledger.LEDGER.newest_measured["cpu"])
+    later = ledger.LEDGER.expected_failures("0.5.24")
+    newest = ledger.LEDGER.expected_failures(ledger.LEDGER.newest_measured["cpu"])
     assert {(e.test, e.devices) for e in later} == {(e.test, e.devices) for e in newest}
     assert all("carried forward from 0.5.23, not confirmed on 0.5.24" in e.reason for e in later)
 

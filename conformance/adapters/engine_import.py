@@ -12,10 +12,13 @@ Shared by the SGLang and vLLM loaders (``conformance/adapters/*/loader.py``), wh
   hands out, for any other name, a placeholder class that raises :class:`StubCalled` when
   called, with the stub's reason: a DSpark path that really needs a stubbed piece fails
   loudly instead of running on an inert stand-in.
+* :func:`import_engine_module` imports one DSpark module behind the finder, a failure an
+  :class:`~conformance.loading.AdapterLoadError` naming the missing module or the stub called.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -25,7 +28,9 @@ import types
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-__all__ = ["StubCalled", "Stubs", "WheelFinder", "install_finder", "is_stub"]
+from conformance.loading import AdapterLoadError
+
+__all__ = ["StubCalled", "Stubs", "WheelFinder", "import_engine_module", "install_finder", "is_stub"]
 
 
 class StubCalled(RuntimeError):
@@ -153,3 +158,25 @@ def install_finder(finder: WheelFinder) -> None:
 def is_stub(module: types.ModuleType) -> bool:
     """Whether ``module`` is a stub made by :meth:`Stubs.module`."""
     return isinstance(module, _StubModule)
+
+
+def import_engine_module(engine: str, module_name: str, stub_hint: str) -> types.ModuleType:
+    """``module_name`` imported (e.g. ``"vllm.v1.spec_decode.dspark"``).
+
+    Args:
+        engine: the engine's release for the message, e.g. ``"vllm==0.34.0"``.
+        stub_hint: where a stub for a missing module goes (the loader's own table), ending
+            the message of a failed import.
+
+    Raises:
+        AdapterLoadError: the import failed (names the missing module, then ``stub_hint``), or
+            it called a stub's placeholder (:class:`StubCalled`).
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise AdapterLoadError(f"{engine}: cannot import {module_name}: missing {missing!r} ({exc}). "
+                               f"{stub_hint}") from exc
+    except StubCalled as exc:
+        raise AdapterLoadError(f"{engine}: importing {module_name} called a stub: {exc}") from exc

@@ -17,9 +17,9 @@ installed release:
   shows as a failure.
 
 Third-party ledgers follow the same rule (docs/VENDORS.md): one :class:`Ledger` per engine,
-one :class:`Entry` per confirmed finding. The engine's ``ledger.py`` holds the entries; this
-module also reads the switch that turns the ledger off (how the committed matrices are made,
-every divergence showing as a failure).
+one :class:`Entry` per confirmed finding. The engine's ``ledger.py`` holds the entries and
+names the environment variable that turns its ledger off (how the committed matrices are made,
+every divergence showing as a failure); :func:`applied` is what an adapter hands the suite.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from conformance.contract import ExpectedFailure
 
-__all__ = ["Entry", "Ledger", "Scope", "enabled"]
+__all__ = ["Entry", "Ledger", "Scope", "applied", "enabled"]
 
 _DEVICES = ("cpu", "cuda")
 
@@ -48,6 +48,21 @@ def enabled(variable: str) -> bool:
     if value not in ("on", "1", "off", "0"):
         raise ValueError(f"{variable}={value!r}: expected 'on' or 'off'")
     return value in ("on", "1")
+
+
+def applied(ledger: Ledger, variable: str, version: str) -> tuple[tuple[ExpectedFailure, ...], str]:
+    """``(expected failures, note)`` for an adapter of release ``version``: ``ledger``'s
+    entries for that release and ``""`` while the switch ``variable`` is on; ``()`` and
+    ``"; expected-failure ledger off (VARIABLE=off)"``, for the adapter's description, while
+    it is off.
+
+    Raises:
+        ValueError: ``variable`` holds neither on nor off (:func:`enabled`), or ``version`` is
+            not a PEP 440 version.
+    """
+    if not enabled(variable):
+        return (), f"; expected-failure ledger off ({variable}=off)"
+    return ledger.expected_failures(version), ""
 
 
 def _version(text: str, what: str) -> Version:

@@ -47,10 +47,12 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import contract as c
+from conformance.adapters import ledgers
+from conformance.adapters.mlx_engine import MLXEngine
 
 from . import ledger
 from .confidence import Confidence
-from .loader import INSTALL_EXTRAS, DSparkMLX, load_dspark_mlx
+from .loader import INSTALL_EXTRAS, load_dspark_mlx
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler
@@ -79,7 +81,7 @@ CONVENTIONS = c.Conventions(
 )
 
 
-def capabilities(engine: DSparkMLX) -> dict[type, Any]:
+def capabilities(engine: MLXEngine) -> dict[type, Any]:
     """The capability mapping for the loaded dspark-mlx (see the module note for what is left out)."""
     return {
         c.StepSampler: StepSampler(engine),
@@ -102,12 +104,11 @@ def make_adapter() -> c.Adapter:
     engine = load_dspark_mlx()
     description = (f"dspark-mlx {engine.version} DSpark recipe on MLX {engine.mx.__version__} "
                    f"({engine.mx.default_device()})")
-    if not ledger.ledger_enabled():
-        description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
+    failures, off_note = ledgers.applied(ledger.LEDGER, ledger.LEDGER_ENV, engine.version)
     return c.Adapter(
         name=f"dspark-mlx=={engine.version}",
         conventions=CONVENTIONS,
         capabilities=capabilities(engine),
-        expected_failures=ledger.expected_failures(engine.version) if ledger.ledger_enabled() else (),
-        description=description,
+        expected_failures=failures,
+        description=description + off_note,
     )

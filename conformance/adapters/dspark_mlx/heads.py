@@ -19,8 +19,7 @@ from typing import Any, Mapping
 import torch
 
 from conformance.adapters.mlx_arrays import to_mx
-
-from .loader import DSparkMLX
+from conformance.adapters.mlx_engine import MLXEngine
 
 __all__ = ["HEAD_TYPES", "MarkovHandle", "load_markov_head"]
 
@@ -38,7 +37,7 @@ class MarkovHandle:
     vocab_size: int
 
 
-def load_markov_head(engine: DSparkMLX, head_type: str, state_dict: Mapping[str, torch.Tensor], vocab_size: int,
+def load_markov_head(engine: MLXEngine, head_type: str, state_dict: Mapping[str, torch.Tensor], vocab_size: int,
                      rank: int, dtype: torch.dtype = torch.float32) -> MarkovHandle:
     """dspark-mlx's ``DSparkMarkovHead`` holding ``W1.weight [V, r]`` / ``W2.weight [V, r]`` in
     ``dtype`` (float32 or bfloat16).

@@ -10,17 +10,9 @@ fails. ``DSPARK_DSPARK_MLX_LEDGER=off`` turns the ledger off (how the committed 
 from __future__ import annotations
 
 from conformance.adapters import ledgers
-from conformance.contract import ExpectedFailure
 
 FINDINGS = "docs/conformance/dspark-mlx-findings.md"
 LEDGER_ENV = "DSPARK_DSPARK_MLX_LEDGER"
-
-
-def ledger_enabled() -> bool:
-    """False when ``DSPARK_DSPARK_MLX_LEDGER`` is ``off`` (or ``0``); on otherwise (ValueError
-    for any other value)."""
-    return ledgers.enabled(LEDGER_ENV)
-
 
 _RANK = "D1: markov_rank 0 raises ZeroDivisionError from MLX's nn.Embedding initialiser (no configuration check)"
 _NAN_ROW = "D2: a sampled row holding one NaN logit draws id 0 (all-NaN softmax, argmax 0), even where id 0 is -inf"
@@ -44,9 +36,3 @@ _ENTRIES: tuple[ledgers.Entry, ...] = (
 )
 
 LEDGER = ledgers.Ledger(FINDINGS, _ENTRIES, newest_measured={"cpu": "0.1.0"})
-
-
-def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
-    """The entries confirmed for dspark-mlx ``version`` (e.g. ``"0.1.0"``), each on the devices
-    where it was measured."""
-    return LEDGER.expected_failures(version)

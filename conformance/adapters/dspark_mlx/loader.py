@@ -11,17 +11,12 @@ MLX runs on Linux through its CPU build: ``mlx`` with ``mlx-cpu`` of the same ve
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import importlib
-import types
-from importlib.metadata import PackageNotFoundError, version
 
-from conformance.adapters.versions import release_of
-from conformance.loading import AdapterLoadError
+from conformance.adapters.mlx_engine import MLXEngine, import_mlx, import_modules
+from conformance.adapters.versions import installed_release
 
-__all__ = ["DIST", "MIN_VERSION", "INSTALL", "INSTALL_EXTRAS", "DSparkMLX", "installed_version",
-           "load_dspark_mlx"]
+__all__ = ["DIST", "MIN_VERSION", "INSTALL", "INSTALL_EXTRAS", "installed_version", "load_dspark_mlx"]
 
 DIST = "dspark-mlx"
 MIN_VERSION = (0, 1, 0)  # the first release
@@ -41,20 +36,6 @@ MODULES: dict[str, str] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class DSparkMLX:
-    """The loaded dspark-mlx: its ``version``, ``mx`` (``mlx.core``), ``nn`` (``mlx.nn``) and
-    the DSpark modules of :data:`MODULES` by short name (``modules["recipe"]``)."""
-
-    version: str
-    mx: types.ModuleType
-    nn: types.ModuleType
-    modules: dict[str, types.ModuleType]
-
-    def __getitem__(self, name: str) -> types.ModuleType:
-        return self.modules[name]
-
-
 def installed_version() -> str:
     """The installed ``dspark-mlx`` version.
 
@@ -62,17 +43,11 @@ def installed_version() -> str:
         AdapterLoadError: not installed, or older than :data:`MIN_VERSION` (the message gives
             the install line).
     """
-    try:
-        text = version(DIST)
-    except PackageNotFoundError as exc:
-        raise AdapterLoadError(f"{DIST}: the package is not installed; {INSTALL}") from exc
-    if release_of(DIST, text) < MIN_VERSION:
-        raise AdapterLoadError(f"{DIST}=={text}: DSpark needs {DIST} >= {'.'.join(map(str, MIN_VERSION))}; {INSTALL}")
-    return text
+    return installed_release(DIST, MIN_VERSION, INSTALL, requirement="DSpark needs")
 
 
 @functools.cache
-def load_dspark_mlx() -> DSparkMLX:
+def load_dspark_mlx() -> MLXEngine:
     """Import MLX and dspark-mlx's DSpark modules (cached: once per process).
 
     Raises:
@@ -80,16 +55,5 @@ def load_dspark_mlx() -> DSparkMLX:
             gives the install line).
     """
     text = installed_version()
-    try:
-        mx = importlib.import_module("mlx.core")
-        nn = importlib.import_module("mlx.nn")
-    except ImportError as exc:
-        raise AdapterLoadError(f"{DIST}=={text}: MLX does not import ({exc}); on Linux MLX needs its CPU build "
-                               f"(mlx-cpu of the same version as mlx): {INSTALL}") from exc
-    modules = {}
-    for short, name in MODULES.items():
-        try:
-            modules[short] = importlib.import_module(name)
-        except ImportError as exc:
-            raise AdapterLoadError(f"{DIST}=={text}: cannot import {name}: {exc}; {INSTALL}") from exc
-    return DSparkMLX(text, mx, nn, modules)
+    mx = import_mlx(f"{DIST}=={text}", INSTALL)
+    return MLXEngine(text, mx, import_modules(f"{DIST}=={text}", MODULES, INSTALL))

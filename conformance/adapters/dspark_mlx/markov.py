@@ -18,14 +18,14 @@ from __future__ import annotations
 import torch
 
 from conformance.adapters.mlx_arrays import seed_global_rng, temperature_groups, to_mx, to_torch
+from conformance.adapters.mlx_engine import MLXEngine
 
 from .heads import MarkovHandle, load_markov_head
-from .loader import DSparkMLX
 
 __all__ = ["MarkovBlock", "draft_block"]
 
 
-def draft_block(engine: DSparkMLX, head: MarkovHandle, base_logits: torch.Tensor, first_prev: torch.Tensor,
+def draft_block(engine: MLXEngine, head: MarkovHandle, base_logits: torch.Tensor, first_prev: torch.Tensor,
                 temperatures: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """``(tokens [B, gamma] int64, corrected [B, gamma, V] float32)`` from
     ``draft_block_decode``, one call per distinct temperature, on ``base_logits``' device."""
@@ -49,7 +49,7 @@ def draft_block(engine: DSparkMLX, head: MarkovHandle, base_logits: torch.Tensor
 class MarkovBlock:
     """SPEC S2 through ``draft_block_decode`` and ``DSparkMarkovHead`` (see the module note)."""
 
-    def __init__(self, engine: DSparkMLX) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device):

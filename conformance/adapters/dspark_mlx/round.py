@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import torch
 
+from conformance.adapters.mlx_engine import MLXEngine
+
 from .heads import load_markov_head
-from .loader import DSparkMLX
 from .markov import draft_block
 from .verify import ChainVerifier, tempered_laws
 
@@ -39,7 +40,7 @@ def _truncates(temperatures, top_k, top_p, min_p, vocab: int) -> bool:
 class SpeculativeRound:
     """SPEC S9 "one round" from dspark-mlx's parts (see the module note)."""
 
-    def __init__(self, engine: DSparkMLX) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
         self._verifier = ChainVerifier(engine)
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 import torch
 
 from conformance.adapters.mlx_arrays import seed_global_rng, temperature_groups, to_mx, to_torch
-
-from .loader import DSparkMLX
+from conformance.adapters.mlx_engine import MLXEngine
 
 __all__ = ["StepSampler"]
 
@@ -27,7 +26,7 @@ __all__ = ["StepSampler"]
 class StepSampler:
     """SPEC S3 through ``recipe.sample`` (see the module note)."""
 
-    def __init__(self, engine: DSparkMLX) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def sample(self, logits, temperatures, top_k, vocab_size, generator):

@@ -37,47 +37,21 @@ import numpy as np
 import torch
 
 from conformance.adapters.mlx_arrays import draw_seed, temperature_groups, to_mx, to_numpy
-
-from .loader import DSparkMLX
+from conformance.adapters.mlx_engine import MLXEngine
+from conformance.adapters.verified_drafts import verified_counts
 
 __all__ = ["ChainVerifier", "GreedyVerifier", "TruncatedChainVerifier", "TEMPERATURE_FLOOR", "tempered_laws",
-           "tempered_probs", "verified_counts"]
+           "tempered_probs"]
 
 #: recipe.sample's clamp ``max(temperature, 1e-5)`` (dspark_mlx/recipe.py, ``sample``).
 TEMPERATURE_FLOOR = 1e-5
 
 
-def tempered_probs(engine: DSparkMLX, logits: torch.Tensor, temperature: float) -> np.ndarray:
+def tempered_probs(engine: MLXEngine, logits: torch.Tensor, temperature: float) -> np.ndarray:
     """``softmax(L / max(T, 1e-5))`` of ``logits [..., V]`` in float32 NumPy: ``recipe.sample``'s
     law (``mx.softmax(logits.astype(mx.float32) / max(temperature, 1e-5))``)."""
     mx = engine.mx
     return np.array(mx.softmax(to_mx(mx, logits).astype(mx.float32) / max(temperature, TEMPERATURE_FLOOR), axis=-1))
-
-
-def verified_counts(draft_tokens: torch.Tensor, cap: int | torch.Tensor | None) -> list[int]:
-    """Per row, how many drafts are verified: those before the first ``-1`` sentinel, at most
-    ``max(cap - 1, 0)`` of them.
-
-    Raises:
-        ValueError: ``cap`` neither None, an int, nor a ``[B]`` integer tensor.
-    """
-    bs, width = draft_tokens.shape
-    if width:
-        counts = torch.where(draft_tokens < 0, torch.arange(width, device=draft_tokens.device), width).amin(dim=1)
-        counts = counts.cpu().tolist()
-    else:
-        counts = [0] * bs
-    if cap is None:
-        return counts
-    if isinstance(cap, torch.Tensor):
-        if cap.shape != (bs,) or cap.dtype.is_floating_point:
-            raise ValueError(f"cap: expected an int or a [B={bs}] integer tensor, got {cap.dtype} {tuple(cap.shape)}")
-        caps = cap.cpu().tolist()
-    elif isinstance(cap, int):
-        caps = [cap] * bs
-    else:
-        raise ValueError(f"cap: expected an int or a [B] integer tensor, got {type(cap).__name__}")
-    return [min(n, max(c - 1, 0)) for n, c in zip(counts, caps)]
 
 
 def _padded(results, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,7 +66,7 @@ def _padded(results, width: int, device: torch.device) -> tuple[torch.Tensor, to
 class GreedyVerifier:
     """SPEC S5 greedy verification through ``verify.greedy_accept`` (see the module note)."""
 
-    def __init__(self, engine: DSparkMLX) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def verify_greedy(self, draft_tokens, target_logits, cap=None):
@@ -103,7 +77,7 @@ class GreedyVerifier:
         return _padded(results, draft_tokens.shape[1] + 1, draft_tokens.device)
 
 
-def tempered_laws(engine: DSparkMLX, logits: torch.Tensor, temperatures: torch.Tensor) -> np.ndarray:
+def tempered_laws(engine: MLXEngine, logits: torch.Tensor, temperatures: torch.Tensor) -> np.ndarray:
     """Per row ``r``, ``softmax(logits[r] / max(T_r, 1e-5))`` (:func:`tempered_probs`, one MLX
     call per distinct temperature) of ``logits [B, ..., V]``: float32 NumPy, same shape."""
     laws = np.empty(tuple(logits.shape), dtype=np.float32)
@@ -116,7 +90,7 @@ class ChainVerifier:
     """SPEC S5 chain verification through ``verify.speculative_sample_accept`` (temperature >
     0) and ``verify.greedy_accept`` (temperature 0); see the module note."""
 
-    def __init__(self, engine: DSparkMLX) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def verify(self, draft_tokens, target_logits, draft_logits, temperatures, top_k, *, generator=None,
@@ -154,7 +128,7 @@ class TruncatedChainVerifier:
     """SPEC S5 with the draft law handed over (``speculative_sample_accept``'s inputs), neutral
     truncation only (see the module note)."""
 
-    def __init__(self, engine: DSparkMLX) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
         self._chain = ChainVerifier(engine)
 

@@ -44,11 +44,13 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import contract as c
+from conformance.adapters import ledgers
+from conformance.adapters.mlx_engine import MLXEngine
 
 from . import ledger
 from .confidence import Confidence
 from .layouts import DraftLayouts
-from .loader import INSTALL_EXTRAS, MLXDSpark, load_mlx_dspark
+from .loader import INSTALL_EXTRAS, load_mlx_dspark
 from .markov import MarkovBlock
 from .round import SpeculativeRound
 from .sampling import StepSampler, TruncatedStepSampler
@@ -83,7 +85,7 @@ CONVENTIONS = c.Conventions(
 )
 
 
-def capabilities(engine: MLXDSpark) -> dict[type, Any]:
+def capabilities(engine: MLXEngine) -> dict[type, Any]:
     """The capability mapping for the loaded mlx-dspark (see the module note for what is left out)."""
     return {
         c.StepSampler: StepSampler(engine),
@@ -107,12 +109,11 @@ def make_adapter() -> c.Adapter:
     engine = load_mlx_dspark()
     description = (f"mlx-dspark {engine.version} DSpark drafter and verifier on MLX {engine.mx.__version__} "
                    f"({engine.mx.default_device()}), mlx-lm / mlx-vlm stubbed")
-    if not ledger.ledger_enabled():
-        description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
+    failures, off_note = ledgers.applied(ledger.LEDGER, ledger.LEDGER_ENV, engine.version)
     return c.Adapter(
         name=f"mlx-dspark=={engine.version}",
         conventions=CONVENTIONS,
         capabilities=capabilities(engine),
-        expected_failures=ledger.expected_failures(engine.version) if ledger.ledger_enabled() else (),
-        description=description,
+        expected_failures=failures,
+        description=description + off_note,
     )

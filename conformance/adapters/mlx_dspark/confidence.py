@@ -20,9 +20,9 @@ from typing import Mapping
 
 import torch
 
+from conformance.adapters.confidence_head import head_weights
 from conformance.adapters.mlx_arrays import to_mx, to_torch
-
-from .loader import MLXDSpark
+from conformance.adapters.mlx_engine import MLXEngine
 
 __all__ = ["Confidence"]
 
@@ -30,7 +30,7 @@ __all__ = ["Confidence"]
 class Confidence:
     """SPEC S7 confidences through ``ConfidenceHead`` (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def confidences(self, state_dict: Mapping[str, torch.Tensor], hidden: torch.Tensor,
@@ -46,20 +46,10 @@ class Confidence:
         """
         if temperatures is not None:
             raise NotImplementedError("STS temperatures: mlx-dspark applies sigmoid(raw) and fits no temperatures")
-        if hidden.dim() != 3:
-            raise ValueError(f"hidden: expected [B, gamma, d], got {tuple(hidden.shape)}")
-        bs, gamma, d = hidden.shape
-        if markov_features is not None and tuple(markov_features.shape[:2]) != (bs, gamma):
-            raise ValueError(f"markov_features: expected [B={bs}, gamma={gamma}, r], got "
-                             f"{tuple(markov_features.shape)}")
+        weight, bias = head_weights(state_dict, hidden, markov_features)
         features = hidden if markov_features is None else torch.cat([hidden, markov_features.to(hidden.dtype)], -1)
-        fan_in = features.shape[-1]
-        weight, bias = state_dict.get("proj.weight"), state_dict.get("proj.bias")
-        if weight is None or tuple(weight.shape) != (1, fan_in) or bias is None or tuple(bias.shape) != (1,):
-            raise ValueError(f"state_dict: expected proj.weight [1, {fan_in}] and proj.bias [1], got "
-                             f"{ {k: tuple(v.shape) for k, v in state_dict.items()} }")
         mx = self._engine.mx
-        head = self._engine["model"].ConfidenceHead(fan_in)
+        head = self._engine["model"].ConfidenceHead(weight.shape[1])
         head.load_weights([("proj.weight", to_mx(mx, weight.float())), ("proj.bias", to_mx(mx, bias.float()))])
         return to_torch(mx, mx.sigmoid(head(to_mx(mx, features.float()))), hidden, torch.float32)
 

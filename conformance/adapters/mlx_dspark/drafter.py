@@ -23,15 +23,14 @@ import numpy as np
 import torch
 
 from conformance.adapters.mlx_arrays import to_mx
-
-from .loader import MLXDSpark
+from conformance.adapters.mlx_engine import MLXEngine
 
 __all__ = ["HEAD_TYPES", "build_drafter", "corrected_step"]
 
 HEAD_TYPES = ("vanilla",)
 
 
-def build_drafter(engine: MLXDSpark, head_type: str, state_dict: Mapping[str, torch.Tensor], vocab_size: int,
+def build_drafter(engine: MLXEngine, head_type: str, state_dict: Mapping[str, torch.Tensor], vocab_size: int,
                   rank: int, *, draft_vocab_size: int | None = None, d2t: torch.Tensor | None = None,
                   logits_start: int = 0, dtype: torch.dtype = torch.float32):
     """A ``DSparkDrafter`` holding ``W1.weight [V, r]`` / ``W2.weight [V_d, r]`` (in ``dtype``);
@@ -67,7 +66,7 @@ def build_drafter(engine: MLXDSpark, head_type: str, state_dict: Mapping[str, to
     return drafter
 
 
-def corrected_step(engine: MLXDSpark, drafter, base_row, prev):
+def corrected_step(engine: MLXEngine, drafter, base_row, prev):
     """``base_row [V_d] + step_bias(prev)[0]`` (mx): the corrected logits of one block step, the
     sum ``sample_block`` / ``sample_block_probs`` form (``base_logits[i] +
     markov_head.step_bias(prev)[0]``); ``base_row`` itself without a Markov head."""

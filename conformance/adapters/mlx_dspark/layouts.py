@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 
 from conformance.adapters.mlx_arrays import seed_global_rng, to_mx, to_torch
+from conformance.adapters.mlx_engine import MLXEngine
 
 from .drafter import build_drafter
-from .loader import MLXDSpark
 from .markov import draft_rows, teacher_forced
 
 __all__ = ["DraftLayouts", "LOGITS_START"]
@@ -37,7 +37,7 @@ class DraftLayouts:
     """SPEC S1 through ``head_slice``, ``sample_block`` / ``sample_block_probs`` and
     ``to_target_ids`` (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def draft_block(self, head_type, state_dict, base_logits, first_prev, hidden, temperatures, top_k, generator, *,

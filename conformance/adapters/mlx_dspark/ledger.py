@@ -10,17 +10,9 @@ fails. ``DSPARK_MLX_DSPARK_LEDGER=off`` turns the ledger off (how the committed 
 from __future__ import annotations
 
 from conformance.adapters import ledgers
-from conformance.contract import ExpectedFailure
 
 FINDINGS = "docs/conformance/mlx-dspark-findings.md"
 LEDGER_ENV = "DSPARK_MLX_DSPARK_LEDGER"
-
-
-def ledger_enabled() -> bool:
-    """False when ``DSPARK_MLX_DSPARK_LEDGER`` is ``off`` (or ``0``); on otherwise (ValueError
-    for any other value)."""
-    return ledgers.enabled(LEDGER_ENV)
-
 
 _RANK = "M1: markov_rank <= 0 silently builds a drafter with no Markov head (no configuration error)"
 _NAN_ROW = "M2: a sampled row holding one NaN logit draws id 0 (NaN law), even where id 0 is -inf"
@@ -43,9 +35,3 @@ _ENTRIES: tuple[ledgers.Entry, ...] = (
 )
 
 LEDGER = ledgers.Ledger(FINDINGS, _ENTRIES, newest_measured={"cpu": "0.20.3"})
-
-
-def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
-    """The entries confirmed for mlx-dspark ``version`` (e.g. ``"0.20.3"``), each on the devices
-    where it was measured."""
-    return LEDGER.expected_failures(version)

@@ -26,21 +26,17 @@ MLX runs on Linux through its CPU build: ``mlx`` with ``mlx-cpu`` of the same ve
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import importlib
 import importlib.util
 import os
 import sys
-import types
-from importlib.metadata import PackageNotFoundError, version
 
 from conformance.adapters.engine_import import Stubs, WheelFinder, install_finder
-from conformance.adapters.versions import release_of
+from conformance.adapters.mlx_engine import MLXEngine, import_mlx, import_modules
+from conformance.adapters.versions import installed_release
 from conformance.loading import AdapterLoadError
 
-__all__ = ["DIST", "MIN_VERSION", "INSTALL", "INSTALL_EXTRAS", "MLXDSpark", "installed_version",
-           "load_mlx_dspark"]
+__all__ = ["DIST", "MIN_VERSION", "INSTALL", "INSTALL_EXTRAS", "installed_version", "load_mlx_dspark"]
 
 DIST = "mlx-dspark"
 PACKAGE = "mlx_dspark"
@@ -78,19 +74,6 @@ _PACKAGES = ("mlx_lm", "mlx_lm.models", "mlx_vlm", "mlx_vlm.models")
 _STUB_MAKER = Stubs("mlx-lm / mlx-vlm", lambda module: _STUBS.get(module, "stub"))
 
 
-@dataclasses.dataclass(frozen=True)
-class MLXDSpark:
-    """The loaded mlx-dspark: its ``version``, ``mx`` (``mlx.core``) and the DSpark modules of
-    :data:`MODULES` by short name (``engine["generate"]``)."""
-
-    version: str
-    mx: types.ModuleType
-    modules: dict[str, types.ModuleType]
-
-    def __getitem__(self, name: str) -> types.ModuleType:
-        return self.modules[name]
-
-
 def installed_version() -> str:
     """The installed ``mlx-dspark`` version.
 
@@ -98,14 +81,7 @@ def installed_version() -> str:
         AdapterLoadError: not installed, or older than :data:`MIN_VERSION` (the message gives
             the install line).
     """
-    try:
-        text = version(DIST)
-    except PackageNotFoundError as exc:
-        raise AdapterLoadError(f"{DIST}: the package is not installed; {INSTALL}") from exc
-    if release_of(DIST, text) < MIN_VERSION:
-        raise AdapterLoadError(f"{DIST}=={text}: the adapter reads mlx-dspark >= "
-                               f"{'.'.join(map(str, MIN_VERSION))}; {INSTALL}")
-    return text
+    return installed_release(DIST, MIN_VERSION, INSTALL, requirement="the adapter reads")
 
 
 def _install_stubs() -> None:
@@ -119,7 +95,7 @@ def _install_stubs() -> None:
 
 
 @functools.cache
-def load_mlx_dspark() -> MLXDSpark:
+def load_mlx_dspark() -> MLXEngine:
     """Import MLX and mlx-dspark's DSpark modules (see the module note; cached: once per process).
 
     Raises:
@@ -127,11 +103,7 @@ def load_mlx_dspark() -> MLXDSpark:
             (names the module and gives the install line).
     """
     text = installed_version()
-    try:
-        mx = importlib.import_module("mlx.core")
-    except ImportError as exc:
-        raise AdapterLoadError(f"{DIST}=={text}: MLX does not import ({exc}); on Linux MLX needs its CPU build "
-                               f"(mlx-cpu of the same version as mlx): {INSTALL}") from exc
+    mx = import_mlx(f"{DIST}=={text}", INSTALL)
     if PACKAGE not in sys.modules:
         spec = importlib.util.find_spec(PACKAGE)
         if spec is None or not spec.submodule_search_locations:
@@ -139,10 +111,4 @@ def load_mlx_dspark() -> MLXDSpark:
         root = os.path.dirname(list(spec.submodule_search_locations)[0])
         install_finder(WheelFinder(PACKAGE, root, _STUB_MAKER, lambda name, path: None))
     _install_stubs()
-    modules = {}
-    for short, name in MODULES.items():
-        try:
-            modules[short] = importlib.import_module(name)
-        except ImportError as exc:
-            raise AdapterLoadError(f"{DIST}=={text}: cannot import {name}: {exc}; {INSTALL}") from exc
-    return MLXDSpark(text, mx, modules)
+    return MLXEngine(text, mx, import_modules(f"{DIST}=={text}", MODULES, INSTALL))

@@ -23,15 +23,15 @@ from __future__ import annotations
 import torch
 
 from conformance.adapters.mlx_arrays import seed_global_rng, to_mx, to_torch
+from conformance.adapters.mlx_engine import MLXEngine
 
 from .drafter import build_drafter
-from .loader import MLXDSpark
 from .sampling import EVAL_CHUNK
 
 __all__ = ["MarkovBlock", "draft_rows", "teacher_forced"]
 
 
-def draft_rows(engine: MLXDSpark, drafter, base_logits: torch.Tensor, first_prev: torch.Tensor,
+def draft_rows(engine: MLXEngine, drafter, base_logits: torch.Tensor, first_prev: torch.Tensor,
                temperatures: torch.Tensor, top_p: torch.Tensor | None = None, top_k: torch.Tensor | None = None):
     """``(tokens [B, gamma] int64, laws)`` from the drafter row by row: ``sample_block_probs`` at
     ``T > 0`` (with the row's ``top_p`` / ``top_k``, None: neutral), ``sample_block`` otherwise;
@@ -54,7 +54,7 @@ def draft_rows(engine: MLXDSpark, drafter, base_logits: torch.Tensor, first_prev
     return to_torch(mx, mx.stack(drawn), base_logits, torch.int64), laws
 
 
-def teacher_forced(engine: MLXDSpark, drafter, base_logits: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
+def teacher_forced(engine: MLXEngine, drafter, base_logits: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
     """``[B, gamma, V_d]`` float32: ``base[:, k] + step_bias(prev_tokens[:, k])`` for every
     step (the drafter's corrected logits for given previous tokens)."""
     mx = engine.mx
@@ -71,7 +71,7 @@ def teacher_forced(engine: MLXDSpark, drafter, base_logits: torch.Tensor, prev_t
 class MarkovBlock:
     """SPEC S2 through ``DSparkDrafter.sample_block`` / ``sample_block_probs`` (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device):

@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 
 from conformance.adapters.mlx_arrays import seed_global_rng, to_torch
+from conformance.adapters.mlx_engine import MLXEngine
 
 from .drafter import build_drafter
-from .loader import MLXDSpark
 from .markov import draft_rows
 from .verify import require_sampling_rows, verify_rows
 
@@ -29,7 +29,7 @@ __all__ = ["SpeculativeRound"]
 class SpeculativeRound:
     """SPEC S9 "one round" as ``speculative_generate``'s sampled path (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def load_head(self, head_type, state_dict, vocab_size, rank, hidden_size, device, dtype):

@@ -18,15 +18,14 @@ from __future__ import annotations
 import torch
 
 from conformance.adapters.mlx_arrays import seed_global_rng, to_mx, to_torch
-
-from .loader import MLXDSpark
+from conformance.adapters.mlx_engine import MLXEngine
 
 __all__ = ["StepSampler", "TruncatedStepSampler", "sample_rows"]
 
 EVAL_CHUNK = 4096  # rows per MLX evaluation
 
 
-def sample_rows(engine: MLXDSpark, logits: torch.Tensor, temperatures: torch.Tensor, top_p=None, top_k=None,
+def sample_rows(engine: MLXEngine, logits: torch.Tensor, temperatures: torch.Tensor, top_p=None, top_k=None,
                 *, generator: torch.Generator) -> torch.Tensor:
     """``[B]`` int64 on ``logits``' device: ``_sample_arr`` on each row, one seeding of MLX's RNG."""
     mx, sample_arr = engine.mx, engine["generate"]._sample_arr
@@ -46,7 +45,7 @@ def sample_rows(engine: MLXDSpark, logits: torch.Tensor, temperatures: torch.Ten
 class StepSampler:
     """SPEC S3 through ``_sample_arr`` (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def sample(self, logits, temperatures, top_k, vocab_size, generator):
@@ -56,7 +55,7 @@ class StepSampler:
 class TruncatedStepSampler:
     """SPEC S3 truncation through ``_sample_arr``'s ``top_p`` / ``top_k`` (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def sample_truncated(self, logits, temperatures, top_k, top_p, min_p, generator):

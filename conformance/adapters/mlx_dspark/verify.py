@@ -29,36 +29,10 @@ import numpy as np
 import torch
 
 from conformance.adapters.mlx_arrays import seed_global_rng, to_mx
+from conformance.adapters.mlx_engine import MLXEngine
+from conformance.adapters.verified_drafts import verified_counts
 
-from .loader import MLXDSpark
-
-__all__ = ["ChainVerifier", "TruncatedChainVerifier", "verified_counts", "verify_rows", "require_sampling_rows"]
-
-
-def verified_counts(draft_tokens: torch.Tensor, cap: int | torch.Tensor | None) -> list[int]:
-    """Per row, how many drafts are verified: those before the first ``-1`` sentinel, at most
-    ``max(cap - 1, 0)`` of them.
-
-    Raises:
-        ValueError: ``cap`` neither None, an int, nor a ``[B]`` integer tensor.
-    """
-    bs, width = draft_tokens.shape
-    if width:
-        counts = torch.where(draft_tokens < 0, torch.arange(width, device=draft_tokens.device), width).amin(dim=1)
-        counts = counts.cpu().tolist()
-    else:
-        counts = [0] * bs
-    if cap is None:
-        return counts
-    if isinstance(cap, torch.Tensor):
-        if cap.shape != (bs,) or cap.dtype.is_floating_point:
-            raise ValueError(f"cap: expected an int or a [B={bs}] integer tensor, got {cap.dtype} {tuple(cap.shape)}")
-        caps = cap.cpu().tolist()
-    elif isinstance(cap, int):
-        caps = [cap] * bs
-    else:
-        raise ValueError(f"cap: expected an int or a [B] integer tensor, got {type(cap).__name__}")
-    return [min(n, max(c - 1, 0)) for n, c in zip(counts, caps)]
+__all__ = ["ChainVerifier", "TruncatedChainVerifier", "verify_rows", "require_sampling_rows"]
 
 
 def require_sampling_rows(temperatures: torch.Tensor) -> None:
@@ -68,7 +42,7 @@ def require_sampling_rows(temperatures: torch.Tensor) -> None:
                                   "(an argmax-match loop), with no function to call")
 
 
-def verify_rows(engine: MLXDSpark, draft_tokens: torch.Tensor, target_logits: torch.Tensor, laws, temperatures,
+def verify_rows(engine: MLXEngine, draft_tokens: torch.Tensor, target_logits: torch.Tensor, laws, temperatures,
                 top_p=None, top_k=None, cap=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(accepted [B], tokens [B, l + 1])`` (padded with -1, on the drafts' device) from
     ``_spec_sample_accept`` row by row; ``laws[r]`` is row ``r``'s draft law (mx ``[>= n, V]``).
@@ -90,7 +64,7 @@ def verify_rows(engine: MLXDSpark, draft_tokens: torch.Tensor, target_logits: to
 class ChainVerifier:
     """SPEC S5 through ``_spec_sample_accept``, sampling rows only (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def verify(self, draft_tokens, target_logits, draft_logits, temperatures, top_k, *, generator=None,
@@ -113,7 +87,7 @@ class TruncatedChainVerifier:
     """SPEC S5 truncation through ``_spec_sample_accept``'s ``top_p`` / ``top_k`` with the
     handed-over draft law (see the module note)."""
 
-    def __init__(self, engine: MLXDSpark) -> None:
+    def __init__(self, engine: MLXEngine) -> None:
         self._engine = engine
 
     def verify_truncated(self, draft_tokens, target_logits, draft_probs, temperatures, top_k, top_p, min_p,

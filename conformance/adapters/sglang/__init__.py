@@ -46,6 +46,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import contract as c
+from conformance.adapters import ledgers
 from conformance.loading import AdapterLoadError
 
 from . import (
@@ -154,15 +155,14 @@ def make_adapter() -> c.Adapter:
     """
     modules = load_sglang()
     description = f"SGLang {modules.version} DSpark ({modules.generation} API), loaded without its server"
-    if not ledger.ledger_enabled():
-        description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
+    failures, off_note = ledgers.applied(ledger.LEDGER, ledger.LEDGER_ENV, modules.version)
     return c.Adapter(
         name=f"sglang=={modules.version}",
         conventions=conventions(modules),
         capabilities=capabilities(modules),
         requirements=requirements(modules),
-        expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
-        description=description,
+        expected_failures=failures,
+        description=description + off_note,
     )
 
 

@@ -11,20 +11,12 @@ in here and fails the gate.
 from __future__ import annotations
 
 from conformance.adapters import ledgers
-from conformance.contract import ExpectedFailure
 
 FINDINGS = "docs/conformance/sglang-findings.md"
 
 #: ``DSPARK_SGLANG_LEDGER=off`` turns the ledger off, so every finding shows as a failure:
 #: how the committed matrices in ``results/conformance/sglang/`` are produced.
 LEDGER_ENV = "DSPARK_SGLANG_LEDGER"
-
-
-def ledger_enabled() -> bool:
-    """False when ``DSPARK_SGLANG_LEDGER`` is ``off`` (or ``0``); on otherwise (ValueError for
-    any other value)."""
-    return ledgers.enabled(LEDGER_ENV)
-
 
 _CAP0 = "F1: cap 0 gives accepted = -1 (min(raw, cap - 1) without the clamp at 0); IndexError on CPU"
 _ZERO_NOISE = "F4: torch path divides p / E with E = 0 on a -inf logit: 0/0 = NaN wins the argmax"
@@ -160,10 +152,3 @@ _ENTRIES: tuple[ledgers.Entry, ...] = (
 )
 
 LEDGER = ledgers.Ledger(FINDINGS, _ENTRIES, newest_measured={"cpu": "0.5.23", "cuda": "0.5.23"})
-
-
-def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
-    """The entries for SGLang ``version`` (e.g. ``"0.5.21"``), each on the devices where it was
-    confirmed, or carried forward to a release newer than the newest measured
-    (:class:`conformance.adapters.ledgers.Ledger`)."""
-    return LEDGER.expected_failures(version)

@@ -45,7 +45,6 @@ import ast
 import contextlib
 import dataclasses
 import functools
-import importlib
 import importlib.util
 import os
 import sys
@@ -60,6 +59,7 @@ from conformance.adapters.engine_import import (
     StubCalled,
     Stubs,
     WheelFinder,
+    import_engine_module,
     install_finder,
 )
 from conformance.adapters.versions import release_of
@@ -372,18 +372,10 @@ def _missing_third_party_stubs() -> Iterator[None]:
             sys.modules.pop(name, None)
 
 
+#: Where a stub goes for a module the DSpark files import and this environment lacks.
+_STUB_HINT = ("If it is a server module, add a stub to conformance/adapters/sglang/loader.py:_SERVER_STUBS "
+              "(a third-party one: _MISSING_THIRD_PARTY, with its reason)")
+
+
 def _import(version_text: str, module_name: str) -> types.ModuleType:
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        missing = getattr(exc, "name", None) or str(exc)
-        raise AdapterLoadError(
-            f"sglang=={version_text}: cannot import {module_name}: missing {missing!r} ({exc}). "
-            "If it is a server module, add a stub to "
-            "conformance/adapters/sglang/loader.py:_SERVER_STUBS (a third-party one: "
-            "_MISSING_THIRD_PARTY, with its reason)"
-        ) from exc
-    except StubCalled as exc:
-        raise AdapterLoadError(
-            f"sglang=={version_text}: importing {module_name} called a stub: {exc}"
-        ) from exc
+    return import_engine_module(f"sglang=={version_text}", module_name, _STUB_HINT)

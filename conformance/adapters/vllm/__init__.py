@@ -70,6 +70,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import contract as c
+from conformance.adapters import ledgers
 
 from . import ledger
 from .confidence import Confidence, confidence_support
@@ -167,8 +168,7 @@ def make_adapter() -> c.Adapter:
     """
     modules = load_vllm()
     description = f"vLLM {modules.version} DSpark (V2 model runner), loaded without its engine"
-    if not ledger.ledger_enabled():
-        description += f"; expected-failure ledger off ({ledger.LEDGER_ENV}=off)"
+    failures, off_note = ledgers.applied(ledger.LEDGER, ledger.LEDGER_ENV, modules.version)
     return c.Adapter(
         name=f"vllm=={modules.version}",
         conventions=c.Conventions(greedy_rule=GREEDY_RULE, draft_truncates=False, bad_temperatures=BAD_TEMPERATURES,
@@ -177,7 +177,7 @@ def make_adapter() -> c.Adapter:
         capabilities=capabilities(modules),
         requirements=requirements(modules),
         unavailable=unavailable(modules),
-        expected_failures=ledger.expected_failures(modules.version) if ledger.ledger_enabled() else (),
-        description=description,
+        expected_failures=failures,
+        description=description + off_note,
     )
 

@@ -33,6 +33,8 @@ from typing import Mapping
 
 import torch
 
+from conformance.adapters.confidence_head import head_weights
+
 from .loader import VLLMModules
 
 __all__ = ["Confidence", "confidence_support"]
@@ -72,18 +74,10 @@ class Confidence:
         """
         if temperatures is not None:
             raise NotImplementedError("STS temperatures: vLLM applies sigmoid(raw) and fits no temperatures")
-        if hidden.dim() != 3:
-            raise ValueError(f"hidden: expected [B, gamma, d], got {tuple(hidden.shape)}")
+        weight, bias = head_weights(state_dict, hidden, markov_features)
         bs, gamma, d = hidden.shape
         with_markov = markov_features is not None
-        if with_markov and tuple(markov_features.shape[:2]) != (bs, gamma):
-            raise ValueError(f"markov_features: expected [B={bs}, gamma={gamma}, r], got {tuple(markov_features.shape)}")
-        fan_in = d + (markov_features.shape[-1] if with_markov else 0)
-        weight, bias = state_dict.get("proj.weight"), state_dict.get("proj.bias")
-        if weight is None or tuple(weight.shape) != (1, fan_in) or bias is None or tuple(bias.shape) != (1,):
-            raise ValueError(f"state_dict: expected proj.weight [1, {fan_in}] and proj.bias [1], got "
-                             f"{ {k: tuple(v.shape) for k, v in state_dict.items()} }")
-        head = self._head_class(fan_in, prefix="confidence_head", bias=True, with_markov=with_markov)
+        head = self._head_class(weight.shape[1], prefix="confidence_head", bias=True, with_markov=with_markov)
         head.load_state_dict({"proj.weight": weight, "proj.bias": bias})
         head = head.to(hidden.device)
         rows = hidden.reshape(bs * gamma, d)

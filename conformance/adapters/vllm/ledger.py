@@ -11,17 +11,9 @@ must end. A new divergence is not in here and fails.
 from __future__ import annotations
 
 from conformance.adapters import ledgers
-from conformance.contract import ExpectedFailure
 
 FINDINGS = "docs/conformance/vllm-findings.md"
 LEDGER_ENV = "DSPARK_VLLM_LEDGER"
-
-
-def ledger_enabled() -> bool:
-    """False when ``DSPARK_VLLM_LEDGER`` is ``off`` (or ``0``); on otherwise (ValueError for
-    any other value)."""
-    return ledgers.enabled(LEDGER_ENV)
-
 
 _HOT = "V1: request temperatures above 2 are rejected (SamplingParams: 'temperature must be in [0, 2]')"
 
@@ -105,10 +97,3 @@ _ENTRIES: tuple[ledgers.Entry, ...] = (
 )
 
 LEDGER = ledgers.Ledger(FINDINGS, _ENTRIES, newest_measured={"cpu": "0.34.0", "cuda": "0.34.0"})
-
-
-def expected_failures(version: str) -> tuple[ExpectedFailure, ...]:
-    """The entries for vLLM ``version`` (e.g. ``"0.33.0"``), each on the devices where it was
-    confirmed, or carried forward to a release newer than the newest measured
-    (:class:`conformance.adapters.ledgers.Ledger`)."""
-    return LEDGER.expected_failures(version)

@@ -44,7 +44,6 @@ import ast
 import dataclasses
 import enum
 import functools
-import importlib
 import importlib.util
 import logging
 import os
@@ -60,6 +59,7 @@ from conformance.adapters.engine_import import (
     StubCalled,
     Stubs,
     WheelFinder,
+    import_engine_module,
     install_finder,
 )
 from conformance.adapters.versions import release_of
@@ -414,18 +414,13 @@ def _package_root(version_text: str) -> str:
     return os.path.dirname(locations[0])
 
 
+#: Where a stub goes for a module the DSpark files import and this environment lacks.
+_STUB_HINT = ("If it is an engine module, add a stub to conformance/adapters/vllm/loader.py:_ENGINE_STUBS "
+              "with the reason")
+
+
 def _import(version_text: str, module_name: str) -> types.ModuleType:
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        missing = getattr(exc, "name", None) or str(exc)
-        raise AdapterLoadError(
-            f"vllm=={version_text}: cannot import {module_name}: missing {missing!r} ({exc}). "
-            "If it is an engine module, add a stub to conformance/adapters/vllm/loader.py:_ENGINE_STUBS "
-            "with the reason"
-        ) from exc
-    except StubCalled as exc:
-        raise AdapterLoadError(f"vllm=={version_text}: importing {module_name} called a stub: {exc}") from exc
+    return import_engine_module(f"vllm=={version_text}", module_name, _STUB_HINT)
 
 
 def source_functions(root: str, version_text: str, relative_path: str, names: tuple[str, ...], *,
