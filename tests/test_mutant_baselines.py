@@ -216,7 +216,17 @@ def _probe_chain_verifier(impl) -> list:
     leading_zero[:, :, 0] = -math.inf
     out.append(impl.verify(drafts, leading_zero, zero_q, temps, top_k, accept_uniforms=torch.zeros_like(accept),
                            final_uniforms=torch.zeros_like(final)))
+    out.append(impl.verify(drafts, _near_ties(target), draft, temps, top_k, accept_uniforms=accept,
+                           final_uniforms=final))
     return out
+
+
+def _near_ties(logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` with ids 0 and 1 above the rest at every position, 8 and 8 + 2^-6: a float32
+    argmax of 1 that bfloat16 (spacing 2^-4 on [8, 16)) merges into a tie (argmax 0)."""
+    ties = logits.clone()
+    ties[..., 0], ties[..., 1] = 8.0, 8.0 + 2.0**-6
+    return ties
 
 
 def _truncations(rows: int, vocab: int):
@@ -277,6 +287,7 @@ def _probe_greedy_verifier(impl) -> list:
     out.append(impl.verify_greedy(sentinel, target))
     ties = torch.randint(0, 2, (3, l + 1, 8), generator=_gen(34)).float()
     out.append(impl.verify_greedy(torch.zeros(3, l, dtype=torch.int64), ties))
+    out.append(impl.verify_greedy(drafts, _near_ties(target)))
     return out
 
 
