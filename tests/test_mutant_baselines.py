@@ -292,13 +292,13 @@ def _probe_greedy_verifier(impl) -> list:
 
 
 class _ProbeRank1:
-    """Rank 1 of a pretend two-rank group whose rank 0 planned verify lengths of 1 everywhere."""
+    """Rank 1 of a pretend two-rank group whose rank 0 planned verify lengths 1, 0, 1, 0, ..."""
 
     rank = rank_in_group = 1
     world_size = 2
 
     def broadcast(self, tensor, src=0):
-        tensor.fill_(1)
+        tensor.copy_(torch.arange(len(tensor)) % 2 == 0)
 
 
 def _probe_tensor_parallel_round(impl) -> list:
