@@ -402,6 +402,18 @@ def _probe_speculative(impl) -> list:
     return out
 
 
+def _probe_speculative_record(impl) -> list:
+    target = tiny_models.TinyTargetLM(12, 8, generator=_gen(77))
+    prompt = torch.randint(0, 12, (3, 2), generator=_gen(78))
+    out = []
+    for head_type, temperature, gamma in (("gated", 0.0, None), ("rnn", 1.0, 2)):
+        draft = tiny_models.TinyDSparkDraft(target, gamma=3, markov_head_type=head_type, generator=_gen(79),
+                                            with_confidence=True)
+        out.append(impl.generate_recorded(target, draft, prompt, 9, temperature, _gen(80), gamma=gamma,
+                                          sps=lambda b: 1.0 / (1 + 0.1 * b)))
+    return out
+
+
 PROBES: dict[type, Callable[[Any], list]] = {
     c.StepSampler: _probe_step_sampler,
     c.NoiseStepSampler: _probe_noise_step_sampler,
@@ -422,6 +434,7 @@ PROBES: dict[type, Callable[[Any], list]] = {
     c.PrefixScheduler: _probe_scheduler,
     c.ProductionScheduler: _probe_production_scheduler,
     c.SpeculativeLoop: _probe_speculative,
+    c.SpeculativeLoopRecord: _probe_speculative_record,
     c.SpeculativeRound: _probe_speculative_round,
 }
 
