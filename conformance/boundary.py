@@ -579,6 +579,26 @@ class _ValidatingSpeculativeLoop(_Validating):
         return out
 
 
+class _ValidatingSpeculativeLoopRecord(_Validating):
+    capability = c.SpeculativeLoopRecord
+
+    def generate_recorded(self, target, draft, prompt, max_new_tokens, *args, **kwargs):
+        where = self._where("generate_recorded")
+        out = self._impl.generate_recorded(target, draft, prompt, max_new_tokens, *args, **kwargs)
+        names = ("tokens", "accept_lengths", "verify_lengths", "draft_tokens", "confidences")
+        tokens, taus, lengths, drafts, confidences = _pair(where, out, names)
+        gamma = kwargs.get("gamma")
+        rows, device, block = prompt.shape[0], prompt.device, draft.gamma if gamma is None else gamma
+        _ints(rows, max_new_tokens, device=device, values=Ids(0, target.vocab_size)).check(where, tokens, "tokens")
+        _ints(rows, "rounds", device=device, values=Counts(0, block + 1)).check(where, taus, "accept_lengths")
+        rounds = taus.shape[1]
+        _ints(rows, rounds, device=device, values=Counts(0, block)).check(where, lengths, "verify_lengths")
+        _ints(rows, rounds, block, device=device, values=Ids(0, target.vocab_size)).check(where, drafts,
+                                                                                        "draft_tokens")
+        Expected((), (rows, rounds, block), device, Probabilities()).check(where, confidences, "confidences")
+        return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Laws:
     """Probability vectors over the last axis: entries in ``[0, 1]``, no NaN, each summing
@@ -646,7 +666,7 @@ _VALIDATORS: dict[type, type[_Validating]] = {
         _ValidatingSimulatedAcceptance, _ValidatingSimulatedAcceptanceBatch, _ValidatingSimulatedBonus,
         _ValidatingConfidence, _ValidatingPrefixScheduler,
         _ValidatingProductionScheduler,
-        _ValidatingSpeculativeLoop, _ValidatingSpeculativeRound,
+        _ValidatingSpeculativeLoop, _ValidatingSpeculativeLoopRecord, _ValidatingSpeculativeRound,
     )
 }
 

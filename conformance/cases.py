@@ -86,6 +86,8 @@ SPEC_CLAUSES: dict[str, str] = {
     "S9.greedy": "greedy speculative output equals greedy decoding",
     "S9.law": "sampled sequences follow the target's law",
     "S9.tau": "tau counts the anchor-first slot 0",
+    "S9.schedule": "scheduled loop: each round's verify lengths are Algorithm 1 on that round's own block "
+                   "confidences (not a stale buffer's)",
     "S9.tau-expected": "mean tau and verify length match the SPEC's expectation for target, draft, T, scheduler",
     "S9.round": "the engine's drafter feeds its verifier: committed tokens follow the (truncated) target law",
     "S9.round-handoff": "the q handed to the verifier is the law the drafts were drawn from",

@@ -65,6 +65,7 @@ __all__ = [
     "PrefixScheduler",
     "ProductionScheduler",
     "SpeculativeLoop",
+    "SpeculativeLoopRecord",
     "SpeculativeRound",
     "CAPABILITIES",
     "Inconclusive",
@@ -849,6 +850,44 @@ class SpeculativeLoop(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
+@runtime_checkable
+class SpeculativeLoopRecord(Protocol):
+    """SPEC S8 in the S9 loop: the scheduled loop of :class:`SpeculativeLoop`, with what
+    each round drafted and what its scheduler read, so the suite can check each round's
+    verify lengths against Algorithm 1 on that round's own confidences.
+
+    ``generate_recorded(target, draft, prompt[B, n] i64, max_new_tokens, temperature,
+    generator, *, gamma=None, sps) -> (tokens, accept_lengths, verify_lengths, draft_tokens[B,
+    rounds, gamma] i64 in [0, target.vocab_size), confidences[B, rounds, gamma] float in [0,
+    1])``, all on the prompt's device.
+
+    * Arguments, ``tokens``, ``accept_lengths`` and ``verify_lengths`` as
+      :meth:`SpeculativeLoop.generate` with the scheduler on (``sps`` required); ``draft``
+      has a confidence head.
+    * ``draft_tokens[:, i]``: the block round ``i`` drafted (its first ``tau - 1`` are the
+      accepted drafts the round committed); ``confidences[:, i]``: the confidences the
+      scheduler read in round ``i``, which SPEC S8 asks to be the draft's confidences of
+      that round's own block (anchor, block hidden states and ``draft_tokens[:, i]``).
+      Rows that have finished may hold anything there.
+    * A capability of its own, so that loops that cannot expose their rounds still offer
+      :class:`SpeculativeLoop`; one that does not offer it gets the S9 schedule cases
+      skipped, naming it.
+    """
+
+    def generate_recorded(
+        self,
+        target: Any,
+        draft: Any,
+        prompt: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float,
+        generator: torch.Generator,
+        *,
+        gamma: int | None = None,
+        sps: Callable[[int], float],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+
 # --------------------------------------------------------------------------- S9 round
 @runtime_checkable
 class SpeculativeRound(Protocol):
@@ -930,5 +969,6 @@ CAPABILITIES: tuple[type, ...] = (
     PrefixScheduler,
     ProductionScheduler,
     SpeculativeLoop,
+    SpeculativeLoopRecord,
     SpeculativeRound,
 )

@@ -7,7 +7,8 @@ that token is the first anchor (paper Figure 1). Then each round, for every row:
    target's hidden state of the token before the anchor injected) and ``sample_block``
    draws ``gamma`` draft tokens ``x_1..x_gamma`` through the Markov head (SPEC S1-S3);
 2. schedule (optional): the confidence head scores the block and ``schedule_prefixes``
-   picks a verify length ``l <= gamma`` per row from an SPS curve (SPEC S7, S8);
+   picks a verify length ``l <= gamma`` per row from an SPS curve (SPEC S7, S8), reading
+   the confidences of this round's own block;
 3. verify: one target pass over context + drafts gives the logits at the ``gamma + 1``
    verify slots (slot 0 is the anchor's position and predicts ``x_1``; slot ``j`` follows
    ``x_j``); ``chain_verify`` (``greedy_verify`` when greedy) accepts a prefix, capped at
@@ -16,8 +17,8 @@ that token is the first anchor (paper Figure 1). Then each round, for every row:
    the last verified draft); that token is the next anchor.
 
 Each step a variant may replace is one method of :class:`RoundSteps` (the draft sampler,
-the proposal, the verify length, the q handed to the verifier, the anchor, the commit, the
-reported ``tau``);
+the proposal, the confidences the scheduler reads, the verify length, the q handed to the
+verifier, the anchor, the commit, the reported ``tau``);
 ``speculative_generate(..., steps=...)`` runs the loop with a subclass of it.
 
 Acceptance length: ``tau = accepted + 1`` tokens committed per round, counting slot 0; so
@@ -87,12 +88,18 @@ class SpecResult:
         verify_lengths: ``[B, rounds]`` int64 drafts sent to verification (``gamma``, or
             the scheduler's ``l``); 0 once the row has finished.
         rounds: number of draft-verify rounds run.
+        draft_tokens: ``[B, rounds, gamma]`` int64 the block each round drafted (finished
+            rows draft too; their blocks are not verified).
+        confidences: ``[B, rounds, gamma]`` float64 the confidences the scheduler read each
+            round, or None without a scheduler.
     """
 
     tokens: Tensor
     accept_lengths: Tensor
     verify_lengths: Tensor
     rounds: int
+    draft_tokens: Tensor
+    confidences: Tensor | None
 
 
 class RoundSteps:
@@ -129,15 +136,22 @@ class RoundSteps:
         block = draft.block(context_hidden, anchor, gamma)
         return block, sample_block(draft.markov_head, block.base_logits, anchor, block.hidden, sampler)
 
-    def verify_limit(self, draft: DraftModel, block: object, anchor: Tensor, drafted: BlockSample,
-                     active: Tensor, gamma: int, scheduler: SPSCurve | None) -> Tensor:
+    def scheduler_confidences(self, draft: DraftModel, block: object, anchor: Tensor,
+                              drafted: BlockSample) -> Tensor:
+        """``[B, gamma]`` float64 confidences the prefix scheduler reads this round: the
+        draft's confidences of this round's own block (SPEC S7, S8), ``draft.confidences(
+        block.hidden, anchor, drafted.tokens)``."""
+        return draft.confidences(block.hidden, anchor, drafted.tokens).double()
+
+    def verify_limit(self, draft: DraftModel, confidences: Tensor | None, active: Tensor, gamma: int,
+                     scheduler: SPSCurve | None) -> Tensor:
         """``[B]`` int64 drafts each row verifies this round: ``gamma`` without a scheduler;
-        else the prefix scheduler's lengths (SPEC S8) on the draft's confidences, over the
-        ``active [B]`` rows only (finished rows leave the batch the scheduler sees; they get 0)."""
-        limit = torch.full(anchor.shape, gamma, dtype=torch.int64, device=anchor.device)
+        else the prefix scheduler's lengths (SPEC S8) on ``confidences [B, gamma]`` (from
+        :meth:`scheduler_confidences`; None without a scheduler), over the ``active [B]`` rows
+        only (finished rows leave the batch the scheduler sees; they get 0)."""
+        limit = torch.full(active.shape, gamma, dtype=torch.int64, device=active.device)
         if scheduler is None:
             return limit
-        confidences = draft.confidences(block.hidden, anchor, drafted.tokens)
         limit = torch.zeros_like(limit)
         limit[active] = schedule_prefixes(confidences[active], scheduler)
         return limit
@@ -241,7 +255,7 @@ def speculative_generate(
     slots = torch.arange(gamma + 1, device=device)
     sampler = steps.draft_sampler(temps, greedy_mask, generator)
 
-    taus, verified = [], []
+    taus, verified, blocks, read = [], [], [], []
     while bool((lengths < end).any()):
         active = lengths < end
         # 1. draft
@@ -249,7 +263,8 @@ def speculative_generate(
         block, drafted = steps.propose(draft, context_hidden, anchor, gamma, sampler)
 
         # 2. schedule
-        limit = steps.verify_limit(draft, block, anchor, drafted, active, gamma, scheduler)
+        confidences = None if scheduler is None else steps.scheduler_confidences(draft, block, anchor, drafted)
+        limit = steps.verify_limit(draft, confidences, active, gamma, scheduler)
 
         # 3. verify
         seq[row_ids[:, None], lengths[:, None] + slots[:gamma]] = drafted.tokens
@@ -272,16 +287,22 @@ def speculative_generate(
         lengths = lengths + committed
         taus.append(steps.reported_tau(result, active))
         verified.append(torch.where(active, limit, 0))
+        blocks.append(drafted.tokens)
+        read.append(confidences)
 
     return SpecResult(
-        seq[:, prompt_len:end], _per_round(taus, rows, device), _per_round(verified, rows, device), len(taus)
+        seq[:, prompt_len:end], _per_round(taus, rows, device), _per_round(verified, rows, device), len(taus),
+        _per_round(blocks, rows, device, gamma),
+        None if scheduler is None else _per_round(read, rows, device, gamma, dtype=torch.float64),
     )
 
 
-def _per_round(values: list[Tensor], rows: int, device: torch.device) -> Tensor:
-    """Stack per-round ``[B]`` values into ``[B, rounds]`` (``[B, 0]`` when no round ran)."""
+def _per_round(values: list[Tensor], rows: int, device: torch.device, *width: int,
+               dtype: torch.dtype = torch.int64) -> Tensor:
+    """Stack per-round ``[B, *width]`` values into ``[B, rounds, *width]`` (``rounds = 0`` when
+    no round ran)."""
     if not values:
-        return torch.zeros(rows, 0, dtype=torch.int64, device=device)
+        return torch.zeros(rows, 0, *width, dtype=dtype, device=device)
     return torch.stack(values, dim=1)
 
 

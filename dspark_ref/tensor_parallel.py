@@ -14,7 +14,8 @@ rank profiles itself). The reference avoids both:
 
 ``group`` is any object with ``rank``, ``world_size`` and ``broadcast(tensor, src)`` (in
 place, collective: every rank calls it), e.g. a wrapper of ``torch.distributed``. Each step
-a variant may replace is one method of :class:`TPSteps`.
+a variant may replace is one method of :class:`TPSteps` (the plan, the round's parts, the
+verification of the rows that share a verify length).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dspark_ref._checks import FLOAT_DTYPES, INT_DTYPES, check_tensor
 from dspark_ref.markov import MarkovHead
 from dspark_ref.scheduler import schedule_prefixes
 from dspark_ref.speculative_round import RoundParts, draft_and_verify
-from dspark_ref.verify import chain_verify
+from dspark_ref.verify import VerifyResult, chain_verify
 
 __all__ = ["TPRoundResult", "TPSteps", "tp_round"]
 
@@ -65,6 +66,17 @@ class TPSteps:
         """The round's steps on this rank, given the rank's own ``generator``: the SPEC's,
         which draw from the request's seed only and never read ``generator``."""
         return RoundParts()
+
+    def verify(self, generator: torch.Generator | None, draft_tokens: Tensor, target_logits: Tensor,
+               temperatures: Tensor, greedy_mask: Tensor, seeds: Tensor, positions: Tensor,
+               draft_probs: Tensor) -> VerifyResult:
+        """Chain verification (SPEC S5) of the rows that share one verify length ``l``:
+        ``draft_tokens [R, l]``, ``target_logits [R, l + 1, V]``, ``draft_probs [R, l, V]``,
+        ``temperatures`` / ``greedy_mask`` / ``seeds`` / ``positions`` ``[R]``. Every draw comes
+        from the request's seed, rows with ``l = 0`` (which emit their draw from ``p_1``)
+        included; the rank's own ``generator`` is never read."""
+        return chain_verify(draft_tokens, target_logits, None, temperatures, greedy_mask, seeds=seeds,
+                            positions=positions, draft_probs=draft_probs)
 
 
 @torch.no_grad()
@@ -121,9 +133,9 @@ def tp_round(
     tokens = torch.full((rows, gamma + 1), -1, dtype=torch.int64, device=base_logits.device)
     for length in sorted(set(lengths.tolist())):
         picked = (lengths == length).nonzero()[:, 0]
-        result = chain_verify(block.draft_tokens[picked, :length], target_logits[picked, : length + 1], None,
-                              temperatures[picked], greedy_mask[picked], seeds=seeds[picked],
-                              positions=positions[picked], draft_probs=q[picked, :length])
+        result = steps.verify(generator, block.draft_tokens[picked, :length], target_logits[picked, : length + 1],
+                              temperatures[picked], greedy_mask[picked], seeds[picked], positions[picked],
+                              q[picked, :length])
         accepted[picked] = result.accepted
         tokens[picked, : length + 1] = result.tokens
     return TPRoundResult(block.draft_tokens, lengths, accepted, tokens)

@@ -505,6 +505,29 @@ def test_S9_generate_bounds_lengths_by_the_gamma_in_use():
           "with values in [0, 2]", *LOOP_ARGS, gamma=2)
 
 
+RECORD = (torch.zeros(2, 5, dtype=I64), TAUS.clamp(max=3), LENGTHS, torch.zeros(2, 3, 3, dtype=I64),
+          torch.full((2, 3, 3), 0.5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("value, message", [
+    (RECORD[:3] + (torch.full((2, 3, 3), 6, dtype=I64), RECORD[4]), "SpeculativeLoopRecord.generate_recorded "
+     "returned draft_tokens int64 [2, 3, 3] with ids in [6, 6], expected draft_tokens int64 [2, 3, 3] on cpu with "
+     "ids in [0, 6)"),
+    (RECORD[:4] + (torch.full((2, 3, 3), 1.5, dtype=torch.float64),), "returned confidences float64 [2, 3, 3] with "
+     "values in [1.5, 1.5], expected confidences a floating dtype [2, 3, 3] on cpu with values in [0, 1]"),
+    (RECORD[:4] + (torch.full((2, 2, 3), 0.5),), "returned confidences float32 [2, 2, 3], expected confidences a "
+     "floating dtype [2, 3, 3]"),
+    (RECORD[:3], "returned tuple of 3, expected a tuple (tokens, accept_lengths, verify_lengths, draft_tokens, "
+     "confidences)"),
+], ids=["draft-id-at-vocab", "confidence-above-1", "rounds-differ", "three-outputs"])
+def test_S9_generate_recorded_rejects(value, message):
+    fails(c.SpeculativeLoopRecord, "generate_recorded", value, message, *LOOP_ARGS, sps=lambda b: 1.0)
+
+
+def test_S9_generate_recorded_passes_a_well_formed_record():
+    passes(c.SpeculativeLoopRecord, "generate_recorded", RECORD, *LOOP_ARGS, sps=lambda b: 1.0)
+
+
 # ----------------------------------------------------------------------------- end to end
 def test_S3_law_case_names_a_float_step_sampler_one_row_too_long(tmp_path):
     """Issue 12: through the main job, a StepSampler returning float ids one row too long

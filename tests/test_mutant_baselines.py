@@ -218,6 +218,8 @@ def _probe_chain_verifier(impl) -> list:
     leading_zero[:, :, 0] = -math.inf
     out.append(impl.verify(drafts, leading_zero, zero_q, temps, top_k, accept_uniforms=torch.zeros_like(accept),
                            final_uniforms=torch.zeros_like(final)))
+    out.append(impl.verify(drafts, _near_ties(target), draft, temps, top_k, accept_uniforms=accept,
+                           final_uniforms=final))
     out.append(_explicit_draw_edges(impl))
     return out
 
@@ -235,6 +237,14 @@ def _explicit_draw_edges(impl):
     finals = torch.tensor([below_one, 0.5, 0.05, 0.5 + 1e-9], dtype=torch.float64)
     return impl.verify(torch.zeros(4, 1, dtype=torch.int64), target, draft, torch.ones(4),
                        torch.full((4,), 50), accept_uniforms=coins, final_uniforms=finals)
+
+
+def _near_ties(logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` with ids 0 and 1 above the rest at every position, 8 and 8 + 2^-6: a float32
+    argmax of 1 that bfloat16 (spacing 2^-4 on [8, 16)) merges into a tie (argmax 0)."""
+    ties = logits.clone()
+    ties[..., 0], ties[..., 1] = 8.0, 8.0 + 2.0**-6
+    return ties
 
 
 def _truncations(rows: int, vocab: int):
@@ -295,17 +305,18 @@ def _probe_greedy_verifier(impl) -> list:
     out.append(impl.verify_greedy(sentinel, target))
     ties = torch.randint(0, 2, (3, l + 1, 8), generator=_gen(34)).float()
     out.append(impl.verify_greedy(torch.zeros(3, l, dtype=torch.int64), ties))
+    out.append(impl.verify_greedy(drafts, _near_ties(target)))
     return out
 
 
 class _ProbeRank1:
-    """Rank 1 of a pretend two-rank group whose rank 0 planned verify lengths of 1 everywhere."""
+    """Rank 1 of a pretend two-rank group whose rank 0 planned verify lengths 1, 0, 1, 0, ..."""
 
     rank = rank_in_group = 1
     world_size = 2
 
     def broadcast(self, tensor, src=0):
-        tensor.fill_(1)
+        tensor.copy_(torch.arange(len(tensor)) % 2 == 0)
 
 
 def _probe_tensor_parallel_round(impl) -> list:
@@ -409,6 +420,18 @@ def _probe_speculative(impl) -> list:
     return out
 
 
+def _probe_speculative_record(impl) -> list:
+    target = tiny_models.TinyTargetLM(12, 8, generator=_gen(77))
+    prompt = torch.randint(0, 12, (3, 2), generator=_gen(78))
+    out = []
+    for head_type, temperature, gamma in (("gated", 0.0, None), ("rnn", 1.0, 2)):
+        draft = tiny_models.TinyDSparkDraft(target, gamma=3, markov_head_type=head_type, generator=_gen(79),
+                                            with_confidence=True)
+        out.append(impl.generate_recorded(target, draft, prompt, 9, temperature, _gen(80), gamma=gamma,
+                                          sps=lambda b: 1.0 / (1 + 0.1 * b)))
+    return out
+
+
 PROBES: dict[type, Callable[[Any], list]] = {
     c.StepSampler: _probe_step_sampler,
     c.NoiseStepSampler: _probe_noise_step_sampler,
@@ -429,6 +452,7 @@ PROBES: dict[type, Callable[[Any], list]] = {
     c.PrefixScheduler: _probe_scheduler,
     c.ProductionScheduler: _probe_production_scheduler,
     c.SpeculativeLoop: _probe_speculative,
+    c.SpeculativeLoopRecord: _probe_speculative_record,
     c.SpeculativeRound: _probe_speculative_round,
 }
 

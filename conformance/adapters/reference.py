@@ -432,6 +432,24 @@ class SpeculativeLoop:
         return result.tokens, result.accept_lengths, result.verify_lengths
 
 
+class SpeculativeLoopRecord:
+    """SPEC S8 in the S9 loop: :func:`dspark_ref.speculative.speculative_generate` with its
+    per-round record (the drafted blocks, the confidences the scheduler read). ``steps`` as
+    :class:`SpeculativeLoop`."""
+
+    def __init__(self, steps: speculative.RoundSteps | None = None) -> None:
+        self.steps = steps
+
+    def generate_recorded(self, target, draft, prompt, max_new_tokens, temperature, generator, *, gamma=None, sps):
+        result = speculative.speculative_generate(
+            target, draft, prompt, max_new_tokens, temperature=temperature,
+            greedy=temperature < TEMPERATURE_FLOOR, gamma=gamma, scheduler=sps, generator=generator,
+            steps=self.steps,
+        )
+        return (result.tokens, result.accept_lengths, result.verify_lengths, result.draft_tokens,
+                result.confidences)
+
+
 class SpeculativeRound:
     """SPEC S9 one round through :func:`dspark_ref.speculative_round.draft_and_verify`:
     the reference drafter (truncating, ``Conventions.draft_truncates``) hands its laws to
@@ -478,6 +496,7 @@ def capabilities() -> dict[type, Any]:
         c.PrefixScheduler: PrefixScheduler(),
         c.ProductionScheduler: ProductionScheduler(),
         c.SpeculativeLoop: SpeculativeLoop(),
+        c.SpeculativeLoopRecord: SpeculativeLoopRecord(),
         c.SpeculativeRound: SpeculativeRound(),
     }
 

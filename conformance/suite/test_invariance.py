@@ -5,6 +5,11 @@
   draw) give bit-identical results alone, inside the whole batch, in a permuted batch and
   in chunks, with per-row temperatures, greedy flags and caps differing; a second call
   with the same seeds repeats the first.
+* Near ties: greedy rows (``GreedyVerifier``; greedy rows of a ``ChainVerifier`` batch) whose
+  maxima are float32 near ties that bfloat16 merges, and sampling rows whose first coin sits
+  just below the float32 ``p(x) / q(x)`` of such logits, are bit-identical alone and in any
+  batch and equal the float32 / float64 oracle: a lower-precision or batch-dependent
+  reduction flips them.
 * Inputs unmodified: every tensor handed to ``ChainVerifier``, ``GreedyVerifier``,
   ``TruncatedChainVerifier``, ``StepSampler``, ``NoiseStepSampler`` and ``MarkovBlock`` is
   snapshot before the call and compared bit for bit after it.
@@ -216,6 +221,142 @@ def test_S5_greedy_rows_in_mixed_chain_batch(case, require, dspark_adapter, dspa
         got = whole[1][b, : int(whole[0][b]) + 1].tolist()
         assert (int(whole[0][b]), got) == (exp_acc, exp_tokens), (
             f"{case.id}: greedy row {row}: expected {exp_acc}, {exp_tokens}; got {int(whole[0][b])}, {got}"
+        )
+
+
+# --------------------------------------------------------------------------- near ties
+#: bfloat16 keeps 8 significant bits: on [2, 4) its spacing is 2^-6, so the float32 logit
+#: ``NEAR_TIE_TOP + NEAR_TIE_GAP`` (a quarter of that spacing above the bfloat16 value
+#: ``NEAR_TIE_TOP``) rounds back to it, and every other logit here is a multiple of 1/8 in
+#: [-2, 2), which bfloat16 holds exactly: only the near tie moves under a bfloat16 cast.
+NEAR_TIE_TOP = 3.0
+NEAR_TIE_GAP = 2.0**-8
+#: Relative distance of a boundary coin below the float32 ratio ``p(x) / q(x)``: far above
+#: float32 rounding (~1e-6), far below what a bfloat16 cast of the near tie moves the ratio
+#: (>= 2^-8 (1 - p(x)) / T, checked per row).
+COIN_MARGIN = 2.0**-12
+# (temperature, top_k) of the near-tie cases: powers of two, so L / T stays exact.
+NEAR_TIE_KINDS = ((1.0, TOP_K_OFF), (0.5, TOP_K_OFF), (0.0, 1))
+
+
+def _near_tie_logits(rows: int, positions: int, vocab: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits [rows, positions, vocab] f32, winner [rows, positions] i64)``: at every position a
+    pair of ids ``i < j`` with ``L_i = NEAR_TIE_TOP`` and ``L_j = NEAR_TIE_TOP + NEAR_TIE_GAP``, the
+    rest multiples of 1/8 in [-2, 2). The float32 argmax is ``j`` (the winner); in bfloat16 the
+    two tie and the lowest-index argmax is ``i``: a lower-precision argmax flips to ``i``."""
+    logits = torch.randint(-16, 16, (rows, positions, vocab), generator=gen).float() / 8
+    pairs = torch.stack([torch.randperm(vocab, generator=gen)[:2] for _ in range(rows * positions)])
+    low, high = pairs.sort(dim=1).values.reshape(rows, positions, 2).unbind(-1)
+    logits.scatter_(-1, low[..., None], NEAR_TIE_TOP)
+    logits.scatter_(-1, high[..., None], NEAR_TIE_TOP + NEAR_TIE_GAP)
+    assert torch.equal(logits.argmax(-1), high) and torch.equal(logits.bfloat16().float().argmax(-1), low), (
+        "case design: the float32 argmax must be the near tie's higher id and the bfloat16 one its lower id"
+    )
+    return logits, high
+
+
+NEAR_TIE_GREEDY = case("S5/invariance/greedy-near-ties-any-batch", "GreedyVerifier on near ties that bfloat16 merges "
+                       "(float32 argmax the higher id, bfloat16 the lower): whole batch = each row alone = permuted = "
+                       "chunks, each row against the float32 argmax", ("S5.invariance", "S5.greedy-verify"))
+
+
+@pytest.mark.parametrize("case", [NEAR_TIE_GREEDY], ids=case_id)
+def test_S5_greedy_near_ties_batch_invariant(case, require, dspark_device, case_seed):
+    """Every position's maximum is a near tie (:func:`_near_tie_logits`); drafts follow the
+    float32 argmax 80% of the time, so long accepted runs and the bonus both meet a near tie.
+    A verifier whose argmax runs in a lower precision, or one that changes with the batch,
+    disagrees with itself alone or with the argmax oracle."""
+    iut = require(GreedyVerifier)
+    gen, rows, l, vocab = _gen(case_seed), 40, 4, 12
+    target, best = _near_tie_logits(rows, l + 1, vocab, gen)
+    drafts = torch.where(torch.rand(rows, l, generator=gen) < 0.8, best[:, :l], torch.randint(vocab, (rows, l),
+                                                                                              generator=gen))
+    x = {"drafts": drafts, "target": target}
+
+    def verify(part: dict):
+        part = _on(dspark_device, part)
+        return _call("GreedyVerifier", iut.verify_greedy, part["drafts"], part["target"], None)
+
+    _check_invariance(case.id, verify, x, gen)
+    accepted, tokens = verify(x)
+    for b in range(rows):
+        exp_acc, exp_tokens, _ = oracle.greedy_round(drafts[b].tolist(), target[b].double().numpy())
+        got = tokens[b, : int(accepted[b]) + 1].tolist()
+        assert (int(accepted[b]), got) == (exp_acc, exp_tokens), (
+            f"{case.id}: row {b}: expected {exp_acc}, {exp_tokens} (float32 argmax of near ties); got "
+            f"{int(accepted[b])}, {got}"
+        )
+
+
+NEAR_TIE_CHAIN = case("S5/invariance/near-ties-mixed-chain-explicit", "ChainVerifier, explicit uniforms, greedy and "
+                      "sampling rows on near ties that bfloat16 merges, each sampling row's first coin just below its "
+                      "float32 p(x) / q(x): whole batch = each row alone = permuted = chunks = the float64 replay",
+                      ("S5.invariance", "S5.mixed", "S5.greedy-verify"))
+
+
+def _near_tie_chain_inputs(adapter, rows: int, l: int, vocab: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """Near-tie target logits (:func:`_near_tie_logits`); draft logits multiples of 1/8, the
+    first draft of a sampling row the near tie's winner with draft logit ``NEAR_TIE_TOP + 1``
+    (so ``q(x) > p(x)``), its coin ``COIN_MARGIN`` below ``p(x) / q(x)`` (float64 of the float32
+    logits): accepted in float32, rejected once the near tie is rounded to bfloat16 (checked)."""
+    target, best = _near_tie_logits(rows, l + 1, vocab, gen)
+    draft_logits = torch.randint(-16, 16, (rows, l, vocab), generator=gen).float() / 8
+    kinds = torch.arange(rows) % len(NEAR_TIE_KINDS)
+    temps = torch.tensor([NEAR_TIE_KINDS[k][0] for k in kinds.tolist()])
+    top_k = torch.tensor([NEAR_TIE_KINDS[k][1] for k in kinds.tolist()], dtype=torch.int64)
+    greedy = _declared_greedy(adapter, temps, top_k)
+    drafts = torch.where(torch.rand(rows, l, generator=gen) < 0.8, best[:, :l], torch.randint(vocab, (rows, l),
+                                                                                              generator=gen))
+    drafts[~greedy, 0] = best[~greedy, 0]
+    draft_logits[~greedy, 0] = draft_logits[~greedy, 0].scatter(-1, best[~greedy, :1], NEAR_TIE_TOP + 1)
+    coins = torch.rand(rows, l, dtype=F64, generator=gen)
+    for b in (~greedy).nonzero().flatten().tolist():
+        x, temp = int(drafts[b, 0]), float(temps[b])
+
+        def ratio(t: torch.Tensor) -> float:
+            p = oracle.step_law(t[b, 0].double().numpy(), temp, False)
+            return float(p[x] / oracle.step_law(draft_logits[b, 0].double().numpy(), temp, False)[x])
+
+        exact, rounded = ratio(target), ratio(target.bfloat16().float())
+        coins[b, 0] = exact * (1 - COIN_MARGIN)
+        assert rounded < exact * (1 - 2 * COIN_MARGIN) and exact < 1, (
+            f"case design: row {b}: p(x) / q(x) = {exact} in float32, {rounded} in bfloat16; the coin must split them"
+        )
+    return {"drafts": drafts, "target": target, "draft_logits": draft_logits, "temps": temps, "top_k": top_k,
+            "accept_uniforms": coins, "final_uniforms": torch.rand(rows, dtype=F64, generator=gen)}
+
+
+@pytest.mark.parametrize("case", [NEAR_TIE_CHAIN], ids=case_id)
+def test_S5_chain_near_ties_batch_invariant(case, require, dspark_adapter, dspark_device, case_seed):
+    """Greedy rows meet a near tie at every position; each sampling row accepts its first
+    draft by a relative margin of ``COIN_MARGIN`` that a bfloat16 rounding of the near tie
+    reverses. Exact against the float64 replay (SPEC S0: explicit uniforms fix the result)."""
+    iut = require(ChainVerifier)
+    gen, rows, l, vocab = _gen(case_seed), 42, 2, 12
+    x = _near_tie_chain_inputs(dspark_adapter, rows, l, vocab, gen)
+
+    def verify(part: dict):
+        part = _on(dspark_device, part)
+        return _call("ChainVerifier: explicit uniforms", iut.verify, part["drafts"], part["target"],
+                     part["draft_logits"], part["temps"], part["top_k"], accept_uniforms=part["accept_uniforms"],
+                     final_uniforms=part["final_uniforms"])
+
+    _check_invariance(case.id, verify, x, gen)
+    accepted, tokens = verify(x)
+    greedy = _declared_greedy(dspark_adapter, x["temps"], x["top_k"])
+    for b in range(rows):
+        args = (x["drafts"][b].tolist(), x["target"][b].double().numpy())
+        if bool(greedy[b]):
+            exp_acc, exp_tokens, _ = oracle.greedy_round(*args)
+        else:
+            exp_acc, exp_tokens, _ = oracle.replay_round(*args, x["draft_logits"][b].double().numpy(),
+                                                         float(x["temps"][b]), False,
+                                                         x["accept_uniforms"][b].tolist(),
+                                                         float(x["final_uniforms"][b]))
+        got = tokens[b, : int(accepted[b]) + 1].tolist()
+        assert (int(accepted[b]), got) == (exp_acc, exp_tokens), (
+            f"{case.id}: row {b} (T {float(x['temps'][b])}, greedy {bool(greedy[b])}): expected {exp_acc}, "
+            f"{exp_tokens}; got {int(accepted[b])}, {got}"
         )
 
 

@@ -1,11 +1,11 @@
 """Conformance tests for SPEC S8: the hardware-aware prefix scheduler (paper Algorithm 1).
 
-Covers: the IUT's lengths against an oracle of Algorithm 1 written here in plain Python
-from the paper's text, on generated cases (R in 1..8, gamma in 1..7, confidences with ties
-and zeros, SPS tables decaying smoothly or jagged); ties admitted in prefix order; a tie in
-Theta is not an improvement; the early stop; and losslessness on the paper's Appendix A
-construction, exactly (enumeration with fractions) and by sampling the process through the
-IUT. Everything reaches the implementation through
+Covers: the IUT's lengths against an oracle of Algorithm 1 in plain Python from the paper's
+text (:mod:`conformance.suite.support.prefix_schedule`), on generated cases (R in 1..8,
+gamma in 1..7, confidences with ties and zeros, SPS tables decaying smoothly or jagged);
+ties admitted in prefix order; a tie in Theta is not an improvement; the early stop; and
+losslessness on the paper's Appendix A construction, exactly (enumeration with fractions)
+and by sampling the process through the IUT. Everything reaches the implementation through
 :class:`~conformance.contract.PrefixScheduler`.
 
 The production variant (SPEC S8's last paragraph, :class:`~conformance.contract.ProductionScheduler`)
@@ -41,6 +41,7 @@ from conformance import stats
 from conformance.cases import case, case_id
 from conformance.contract import PrefixScheduler, ProductionScheduler
 from conformance.suite.support import production_schedule as production
+from conformance.suite.support.prefix_schedule import algorithm_1, candidate_path, check_against_oracle, survival
 
 INSTANCES = 200
 SPS_QUANTUM = 4096
@@ -48,79 +49,6 @@ SIXTEENTHS = [k / 16 for k in range(17)] + [0.0, 1.0] * 3  # extra zeros and one
 POSITIVE_SIXTEENTHS = [k / 16 for k in range(1, 17)]
 HALVES = [0.0, 0.5, 1.0, 1.0]
 APPENDIX_A_SPS = [1.0, 0.5, 0.45]
-
-
-# ----------------------------------------------------------------------------- oracle
-def _survival(conf: list[list[float]]) -> list[list[float]]:
-    """Algorithm 1 lines 1-3: ``a[r][j] = prod_{i<=j} c[r][i]``, multiplied left to right."""
-    survival = []
-    for row in conf:
-        acc, prefix = 1.0, []
-        for c in row:
-            acc *= c
-            prefix.append(acc)
-        survival.append(prefix)
-    return survival
-
-
-def _path(survival: list[list[float]]) -> list[tuple[int, int]]:
-    """Algorithm 1 line 4: candidates ``(r, j)`` (0-based j) with ``a > 0``, ``a`` descending;
-    ties in row-major order, one of the orders SPEC S8 allows."""
-    return sorted(
-        ((r, j) for r, row in enumerate(survival) for j, a in enumerate(row) if a > 0),
-        key=lambda rj: (-survival[rj[0]][rj[1]], rj[0], rj[1]),
-    )
-
-
-def _algorithm_1(conf: list[list[float]], sps: list[float]):
-    """Paper Algorithm 1, line by line. Returns (admitted count, survival, path, Theta trace).
-
-    Lines 5-15: from ``B = R``, ``tau = R``, ``best = R * SPS(R)``, admit path candidates
-    while ``Theta = tau * SPS(B)`` strictly rises; break at the first that does not.
-    """
-    survival = _survival(conf)
-    path = _path(survival)
-    batch, tau = len(conf), float(len(conf))
-    best, count, thetas = tau * sps[batch - 1], 0, [tau * sps[batch - 1]]
-    for admitted, (r, j) in enumerate(path, start=1):
-        batch, tau = batch + 1, tau + survival[r][j]
-        thetas.append(tau * sps[batch - 1])
-        if thetas[-1] > best:
-            best, count = thetas[-1], admitted
-        else:
-            break
-    return count, survival, path, thetas
-
-
-def _oracle_lengths(path, count: int, rows: int) -> list[int]:
-    lengths = [0] * rows
-    for r, j in path[:count]:
-        lengths[r] = j + 1
-    return lengths
-
-
-def _check_against_oracle(case, index: int, conf, sps, lengths: torch.Tensor) -> None:
-    """The IUT's lengths admit Algorithm 1's count of draft tokens, as a top set in prefix order."""
-    count, survival, path, _ = _algorithm_1(conf, sps)
-    rows, gamma = len(conf), len(conf[0])
-    where = (f"{case.id} instance {index}: confidences {conf}, SPS {sps}; Algorithm 1 admits "
-             f"{count} draft tokens, e.g. lengths {_oracle_lengths(path, count, rows)}")
-    assert lengths.dtype == torch.int64 and tuple(lengths.shape) == (rows,), (
-        f"{where}; expected int64 lengths of shape ({rows},), got {lengths.dtype} {tuple(lengths.shape)}"
-    )
-    got = lengths.cpu().tolist()
-    for r, length in enumerate(got):
-        assert 0 <= length <= gamma and (length == 0 or survival[r][length - 1] > 0), (
-            f"{where}; got lengths {got}: request {r} verifies {length} draft tokens, beyond its "
-            f"block or a zero-survival position"
-        )
-    assert sum(got) == count, f"{where}; got lengths {got} admitting {sum(got)}"
-    admitted = [survival[r][j] for r in range(rows) for j in range(got[r])]
-    passed_over = [survival[r][j] for r in range(rows) for j in range(got[r], gamma) if survival[r][j] > 0]
-    assert not admitted or not passed_over or min(admitted) >= max(passed_over), (
-        f"{where}; got lengths {got}, which pass over a candidate of survival {max(passed_over)} "
-        f"while admitting one of {min(admitted)}"
-    )
 
 
 # ----------------------------------------------------------------------------- generated instances
@@ -154,11 +82,11 @@ def _confidences(rng: random.Random, rows: int, gamma: int, values: list[float])
 
 def _taus(conf) -> tuple[list[tuple[int, int]], list[float]]:
     """The admission path and ``tau`` after admitting 0, 1, ... of its candidates."""
-    survival = _survival(conf)
-    path = _path(survival)
+    a = survival(conf)
+    path = candidate_path(a)
     taus = [float(len(conf))]
     for r, j in path:
-        taus.append(taus[-1] + survival[r][j])
+        taus.append(taus[-1] + a[r][j])
     return path, taus
 
 
@@ -201,7 +129,7 @@ def _cut_in_tie_groups(rng: random.Random):
         conf = [[rng.choice(POSITIVE_SIXTEENTHS)]
                 + [1.0 if rng.random() < 0.6 else rng.choice(SIXTEENTHS) for _ in range(gamma - 1)]
                 for _ in range(rows)]
-        path = _path(_survival(conf))
+        path = candidate_path(survival(conf))
         if len(path) >= 2:
             break
     size, cut = rows * (gamma + 1), rng.randint(1, len(path) - 1)
@@ -219,7 +147,7 @@ def _dip_then_recovery(rng: random.Random):
     plateau = _quantized(rng.uniform(0.5, 1.0))
     dip = math.floor(plateau * taus[m - 1] / taus[m] * rng.uniform(0.5, 0.95) * SPS_QUANTUM) / SPS_QUANTUM
     sps = [plateau] * (rows + m - 1) + [dip] + [plateau] * (len(path) - m)
-    count, _, _, thetas = _algorithm_1(conf, sps)
+    count, _, _, thetas = algorithm_1(conf, sps)
     recovered = taus[m + 1] * sps[rows + m]  # Theta after m + 1 admissions
     assert count == m - 1 and recovered > thetas[count], "generator: no dip-then-recovery"
     return conf, sps
@@ -230,7 +158,7 @@ def _run_instances(case, builder, iut, case_seed: int, device: torch.device) -> 
     for index in range(INSTANCES):
         conf, sps = builder(rng)
         lengths = iut.schedule(torch.tensor(conf, dtype=torch.float64, device=device), sps)
-        _check_against_oracle(case, index, conf, sps, lengths)
+        check_against_oracle(f"{case.id} instance {index}", conf, sps, lengths)
 
 
 # ----------------------------------------------------------------------------- Algorithm 1

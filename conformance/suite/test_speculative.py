@@ -8,6 +8,12 @@ Covers, through :class:`~conformance.contract.SpeculativeLoop` only:
   the prefix scheduler on; the smallest runs (one new token, one request with a one-token
   prompt, an explicit runtime gamma 1); a steps-per-second curve under which the scheduler
   admits no draft (``l = 0``, ``tau = 1`` every round);
+* the schedule, round by round (:class:`~conformance.contract.SpeculativeLoopRecord`): the
+  confidences the scheduler read in each round are the draft's confidences of that round's
+  own block (recomputed here from the committed tokens and the recorded block), the
+  block's accepted drafts are the committed tokens, and the round's verify lengths are
+  Algorithm 1 (SPEC S8, :mod:`conformance.suite.support.prefix_schedule`) on those
+  confidences over the unfinished rows, exactly; greedy and sampled;
 * the generator: two runs with generators of one seed give the same tokens and lengths
   whatever the global RNG's state, another seed other tokens;
 * tau: a perfect draft commits gamma + 1 tokens in every round, greedy and sampled (slot 0
@@ -50,8 +56,9 @@ import torch
 
 from conformance import stats
 from conformance.cases import case, case_id
-from conformance.contract import Inconclusive, SpeculativeLoop
+from conformance.contract import Inconclusive, SpeculativeLoop, SpeculativeLoopRecord
 from conformance.seeds import derive_seed
+from conformance.suite.support.prefix_schedule import check_against_oracle
 from dspark_ref.tiny_models import OracleDraft, TinyDSparkDraft, TinyTargetLM
 
 VOCAB, HIDDEN, MARKOV_RANK = 5, 8, 4
@@ -460,6 +467,93 @@ def test_S9_every_draw_comes_from_the_generator(case, require, case_seed, dspark
     assert not torch.equal(first[0], other[0]), (
         f"{case.id}: generators of seeds {seed} and {seed + 1} gave the same tokens (probability <= {coincide:.3g})"
     )
+
+
+# ----------------------------------------------------------------------------- schedule per round
+#: How far the confidences a scheduler read may sit from the draft's confidences of the
+#: round's block recomputed here in another batch (SPEC S0: the same float32 arithmetic in
+#: another order): a sigmoid of a (d + r = 12)-term float32 dot product of terms below 4
+#: errs by under 12 * 4 * 2^-24 * 2 ~ 6e-6 (sigmoid' <= 1/4 halves it); 1e-5 leaves room and
+#: stays far below what a round-old buffer moves them (O(0.1): another block, another anchor).
+CONFIDENCE_ATOL = 1e-5
+
+SCHEDULE_CASES = {
+    case("S9/schedule/greedy-gated-gamma4", "greedy, prefix scheduler on: each round's verify lengths are Algorithm 1 "
+         "on that round's own block confidences", ["S9.schedule"]):
+        LoopSpec("dspark-gated", 4, scheduled=True, max_new=20),
+    case("S9/schedule/sampled-rnn-gamma3-T1.0", "T = 1, rnn head: the same, round by round",
+         ["S9.schedule"]): LoopSpec("dspark-rnn", 3, 1.0, rows=32, max_new=20, scheduled=True),
+    case("S9/schedule/runtime-gamma2-of-4-T0.7", "runtime gamma 2 on a draft built for 4, T = 0.7: the same",
+         ["S9.schedule"]):
+        LoopSpec("dspark-vanilla", 4, 0.7, rows=32, max_new=20, loop_gamma=2, scheduled=True),
+}
+
+
+def _check_round_schedule(case, spec: LoopSpec, target, draft, prompt, record, sps) -> None:
+    """SPEC S8 in the loop, per round ``i`` over its unfinished rows (``tau > 0``): the
+    round's context (anchor: the last committed token; the target's hidden state of the
+    token before it) follows from the committed tokens and the taus of earlier rounds; the
+    recorded block's first ``tau - 1`` drafts are what the round committed; the recorded
+    confidences equal the draft's confidences of that block (``CONFIDENCE_ATOL``); the
+    verify lengths are Algorithm 1 on the recorded confidences with the batch of those rows."""
+    tokens, taus, lengths, drafts, confidences = record
+    gamma, rows, prompt_len = spec.runtime_gamma, prompt.shape[0], prompt.shape[1]
+    device = prompt.device
+    full = torch.cat([prompt.cpu(), tokens], dim=1)
+    with torch.no_grad():
+        context_states = target(full.to(device)).hidden
+    starts = prompt_len + 1 + taus.cumsum(dim=1) - taus  # committed tokens when each round began
+    table = [sps(batch) for batch in range(1, rows * (gamma + 1) + 1)]
+    for rnd in range(taus.shape[1]):
+        live = (taus[:, rnd] > 0).nonzero().flatten()
+        start = starts[live, rnd]
+        for row, begin in zip(live.tolist(), start.tolist()):
+            kept = full[row, begin: begin + int(taus[row, rnd]) - 1]
+            assert torch.equal(drafts[row, rnd, : len(kept)], kept), (
+                f"{case.id}: row {row}, round {rnd}: the recorded block {drafts[row, rnd].tolist()} does not start "
+                f"with the {len(kept)} accepted drafts the round committed, {kept.tolist()}"
+            )
+        anchor = full[live, start - 1].to(device)
+        with torch.no_grad():
+            block = draft.block(context_states[live.to(device), (start - 2).to(device)], anchor, gamma)
+            own = draft.confidences(block.hidden, anchor, drafts[live, rnd].to(device)).double().cpu()
+        read = confidences[live, rnd].double()
+        error = float((read - own).abs().max())
+        assert error <= CONFIDENCE_ATOL, (
+            f"{case.id}: round {rnd}: the scheduler read confidences {error:.3g} away from the draft's confidences of "
+            f"the round's own block (bound {CONFIDENCE_ATOL}; a stale buffer?); first live row: read "
+            f"{read[0].tolist()}, own {own[0].tolist()}"
+        )
+        check_against_oracle(f"{case.id} round {rnd} (unfinished rows {live.tolist()})", read.tolist(), table,
+                             lengths[live, rnd])
+
+
+@pytest.mark.parametrize("case", SCHEDULE_CASES, ids=case_id)
+def test_S9_verify_lengths_are_algorithm_1_on_each_rounds_confidences(case, require, case_seed, case_generator,
+                                                                      dspark_device):
+    spec = SCHEDULE_CASES[case]
+    iut = require(SpeculativeLoopRecord)
+    sps = _sps(spec)
+    for attempt in range(1 + PREMISE_RETRIES):
+        seed = case_seed if attempt == 0 else derive_seed(case_seed, f"premise-retry-{attempt}")
+        target, draft = _on_device(*_models(spec, seed), dspark_device)
+        prompt = _prompts(spec, seed, target.vocab_size, dspark_device)
+        record = iut.generate_recorded(target, draft, prompt, spec.max_new, spec.temperature, case_generator,
+                                       gamma=spec.loop_gamma, sps=sps)
+        record = tuple(value.cpu() for value in record)
+        tokens, taus, lengths = record[:3]
+        _check_rounds(case, taus, lengths, spec.max_new, spec.runtime_gamma)
+        if spec.temperature == GREEDY:
+            assert torch.equal(tokens, _greedy_decoding(target, prompt, spec.max_new)), (
+                f"{case.id}: greedy output differs from greedy decoding"
+            )
+        _check_round_schedule(case, spec, target, draft, prompt, record, sps)
+        active = taus > 0
+        trimmed, kept = bool((lengths[active] < spec.runtime_gamma).any()), bool((lengths[active] > 0).any())
+        if trimmed and kept and taus.shape[1] > 1:
+            return
+    raise Inconclusive(f"{case.id}: the scheduler did not both trim and keep verify lengths over several rounds in "
+                       f"{1 + PREMISE_RETRIES} independent runs")
 
 
 # ----------------------------------------------------------------------------- law

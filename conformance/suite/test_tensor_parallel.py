@@ -17,6 +17,9 @@ same of each (an implementation that seeds a rank by its rank fails it); the
 implementation that draws from its rank's generator, or plans from its own table, without
 synchronising, fails it); ``rank-local-state-vanilla`` and ``nccl-two-gpus-vanilla`` repeat
 the rank-local cases with the vanilla head, which every engine ships (vLLM has no gated head).
+The ``zero-length-rows`` cases plan a mixed batch, some rows at verify length 0 beside
+verifying rows, with rank-local state differing: a row that verifies nothing still draws its
+token, and an implementation that takes that draw from the rank's generator fails them.
 An implementation passes by per-request seeds (vLLM) or by broadcasting rank 0's draws and
 plan (SGLang's ``SpecTpSync``).
 
@@ -47,8 +50,11 @@ def rank_sps(slope: float) -> list[float]:
     return [1.0 / (1.0 + slope * b) for b in range(1, BATCH * (GAMMA + 1) + 1)]
 
 
-def tp_payload(head_type, case_seed, rank_local):
-    """The saved ``tp_round`` inputs: shared request inputs, then each rank's local state."""
+def tp_payload(head_type, case_seed, rank_local, zero_length_rows=()):
+    """The saved ``tp_round`` inputs: shared request inputs, then each rank's local state.
+    ``zero_length_rows``: rows whose first confidence is 0 (survival 0 at every position, so
+    Algorithm 1 admits none of their drafts: verify length 0), the other rows' confidences
+    then in [0.9, 1] (admitted under every table of :func:`rank_sps`)."""
     gen = input_generator(case_seed)
     state = markov_head_state(head_type, VOCAB, RANK, HIDDEN, torch.Generator().manual_seed(sub_seed(case_seed, "head")))
     base = 1.5 * torch.randn(BATCH, GAMMA, VOCAB, generator=gen)
@@ -64,6 +70,9 @@ def tp_payload(head_type, case_seed, rank_local):
         "seeds": torch.randint(2**62, (BATCH,), generator=gen), "positions": torch.randint(1, 4096, (BATCH,),
                                                                                          generator=gen),
     }
+    if zero_length_rows:
+        shared["confidences"] = 0.9 + 0.1 * torch.rand(BATCH, GAMMA, generator=gen, dtype=torch.float64)
+        shared["confidences"][list(zero_length_rows), 0] = 0.0
     seed = sub_seed(case_seed, "rank-generator")
     # rank-local: rank r's generator seeded seed + r, its table 10x steeper per rank (fewer verify tokens)
     local = [{"generator_seed": seed + rank * rank_local, "sps": rank_sps(0.02 * (1 + 9 * rank * rank_local))}
@@ -82,10 +91,11 @@ def check_ranks_agree(case, results):
             )
 
 
-def run_case(case, impl, backend, head_type, rank_local, case_seed, workdir):
+def run_case(case, impl, backend, head_type, rank_local, case_seed, workdir, zero_length_rows=()):
     """Both ranks' outputs; an IUT that raises ``NotImplementedError`` on a rank is a skip."""
     try:
-        return run_ranks(impl, backend, tp_payload(head_type, case_seed, rank_local), workdir, world_size=WORLD)
+        return run_ranks(impl, backend, tp_payload(head_type, case_seed, rank_local, zero_length_rows), workdir,
+                         world_size=WORLD)
     except RankFailure as exc:
         if exc.kind == "unsupported":
             pytest.skip(f"{case.id}: TensorParallelRound: {exc}")
@@ -113,6 +123,41 @@ def test_S5_tensor_parallel_ranks_agree(case, require, dspark_impl, dspark_devic
     results = run_case(case, dspark_impl, "gloo", head_type, rank_local, case_seed, tmp_path)
 
     check_ranks_agree(case, results)
+
+
+#: Sampling rows (1, 3) and a greedy row (4) planned at verify length 0 among verifying rows.
+ZERO_LENGTH_ROWS = (1, 3, 4)
+# case -> head type (rank-local state differs in each)
+ZERO_LENGTH_CASES = {
+    case("S5/tensor-parallel/gloo-zero-length-rows-vanilla", "a mixed plan: sampling and greedy rows at verify "
+         "length 0 beside verifying rows, rank-local generators and tables differ: identical results (the rows "
+         "that verify nothing still draw from the request's seed)", ["S5.tensor-parallel"]): "vanilla",
+    case("S5/tensor-parallel/gloo-zero-length-rows-gated", "the mixed plan with the gated Markov head",
+         ["S5.tensor-parallel"]): "gated",
+}
+
+
+@pytest.mark.parametrize("case", ZERO_LENGTH_CASES, ids=case_id)
+def test_S5_tensor_parallel_zero_length_rows_agree(case, require, dspark_impl, dspark_device, case_seed, tmp_path):
+    """Rows ``ZERO_LENGTH_ROWS`` get survival 0 (Algorithm 1, SPEC S8, admits none of their
+    drafts), the others survivals that every rank's table admits; the ranks' generators
+    differ. A row that verifies nothing still emits a token drawn from ``p_1``, and SPEC S5
+    asks that draw of every rank alike."""
+    require(TensorParallelRound)
+    if dspark_device.type != "cpu":
+        pytest.skip(f"{case.id}: the gloo case runs its ranks on the CPU")
+
+    results = run_case(case, dspark_impl, "gloo", ZERO_LENGTH_CASES[case], True, case_seed, tmp_path,
+                       zero_length_rows=ZERO_LENGTH_ROWS)
+
+    check_ranks_agree(case, results)
+    lengths = results[0]["verify_lengths"]
+    zero = torch.zeros(BATCH, dtype=torch.bool)
+    zero[list(ZERO_LENGTH_ROWS)] = True
+    assert bool((lengths[zero] == 0).all()) and bool((lengths[~zero] > 0).all()), (
+        f"{case.id}: expected verify length 0 on rows {list(ZERO_LENGTH_ROWS)} (survival 0: Algorithm 1 admits none "
+        f"of their drafts) and > 0 on the others (survivals >= 0.9^{GAMMA}), got {lengths.tolist()}"
+    )
 
 
 # case -> head type (rank-local state differs in each)
