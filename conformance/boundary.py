@@ -23,6 +23,25 @@ elements, and run after a call has returned, never inside a CUDA-graph capture
 (``FoldedSession.capture`` returns nothing). The plugin's ``require`` fixture applies
 them, so no test has to.
 
+Inputs unchanged (SPEC S5 invariance: an implementation leaves its inputs unchanged): every
+call through a proxy (each capability's methods, and ``step`` of a simulated-acceptance
+executor) first clones every tensor it is given, as an argument or inside one (items of
+lists, tuples and mappings such as a ``state_dict``, fields of dataclasses, parameters and
+buffers of an ``nn.Module`` such as the S9 tiny models), and after the call has returned
+compares each with its clone exactly (``torch.equal``; a NaN that stays NaN is unchanged).
+A change fails the case, naming the argument and its first changed element::
+
+    SpeculativeRound.round changed its argument target_logits in place (SPEC S5: inputs stay
+    unchanged): first change at [0, 0, 1]: 0.75 -> 1.5 (84 of 96 elements differ)
+
+Left out: the opaque handles (``head``, see ``_NOT_CHECKED``), which the IUT built and may
+keep state in. No Protocol lets a method write into a tensor the caller passes: the S4
+static buffers (``out``, ``corrected_out``) and the S6 correct-drafts buffer belong to the
+IUT, and a view of them the caller holds is an output of an earlier call, never an
+argument, so overwriting them is never flagged. Not checked exactly: tensors on the
+``meta`` device (they hold no values), and calls made while the current CUDA stream is
+capturing a graph (a clone or a comparison would be recorded into the graph, or sync).
+
 To add a capability: write a ``_Validating<Name>`` class below (one method per Protocol
 method, naming only the arguments its checks read and forwarding the rest as given;
 ``Expected`` records built from those arguments) and list it in ``_VALIDATORS``.
@@ -32,7 +51,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import numbers
+from collections.abc import Iterator, Mapping
 from typing import Any, Sequence
 
 import torch
@@ -43,7 +64,8 @@ __all__ = ["BoundaryViolation", "UnsupportedFeature", "validating"]
 
 
 class BoundaryViolation(AssertionError):
-    """An adapter returned a value outside its capability's contract: the case fails."""
+    """An adapter returned a value outside its capability's contract, or changed a tensor it
+    was given (SPEC S5): the case fails."""
 
 
 class UnsupportedFeature(NotImplementedError):
@@ -59,13 +81,123 @@ def _unsupported(where: str, exc: NotImplementedError) -> UnsupportedFeature:
     return exc if isinstance(exc, UnsupportedFeature) else UnsupportedFeature(where, str(exc))
 
 
+# ----------------------------------------------------------------------------- inputs unchanged
+# Arguments the input check leaves out, per "Capability.method": an opaque handle is the
+# IUT's own object (from its load_head), which it may keep state in (caches, converted weights).
+_NOT_CHECKED: dict[str, tuple[str, ...]] = {
+    "MarkovBlock.sample_block": ("head",),
+    "MarkovBlock.apply_block_logits": ("head",),
+    "FoldedDraft.session": ("head",),
+    "SpeculativeRound.round": ("head",),
+}
+
+
+@functools.cache
+def _signature(protocol: type | None, method: str) -> inspect.Signature | None:
+    """The Protocol's signature of ``method`` (``self`` first), or None."""
+    function = getattr(protocol, method, None) if protocol is not None else None
+    return inspect.signature(function) if inspect.isfunction(function) else None
+
+
+def _arguments(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> Iterator[tuple[str, Any]]:
+    """``(name, value)`` of each argument of a call, named by ``signature`` (``self``
+    dropped); ``args[i]`` and the keyword where the call does not bind to it."""
+    try:
+        if signature is None:
+            raise TypeError("no signature")
+        bound = signature.bind(None, *args, **kwargs).arguments
+    except TypeError:
+        yield from ((f"args[{i}]", value) for i, value in enumerate(args))
+        yield from kwargs.items()
+        return
+    for (name, value), parameter in zip(bound.items(), signature.parameters.values()):
+        if parameter.name == "self":
+            continue
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            yield from ((f"{name}[{i}]", item) for i, item in enumerate(value))
+        elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            yield from value.items()
+        else:
+            yield name, value
+
+
+def _tensors(value: Any, path: str, found: dict[str, torch.Tensor], seen: set[int]) -> None:
+    """Every tensor in ``value`` into ``found``, keyed by its path (``state_dict['W1.weight']``)."""
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, torch.Tensor):
+        found[path] = value
+    elif isinstance(value, torch.nn.Module):
+        for name, tensor in [*value.named_parameters(), *value.named_buffers()]:
+            found.setdefault(f"{path}.{name}", tensor)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _tensors(item, f"{path}[{key!r}]", found, seen)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _tensors(item, f"{path}[{i}]", found, seen)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            _tensors(getattr(value, field.name), f"{path}.{field.name}", found, seen)
+
+
+def _inputs(where: str, signature: inspect.Signature | None, args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
+    """The tensors a call receives, by path, less the opaque handles of ``_NOT_CHECKED``."""
+    left_out = _NOT_CHECKED.get(where, ())
+    found: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, value in _arguments(signature, args, kwargs):
+        if name not in left_out:
+            _tensors(value, name, found, seen)
+    return {path: t for path, t in found.items() if t.device.type != "meta"}
+
+
+def _capturing(tensors: dict[str, torch.Tensor]) -> bool:
+    """Whether the current CUDA stream is capturing a graph (never checked on a CPU-only call)."""
+    return any(t.is_cuda for t in tensors.values()) and torch.cuda.is_current_stream_capturing()
+
+
+def _change(before: torch.Tensor, after: torch.Tensor) -> str | None:
+    """How ``after`` differs from ``before`` (its clone from before the call), or None.
+    Exact (``torch.equal``): every changed value counts, except a NaN that stays NaN (its
+    payload aside) and a zero that changes sign; a new dtype, shape or device counts too."""
+    if (before.dtype, before.shape, before.device) != (after.dtype, after.shape, after.device):
+        return (f"{_name(before.dtype)} {list(before.shape)} on {before.device} became "
+                f"{_name(after.dtype)} {list(after.shape)} on {after.device}")
+    after = after.detach()
+    if torch.equal(before, after):
+        return None
+    differs = before != after
+    if before.is_floating_point() or before.is_complex():
+        differs &= ~(torch.isnan(before) & torch.isnan(after))
+    count = int(differs.sum())
+    if count == 0:
+        return None
+    index = tuple(differs.nonzero()[0].tolist())
+    return (f"first change at {list(index)}: {before[index].item()!r} -> {after[index].item()!r} "
+            f"({count} of {before.numel()} elements differ)")
+
+
+def _check_unchanged(where: str, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> None:
+    """Raises :class:`BoundaryViolation` naming the first argument whose tensor changed."""
+    for path, clone in before.items():
+        now = after.get(path)
+        change = "the tensor is gone" if now is None else _change(clone, now)
+        if change is not None:
+            raise BoundaryViolation(f"{where} changed its argument {path} in place (SPEC S5: inputs stay "
+                                    f"unchanged): {change}")
+
+
 class _Forwarding:
     """The adapter's object as a boundary proxy calls it: every attribute is the adapter's;
     a ``NotImplementedError`` from a method call or an attribute read becomes
-    :class:`UnsupportedFeature` naming ``owner.attribute``."""
+    :class:`UnsupportedFeature` naming ``owner.attribute``. Every method call leaves the
+    tensors it receives unchanged (SPEC S5), or raises :class:`BoundaryViolation`; the
+    arguments are named by ``protocol``'s signature of the method (else by the adapter's)."""
 
-    def __init__(self, impl: Any, owner: str) -> None:
-        self._impl, self._owner = impl, owner
+    def __init__(self, impl: Any, owner: str, protocol: type | None = None) -> None:
+        self._impl, self._owner, self._protocol = impl, owner, protocol
 
     def __getattr__(self, name: str) -> Any:
         where = f"{self._owner}.{name}"
@@ -75,13 +207,26 @@ class _Forwarding:
             raise _unsupported(where, exc) from exc
         if not callable(value):
             return value
+        signature = _signature(self._protocol, name)
+        if signature is None:
+            try:
+                signature = inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+                                               *inspect.signature(value).parameters.values()])
+            except (TypeError, ValueError):  # a builtin without a signature: arguments by position
+                signature = None
 
         @functools.wraps(value)
         def call(*args: Any, **kwargs: Any) -> Any:
+            inputs = _inputs(where, signature, args, kwargs)
+            checked = not _capturing(inputs)
+            before = {path: t.detach().clone() for path, t in inputs.items()} if checked else {}
             try:
-                return value(*args, **kwargs)
+                out = value(*args, **kwargs)
             except NotImplementedError as exc:
                 raise _unsupported(where, exc) from exc
+            if checked:
+                _check_unchanged(where, before, _inputs(where, signature, args, kwargs))
+            return out
 
         return call
 
@@ -260,7 +405,7 @@ class _Validating:
     capability: type
 
     def __init__(self, impl: Any) -> None:
-        self._impl = _Forwarding(impl, self.capability.__name__)
+        self._impl = _Forwarding(impl, self.capability.__name__, self.capability)
 
     def _where(self, method: str) -> str:
         return f"{self.capability.__name__}.{method}"
