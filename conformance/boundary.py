@@ -23,6 +23,25 @@ elements, and run after a call has returned, never inside a CUDA-graph capture
 (``FoldedSession.capture`` returns nothing). The plugin's ``require`` fixture applies
 them, so no test has to.
 
+Inputs unchanged (SPEC S5 invariance: an implementation leaves its inputs unchanged): every
+call through a proxy (each capability's methods, and ``step`` of a simulated-acceptance
+executor) first clones every tensor it is given, as an argument or inside one (items of
+lists, tuples and mappings such as a ``state_dict``, fields of dataclasses, parameters and
+buffers of an ``nn.Module`` such as the S9 tiny models), and after the call has returned
+compares each with its clone exactly (``torch.equal``; a NaN that stays NaN is unchanged).
+A change fails the case, naming the argument and its first changed element::
+
+    SimulatedBonus.simulated_bonus changed its argument target_logits in place (SPEC S5: inputs
+    stay unchanged): first change at [0, 0, 0]: 28.0 -> 2800000.0 (23520 of 24000 elements differ)
+
+Left out: the opaque handles (``head``, see ``_NOT_CHECKED``), which the IUT built and may
+keep state in. No Protocol lets a method write into a tensor the caller passes: the S4
+static buffers (``out``, ``corrected_out``) and the S6 correct-drafts buffer belong to the
+IUT, and a view of them the caller holds is an output of an earlier call, never an
+argument, so overwriting them is never flagged. Not checked exactly: tensors on the
+``meta`` device (they hold no values), and calls made while the current CUDA stream is
+capturing a graph (a clone or a comparison would be recorded into the graph, or sync).
+
 To add a capability: write a ``_Validating<Name>`` class below (one method per Protocol
 method, naming only the arguments its checks read and forwarding the rest as given;
 ``Expected`` records built from those arguments) and list it in ``_VALIDATORS``.
@@ -32,7 +51,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import numbers
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 import torch
@@ -43,7 +64,8 @@ __all__ = ["BoundaryViolation", "UnsupportedFeature", "validating"]
 
 
 class BoundaryViolation(AssertionError):
-    """An adapter returned a value outside its capability's contract: the case fails."""
+    """An adapter returned a value outside its capability's contract, or changed a tensor it
+    was given (SPEC S5): the case fails."""
 
 
 class UnsupportedFeature(NotImplementedError):
@@ -59,13 +81,126 @@ def _unsupported(where: str, exc: NotImplementedError) -> UnsupportedFeature:
     return exc if isinstance(exc, UnsupportedFeature) else UnsupportedFeature(where, str(exc))
 
 
+# ----------------------------------------------------------------------------- inputs unchanged
+# Arguments the input check leaves out, per "Capability.method": an opaque handle is the
+# IUT's own object (from its load_head), which it may keep state in (caches, converted weights).
+_NOT_CHECKED: dict[str, tuple[str, ...]] = {
+    "MarkovBlock.sample_block": ("head",),
+    "MarkovBlock.apply_block_logits": ("head",),
+    "FoldedDraft.session": ("head",),
+    "SpeculativeRound.round": ("head",),
+}
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _positional_names(function: Any, *, bound: bool) -> tuple[tuple[str, ...], str]:
+    """The names of ``function``'s positional parameters (``self`` dropped unless ``bound``)
+    and the name that numbers the positional arguments past them (``args[0]``, ...)."""
+    names: list[str] = []
+    rest = "args"
+    for parameter in list(inspect.signature(function).parameters.values())[0 if bound else 1:]:
+        if parameter.kind not in _POSITIONAL:
+            rest = parameter.name if parameter.kind is inspect.Parameter.VAR_POSITIONAL else rest
+            break
+        names.append(parameter.name)
+    return tuple(names), rest
+
+
+@functools.cache
+def _protocol_names(protocol: type, method: str) -> tuple[tuple[str, ...], str] | None:
+    """:func:`_positional_names` of the Protocol's ``method``, or None if it has none."""
+    function = getattr(protocol, method, None)
+    return _positional_names(function, bound=False) if inspect.isfunction(function) else None
+
+
+def _arguments(names: tuple[tuple[str, ...], str], args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
+    """``(name, value)`` of each argument of a call: positional ones named by ``names``
+    (:func:`_positional_names`), keywords by their keyword."""
+    positional, rest = names
+    named = [(positional[i] if i < len(positional) else f"{rest}[{i - len(positional)}]", value)
+             for i, value in enumerate(args)]
+    return named + list(kwargs.items())
+
+
+def _tensors(value: Any, path: str, found: dict[str, torch.Tensor], seen: set[int]) -> None:
+    """Every tensor in ``value`` into ``found``, keyed by its path (``state_dict['W1.weight']``)."""
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, torch.Tensor):
+        found[path] = value
+    elif isinstance(value, torch.nn.Module):
+        for name, tensor in [*value.named_parameters(), *value.named_buffers()]:
+            found.setdefault(f"{path}.{name}", tensor)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _tensors(item, f"{path}[{key!r}]", found, seen)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _tensors(item, f"{path}[{i}]", found, seen)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            _tensors(getattr(value, field.name), f"{path}.{field.name}", found, seen)
+
+
+def _inputs(where: str, arguments: list[tuple[str, Any]]) -> dict[str, torch.Tensor]:
+    """The tensors a call receives, by path, less the opaque handles of ``_NOT_CHECKED``."""
+    left_out = _NOT_CHECKED.get(where, ())
+    found: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, value in arguments:
+        if name not in left_out:
+            _tensors(value, name, found, seen)
+    return {path: t for path, t in found.items() if t.device.type != "meta"}
+
+
+def _capturing(tensors: dict[str, torch.Tensor]) -> bool:
+    """Whether the current CUDA stream is capturing a graph (never checked on a CPU-only call)."""
+    return any(t.is_cuda for t in tensors.values()) and torch.cuda.is_current_stream_capturing()
+
+
+def _change(before: torch.Tensor, after: torch.Tensor) -> str | None:
+    """How ``after`` differs from ``before`` (its clone from before the call), or None.
+    Exact (``torch.equal``): every changed value counts, except a NaN that stays NaN (its
+    payload aside) and a zero that changes sign; a new dtype, shape or device counts too."""
+    if (before.dtype, before.shape, before.device) != (after.dtype, after.shape, after.device):
+        return (f"{_name(before.dtype)} {list(before.shape)} on {before.device} became "
+                f"{_name(after.dtype)} {list(after.shape)} on {after.device}")
+    after = after.detach()
+    if torch.equal(before, after):
+        return None
+    differs = before != after
+    if before.is_floating_point() or before.is_complex():
+        differs &= ~(torch.isnan(before) & torch.isnan(after))
+    count = int(differs.sum())
+    if count == 0:
+        return None
+    index = tuple(differs.nonzero()[0].tolist())
+    return (f"first change at {list(index)}: {before[index].item()!r} -> {after[index].item()!r} "
+            f"({count} of {before.numel()} elements differ)")
+
+
+def _check_unchanged(where: str, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> None:
+    """Raises :class:`BoundaryViolation` naming the first argument whose tensor changed."""
+    for path, clone in before.items():
+        now = after.get(path)
+        change = "the tensor is gone" if now is None else _change(clone, now)
+        if change is not None:
+            raise BoundaryViolation(f"{where} changed its argument {path} in place (SPEC S5: inputs stay "
+                                    f"unchanged): {change}")
+
+
 class _Forwarding:
     """The adapter's object as a boundary proxy calls it: every attribute is the adapter's;
     a ``NotImplementedError`` from a method call or an attribute read becomes
-    :class:`UnsupportedFeature` naming ``owner.attribute``."""
+    :class:`UnsupportedFeature` naming ``owner.attribute``. Every method call leaves the
+    tensors it receives unchanged (SPEC S5), or raises :class:`BoundaryViolation`; the
+    arguments are named by ``protocol``'s signature of the method (else by the adapter's)."""
 
-    def __init__(self, impl: Any, owner: str) -> None:
-        self._impl, self._owner = impl, owner
+    def __init__(self, impl: Any, owner: str, protocol: type | None = None) -> None:
+        self._impl, self._owner, self._protocol = impl, owner, protocol
 
     def __getattr__(self, name: str) -> Any:
         where = f"{self._owner}.{name}"
@@ -75,13 +210,26 @@ class _Forwarding:
             raise _unsupported(where, exc) from exc
         if not callable(value):
             return value
+        names = None if self._protocol is None else _protocol_names(self._protocol, name)
+        if names is None:
+            try:
+                names = _positional_names(value, bound=True)
+            except (TypeError, ValueError):  # no signature to read: arguments by position
+                names = ((), "args")
 
         @functools.wraps(value)
         def call(*args: Any, **kwargs: Any) -> Any:
+            arguments = _arguments(names, args, kwargs)
+            inputs = _inputs(where, arguments)
+            checked = not _capturing(inputs)
+            before = {path: t.detach().clone() for path, t in inputs.items()} if checked else {}
             try:
-                return value(*args, **kwargs)
+                out = value(*args, **kwargs)
             except NotImplementedError as exc:
                 raise _unsupported(where, exc) from exc
+            if checked:
+                _check_unchanged(where, before, _inputs(where, arguments))
+            return out
 
         return call
 
@@ -260,7 +408,7 @@ class _Validating:
     capability: type
 
     def __init__(self, impl: Any) -> None:
-        self._impl = _Forwarding(impl, self.capability.__name__)
+        self._impl = _Forwarding(impl, self.capability.__name__, self.capability)
 
     def _where(self, method: str) -> str:
         return f"{self.capability.__name__}.{method}"

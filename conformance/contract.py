@@ -12,7 +12,15 @@ the test chose (what an IUT returns lives where its inputs do).
 Boundary: every value an IUT returns is checked against its Protocol's docstring (type,
 dtype, shape from the call's arguments, device, id range, finiteness) by
 :mod:`conformance.boundary` before a test uses it; a violation fails the case with a
-message naming the capability, the method, what was expected and what came back. Randomness reaches an IUT only through a ``torch.Generator`` (or explicit
+message naming the capability, the method, what was expected and what came back. Every
+tensor an IUT is given (an argument, or inside a sequence, a mapping such as a
+``state_dict``, a dataclass, or an ``nn.Module`` such as the S9 tiny models) is unchanged
+when the call returns (SPEC S5 invariance), a NaN staying NaN; the boundary checks that
+too, naming the argument and its first changed element. No method may write into a tensor
+it is given: what an IUT writes are its own buffers (the S4 static buffers behind
+``replay``, the S6 correct-drafts buffer behind ``correct_drafts``), which a caller sees only
+through what an earlier call returned; the opaque handles of ``load_head`` are the IUT's
+too. Randomness reaches an IUT only through a ``torch.Generator`` (or explicit
 noise/uniforms), so the suite controls seeds; an IUT with its own RNG derives its seed from
 draws of that generator.
 

@@ -354,10 +354,12 @@ def test_S6_sample_acc_lens_passes_lengths_in_range():
 
 
 class FakeExecutor:
-    def __init__(self, lengths, correct_drafts):
-        self.lengths, self.correct_drafts = lengths, correct_drafts
+    def __init__(self, lengths, correct_drafts, write_drafts=False):
+        self.lengths, self.correct_drafts, self.write_drafts = lengths, correct_drafts, write_drafts
 
     def step(self, draft_tokens):
+        if self.write_drafts:  # correct drafts written over the caller's drafts
+            draft_tokens[:, 1:] = -1
         return self.lengths
 
 
@@ -526,6 +528,143 @@ def test_S9_generate_recorded_rejects(value, message):
 
 def test_S9_generate_recorded_passes_a_well_formed_record():
     passes(c.SpeculativeLoopRecord, "generate_recorded", RECORD, *LOOP_ARGS, sps=lambda b: 1.0)
+
+
+# ----------------------------------------------------------------------------- S5 inputs unchanged
+class WritesInPlace:
+    """A toy adapter object: each method writes into one of its arguments, then returns a
+    value in canonical form (so only the input check can fail it)."""
+
+    def sample_truncated(self, logits, temperatures, top_k, top_p, min_p, generator):
+        logits.div_(temperatures[:, None])  # tempered in place
+        return ids(*[0] * logits.shape[0])
+
+    def draft_block(self, head_type, state_dict, base_logits, first_prev, hidden, temperatures, top_k, generator, *,
+                    layout, vocab_size, d2t):
+        state_dict["W2.weight"][1, 0] = 7.0
+        rows, gamma, _ = base_logits.shape
+        return torch.zeros(rows, gamma, dtype=I64), torch.zeros(rows, gamma, vocab_size)
+
+    def generate(self, target, draft, prompt, max_new_tokens, temperature, generator, *, gamma=None, sps=None):
+        target.to(torch.bfloat16)  # nn.Module.to converts the caller's model in place
+        rows = prompt.shape[0]
+        return torch.zeros(rows, max_new_tokens, dtype=I64), ids(1, 1)[None].expand(rows, 2), \
+            torch.zeros(rows, 2, dtype=I64)
+
+    def executor(self, value, method, gamma, seed):
+        return FakeExecutor(ids(1, 1), None, write_drafts=True)
+
+
+class TinyModel(torch.nn.Module):
+    vocab_size, gamma = 6, 3
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(6, 2)
+
+
+def test_S5_an_input_written_in_place_fails_naming_capability_method_argument_and_first_change():
+    logits = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    temps = torch.tensor([1.0, 2.0])  # row 0 unchanged: the first change is at [1, 0]
+    with violation("TruncatedStepSampler.sample_truncated changed its argument logits in place (SPEC S5: inputs "
+                   "stay unchanged): first change at [1, 0]: 4.0 -> 2.0 (3 of 6 elements differ)"):
+        validating(c.TruncatedStepSampler, WritesInPlace()).sample_truncated(
+            logits, temps, ids(3, 3), torch.ones(2), torch.zeros(2), torch.Generator())
+
+
+def test_S5_a_tensor_inside_an_argument_is_checked_and_named_by_its_path():
+    state = {"W1.weight": torch.zeros(5, 2), "W2.weight": torch.zeros(5, 2)}
+    with violation("DraftLayouts.draft_block changed its argument state_dict['W2.weight'] in place (SPEC S5: inputs "
+                   "stay unchanged): first change at [1, 0]: 0.0 -> 7.0 (1 of 10 elements differ)"):
+        validating(c.DraftLayouts, WritesInPlace()).draft_block(
+            "vanilla", state, torch.zeros(2, 3, 5), ids(0, 1), None, torch.ones(2), ids(5, 5), torch.Generator(),
+            layout="anchor-first", vocab_size=5, d2t=None)
+    with violation("SpeculativeLoop.generate changed its argument target.embed.weight in place (SPEC S5: inputs stay "
+                   "unchanged): float32 [6, 2] on cpu became bfloat16 [6, 2] on cpu"):
+        validating(c.SpeculativeLoop, WritesInPlace()).generate(TinyModel(), TinyModel(), torch.zeros(2, 4, dtype=I64),
+                                                               5, 1.0, torch.Generator())
+    executor = validating(c.SimulatedAcceptance, WritesInPlace()).executor(1.5, "match-expected", 4, 0)
+    with violation("SimulatedAcceptance.executor().step changed its argument draft_tokens in place (SPEC S5: inputs "
+                   "stay unchanged): first change at [0, 1]: 8 -> -1 (6 of 8 elements differ)"):
+        executor.step(ids(7, 8, 9, 10, 11, 12, 13, 14).reshape(2, 4))
+
+
+def test_S5_a_nan_that_stays_nan_is_unchanged_a_nan_written_over_a_value_is_not():
+    class RewritesNaN:
+        def sample_with_noise(self, logits, temperatures, top_k, noise):
+            logits.copy_(torch.where(torch.isnan(logits), -logits, noise))  # -NaN over NaN; noise over the rest
+            return ids(0, 0)
+
+    sampler = validating(c.NoiseStepSampler, RewritesNaN())
+    logits = torch.tensor([[math.nan, 1.0], [2.0, math.nan]])
+    sampler.sample_with_noise(logits, torch.ones(2), ids(2, 2), logits.nan_to_num(nan=0.0))  # unchanged
+    with violation("NoiseStepSampler.sample_with_noise changed its argument logits in place (SPEC S5: inputs stay "
+                   "unchanged): first change at [0, 1]: 1.0 -> nan (2 of 4 elements differ)"):
+        sampler.sample_with_noise(logits, torch.ones(2), ids(2, 2), torch.full((2, 2), math.nan))
+
+
+class WritesItsOwnBuffers(FakeSession):
+    """A FoldedSession that copies its inputs into static buffers and overwrites ``out`` /
+    ``corrected_out`` on every replay (SPEC S4), views of which the caller still holds."""
+
+    def __init__(self):
+        super().__init__(None)
+        self.buffers = (torch.zeros(4, 3, dtype=I64), torch.zeros(4, 3, 5))
+        self.bs = 4
+
+    def load_inputs(self, base_logits, first_prev, hidden):
+        self.bs = base_logits.shape[0]
+        self.buffers[1][: self.bs].copy_(base_logits)
+
+    def replay(self):
+        self.buffers[0].add_(1)
+        self.buffers[1].add_(1.0)
+        return tuple(b[: self.bs] for b in self.buffers)
+
+
+def test_S5_writes_into_the_iut_s_own_buffers_and_handles_are_not_flagged():
+    session = validating(c.FoldedDraft, Canned(WritesItsOwnBuffers())).session(None, 4, 3, 5, F32,
+                                                                               torch.device("cpu"), 0)
+    base = torch.zeros(2, 3, 5)
+    session.load_inputs(base, ids(0, 1), None)
+    held = session.replay()
+    again = session.replay()  # overwrote ``held`` (an output of the previous call, not an argument)
+    assert again[0].data_ptr() == held[0].data_ptr() and int(held[0][0, 0]) == 2
+    assert torch.equal(base, torch.zeros(2, 3, 5))
+
+    class ReusedBuffer:  # SPEC S6: correct drafts written into a reused buffer
+        buffer = torch.zeros(2, 4, dtype=I64)
+
+        def step(self, draft_tokens):
+            self.buffer.copy_(draft_tokens.masked_fill(torch.arange(4) > 0, -1))
+            return ids(2, 2)
+
+        @property
+        def correct_drafts(self):
+            return self.buffer
+
+    executor = validating(c.SimulatedAcceptance, Canned(ReusedBuffer())).executor(2.0, "match-expected", 4, 0)
+    executor.step(ids(7, 8, 9, 10, 11, 12, 13, 14).reshape(2, 4))
+    executor.step(ids(1, 2, 3, 4, 5, 6, 7, 8).reshape(2, 4))
+
+    class KeepsStateInItsHead:  # an opaque handle (SPEC: the IUT's own) may change
+        def apply_block_logits(self, head, base_logits, token_ids, hidden):
+            head["calls"] += 1
+            return base_logits.clone()
+
+    head = {"calls": torch.zeros(())}
+    validating(c.MarkovBlock, KeepsStateInItsHead()).apply_block_logits(head, BASE, TOKENS, None)
+    assert int(head["calls"]) == 1
+
+
+def test_S5_inputs_are_not_checked_while_a_cuda_graph_is_being_captured(monkeypatch):
+    import conformance.boundary as boundary
+
+    monkeypatch.setattr(boundary, "_capturing", lambda tensors: True)
+    logits = torch.ones(2, 3)
+    validating(c.TruncatedStepSampler, WritesInPlace()).sample_truncated(
+        logits, torch.full((2,), 2.0), ids(3, 3), torch.ones(2), torch.zeros(2), torch.Generator())
+    assert torch.equal(logits, torch.full((2, 3), 0.5))  # written, and not checked (a clone would be recorded)
 
 
 # ----------------------------------------------------------------------------- end to end

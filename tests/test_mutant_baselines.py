@@ -10,7 +10,8 @@ folded sampler). The tests below check, for every registered mutant,
 * that with the fault disabled (every mutant-defined object demoted to the public class
   it subclasses) its capabilities return exactly what the reference adapter returns on
   a few seeded probes, bit for bit;
-* that with the fault enabled the probes see it (so the comparison above has teeth);
+* that with the fault enabled the probes see it (so the comparison above has teeth); a
+  probe returns the inputs it passed too where a mutant writes into them (SPEC S5);
 * that no mutant module imports a private name (``_x``) of ``dspark_ref`` or
   ``conformance``, or reads one off an imported module.
 
@@ -93,7 +94,7 @@ def _probe_truncated_step_sampler(impl) -> list:
     top_k = torch.tensor([1, 5, 50, 3, 50, 50])
     top_p = torch.tensor([1.0, 0.9, 0.5, 1.0, 0.8, 1.0])
     min_p = torch.tensor([0.0, 0.0, 0.1, 0.0, 0.05, 0.2])
-    return [impl.sample_truncated(logits, temps, top_k, top_p, min_p, g)]
+    return [impl.sample_truncated(logits, temps, top_k, top_p, min_p, g), logits]  # logits: SPEC S5, unchanged
 
 
 def _head_weights(head_type: str, vocab: int, rank: int, hidden: int, seed: int) -> dict:
@@ -290,7 +291,8 @@ def _probe_speculative_round(impl) -> list:
         top_k, top_p, min_p = _truncations(rows, vocab)
         args = (handle, base, anchor, hidden, target, temps, top_k, top_p, min_p)
         out += [impl.round(*args, generator=g), impl.round(*args, generator=g),
-                impl.round(*args, seeds=torch.arange(rows) * 5 + 2, positions=torch.arange(rows) + 9)]
+                impl.round(*args, seeds=torch.arange(rows) * 5 + 2, positions=torch.arange(rows) + 9),
+                target]  # SPEC S5: the caller's inputs unchanged
     return out
 
 
@@ -356,7 +358,7 @@ def _probe_simulated_bonus(impl) -> list:
     logits = torch.randn(40, 4, 9, generator=g) * 2
     accepted = torch.randint(0, 4, (40,), generator=g)
     temperatures = torch.tensor([0.0, 0.7, 1.0, 2.5] * 10)
-    return [impl.simulated_bonus(logits, accepted, temperatures, g) for _ in range(2)]
+    return [*(impl.simulated_bonus(logits, accepted, temperatures, g) for _ in range(2)), logits]  # SPEC S5
 
 
 def _probe_confidence(impl) -> list:
