@@ -717,14 +717,24 @@ class _ValidatingSpeculativeLoop(_Validating):
     def generate(self, target, draft, prompt, max_new_tokens, *args, **kwargs):
         where = self._where("generate")
         out = self._impl.generate(target, draft, prompt, max_new_tokens, *args, **kwargs)
-        tokens, taus, lengths = _pair(where, out, ("tokens", "accept_lengths", "verify_lengths"))
-        gamma = kwargs.get("gamma")
-        rows, device, block = prompt.shape[0], prompt.device, draft.gamma if gamma is None else gamma
-        _ints(rows, max_new_tokens, device=device, values=Ids(0, target.vocab_size)).check(where, tokens, "tokens")
-        _ints(rows, "rounds", device=device, values=Counts(0, block + 1)).check(where, taus, "accept_lengths")
-        rounds = taus.shape[1]
-        _ints(rows, rounds, device=device, values=Counts(0, block)).check(where, lengths, "verify_lengths")
+        _check_generation(where, _pair(where, out, _GENERATION), target, draft, prompt, max_new_tokens,
+                          kwargs.get("gamma"))
         return out
+
+
+_GENERATION = ("tokens", "accept_lengths", "verify_lengths")
+
+
+def _check_generation(where, outputs, target, draft, prompt, max_new_tokens, gamma) -> tuple[int, int, int]:
+    """Checks ``SpeculativeLoop.generate``'s three outputs (the head of ``generate_recorded``'s
+    five); returns ``(rows, rounds, block)``."""
+    tokens, taus, lengths = outputs[:3]
+    rows, device, block = prompt.shape[0], prompt.device, draft.gamma if gamma is None else gamma
+    _ints(rows, max_new_tokens, device=device, values=Ids(0, target.vocab_size)).check(where, tokens, "tokens")
+    _ints(rows, "rounds", device=device, values=Counts(0, block + 1)).check(where, taus, "accept_lengths")
+    rounds = taus.shape[1]
+    _ints(rows, rounds, device=device, values=Counts(0, block)).check(where, lengths, "verify_lengths")
+    return rows, rounds, block
 
 
 class _ValidatingSpeculativeLoopRecord(_Validating):
@@ -733,14 +743,10 @@ class _ValidatingSpeculativeLoopRecord(_Validating):
     def generate_recorded(self, target, draft, prompt, max_new_tokens, *args, **kwargs):
         where = self._where("generate_recorded")
         out = self._impl.generate_recorded(target, draft, prompt, max_new_tokens, *args, **kwargs)
-        names = ("tokens", "accept_lengths", "verify_lengths", "draft_tokens", "confidences")
-        tokens, taus, lengths, drafts, confidences = _pair(where, out, names)
-        gamma = kwargs.get("gamma")
-        rows, device, block = prompt.shape[0], prompt.device, draft.gamma if gamma is None else gamma
-        _ints(rows, max_new_tokens, device=device, values=Ids(0, target.vocab_size)).check(where, tokens, "tokens")
-        _ints(rows, "rounds", device=device, values=Counts(0, block + 1)).check(where, taus, "accept_lengths")
-        rounds = taus.shape[1]
-        _ints(rows, rounds, device=device, values=Counts(0, block)).check(where, lengths, "verify_lengths")
+        outputs = _pair(where, out, _GENERATION + ("draft_tokens", "confidences"))
+        rows, rounds, block = _check_generation(where, outputs, target, draft, prompt, max_new_tokens,
+                                                kwargs.get("gamma"))
+        drafts, confidences, device = outputs[3], outputs[4], prompt.device
         _ints(rows, rounds, block, device=device, values=Ids(0, target.vocab_size)).check(where, drafts,
                                                                                         "draft_tokens")
         Expected((), (rows, rounds, block), device, Probabilities()).check(where, confidences, "confidences")
