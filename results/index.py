@@ -13,6 +13,8 @@ runs the same comparison). The index lists:
 * every file of the calibration reports under ``calibration/`` (``dspark-conformance
   calibrate``, ``null-replay``): the run logs with their record counts, the reference runs
   whose ``results.json`` are the null replay's designs (with their verdicts), the reports;
+* the kill matrix under ``mutants/`` (``dspark-conformance mutants``): mutants registered,
+  run, killed, and those not run on the device of the record;
 * every mutation run period under ``mutation/raw/`` (``CI/mutation/driver.py run``) with
   its modules, and the merged ``mutation/summary.json`` / ``results.md``.
 
@@ -126,6 +128,18 @@ def mutation_rows(root: Path = HERE) -> list[list[str]]:
     return rows
 
 
+def kill_matrix_rows(root: Path = HERE) -> list[list[str]]:
+    """One row per kill matrix under ``root/mutants``: files, mutants, run, killed, not run."""
+    rows = []
+    for path in sorted((root / "mutants").glob("*.json")):
+        records = json.loads(path.read_text())
+        ran = [r for r in records if not r.get("not_run")]
+        links = ", ".join(f"[{p.suffix}]({p.relative_to(root)})" for p in (path, path.with_suffix(".md")) if p.exists())
+        rows.append([links, str(len(records)), str(len(ran)), str(sum(r["killed"] for r in ran)),
+                     ", ".join(r["id"] for r in records if r.get("not_run")) or "-"])
+    return rows
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
             *("| " + " | ".join(row) + " |" for row in rows)]
@@ -152,6 +166,10 @@ def render(root: Path = HERE) -> str:
         "Report directories: a rerun with `--report results/calibration` (or `.../gpu-tier`) appends",
         "to its run log and rewrites its reports.", "",
         *_table(["file", "what"], calibration_rows(root)), "",
+        "## Kill matrix (`dspark-conformance mutants --report results/mutants`)", "",
+        "Each mutant (`fixtures/mutants`) against the tests of its SPEC section, every killer listed;",
+        "`tests/test_kill_matrix.py` runs these killers first.", "",
+        *_table(["files", "mutants", "run", "killed", "not run on its device"], kill_matrix_rows(root)), "",
         "## Mutation runs (`CI/mutation/driver.py run`)", "",
         "Merged by `python CI/mutation/driver.py merge` (the order: `docs/mutation/README.md`) into",
         "[mutation/summary.json](mutation/summary.json) and [mutation/results.md](mutation/results.md).", "",

@@ -141,7 +141,7 @@ def _mutant_power(cal: dict[str, Any]) -> list[str]:
         "seed; each is rerun on the power seeds. 'any' is the fraction of seeds on which at least one killer "
         "failed it; 'effect / min' is the median observed effect over the declared minimum effect (how far "
         "above the declared effect the mutant sits). Mutants without a statistical killer are caught by exact "
-        "tests (docs/mutants/mutants.md).",
+        "tests (results/mutants/mutants.md).",
         "",
         "| mutant | any killer: killed / seeds (lower end) | test | killed / seeds | lower end | effect / min |",
         "| --- | --- | --- | --- | --- | --- |",

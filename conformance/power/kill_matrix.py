@@ -46,20 +46,43 @@ def _evidence(record: dict) -> str:
 
 
 def kill_one(mutant_id: str, *, device: str = "cpu", seed: int | None = None,
-             first_failure: bool = False) -> KillRecord:
+             first_failure: bool = False, try_first: list[str] | None = None) -> KillRecord:
     """Run the section tests of one mutant and decide whether it was killed.
 
     ``first_failure``: stop the run at the section's first failure (pytest ``--maxfail=1``),
     which decides ``killed`` unless that failure is a suite bug (then the record is not
     killed and names it); the record lists that one killer. The kill matrix report runs
-    every test, to list every killer."""
+    every test, to list every killer.
+
+    ``try_first`` (with ``first_failure``): case ids (``conformance.seeds``) to run alone
+    before the whole section, such as the killers a committed kill matrix recorded. Their
+    first kill decides the record at the cost of one case, not of every case ahead of it in
+    the section; when none of them kills (a case id unknown to the suite, or a killer that
+    no longer fails), the whole section runs as without them, so the verdict is the same.
+
+    Raises:
+        ValueError: ``try_first`` without ``first_failure`` (the full matrix lists every
+            killer, so it runs every test anyway).
+    """
+    if try_first and not first_failure:
+        raise ValueError("try_first: needs first_failure=True (a full kill record runs every test of the section)")
     m = mutants_module().load_all()[mutant_id]
     if m.device == "cuda" and device != "cuda":
         return KillRecord(m.id, m.section, m.fault, m.mirrors, False, [], {},
                           not_run="needs --device cuda: only a CUDA case sees this fault")
-    returncode, payload, cmd = runner.run_quietly(impl=f"mutant:{mutant_id}", device=device, seed=seed,
-                                               keyword=f"test_{m.section}_",
-                                               extra=["--maxfail=1"] if first_failure else None)
+    if try_first:
+        record = _run_section(m, device=device, seed=seed, first_failure=True, cases=list(try_first))
+        if record.killed:
+            return record
+    return _run_section(m, device=device, seed=seed, first_failure=first_failure)
+
+
+def _run_section(m, *, device: str, seed: int | None, first_failure: bool,
+                 cases: list[str] | None = None) -> KillRecord:
+    """One quiet run of mutant ``m`` on its section's tests (only ``cases`` when given)."""
+    returncode, payload, cmd = runner.run_quietly(impl=f"mutant:{m.id}", device=device, seed=seed,
+                                                  keyword=f"test_{m.section}_", cases=cases,
+                                                  extra=["--maxfail=1"] if first_failure else None)
     if payload is None:
         return KillRecord(m.id, m.section, m.fault, m.mirrors, False, [], {},
                           error=f"pytest exited {returncode} without results: {' '.join(cmd)}")
