@@ -227,6 +227,13 @@ def table(rows: list[SectionRow]) -> list[list[str]]:
     return body
 
 
+def statistical_powers(tests: Iterable[dict[str, Any]]) -> list[float]:
+    """The power at the declared minimum effect of each statistical assertion recorded in
+    ``tests`` (results.json records), in record order; vacuous assertions (NaN power) left out."""
+    return [s["power_at_min_effect"] for t in tests for s in t.get("stats", [])
+            if s.get("power_at_min_effect") == s.get("power_at_min_effect")]  # NaN != NaN
+
+
 def format_matrix(payload: dict[str, Any]) -> str:
     """The text matrix printed by ``dspark-conformance run``."""
     rows = run_rows(payload)
@@ -241,8 +248,7 @@ def format_matrix(payload: dict[str, Any]) -> str:
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     lines.append(TIME_NOTE)
-    powers = [s["power_at_min_effect"] for t in payload["tests"] for s in t.get("stats", [])
-              if s.get("power_at_min_effect") == s.get("power_at_min_effect")]  # drop NaN
+    powers = statistical_powers(payload["tests"])
     if powers:
         low = sum(power < LOW_POWER for power in powers)
         lines.append(f"statistical power at the declared minimum effects (budget x{payload.get('budget', 1.0):g}): "
