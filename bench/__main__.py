@@ -29,15 +29,14 @@ import argparse
 import dataclasses
 import os
 import shlex
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from . import ceiling, folded, step_sampler, summary, throughput
 from .common import Timing, copy_bandwidth, environment, finalize, format_table, write_json
+from .wall import time_command
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = {"step": step_sampler.run, "ceiling": ceiling.run, "folded": folded.run, "throughput": throughput.run}
@@ -104,13 +103,10 @@ def run_tiers(commands: dict[str, list[str]]) -> list[dict]:
     results = []
     for tier, command in commands.items():
         print(f"{tier} tier: {shlex.join(command)}", flush=True)
-        start = time.perf_counter()
-        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-        seconds = time.perf_counter() - start
-        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-        results.append({"tier": tier, "command": shlex.join(command), "seconds": seconds,
-                        "returncode": proc.returncode, "summary": lines[-1] if lines else ""})
-        print(f"  {seconds:.1f} s, exit {proc.returncode}: {results[-1]['summary']}", flush=True)
+        timed = time_command(command, ROOT)
+        results.append({"tier": tier, "command": timed.command, "seconds": timed.seconds,
+                        "returncode": timed.returncode, "summary": timed.last_line})
+        print(f"  {timed.seconds:.1f} s, exit {timed.returncode}: {timed.last_line}", flush=True)
     return results
 
 
