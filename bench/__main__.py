@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {all,step,ceiling,folded,throughput,tiers} [options]``.
+"""Command line: ``python -m bench {all,step,ceiling,folded,throughput,tiers,verdict} [options]``.
 
 ``all`` runs ``step``, ``ceiling`` (what kernels that only read the step's bytes reach),
 ``folded`` and ``throughput`` in one process, side by side after one
@@ -20,6 +20,12 @@ environment; when it is absent its rows say so and its ratio columns stay empty.
 ``python -m pytest conformance tests -q -n W`` and, with ``--device cuda``, the GPU tier
 (the same plus ``--dspark-device cuda``); it reports wall seconds and pytest's summary.
 
+``verdict`` times the main job (and its start-up, and with ``--tests`` the README's test
+command) on two revisions side by side, ``--baseline`` (default ``main``) and ``--change``
+(default ``HEAD``), and prints each ratio change / baseline beside the cases, assertions and
+power both ran (``bench/verdict.py``); options after ``--`` go to the main job's ``run``,
+e.g. ``python -m bench verdict --device cpu --workers 2 -- -k test_S1_``.
+
 Example (H200): ``python -m bench all --device cuda --json bench_h200.json``.
 """
 
@@ -34,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from . import ceiling, folded, step_sampler, summary, throughput
+from . import ceiling, folded, step_sampler, summary, throughput, verdict
 from .common import Timing, copy_bandwidth, environment, finalize, format_table, write_json
 from .wall import time_command
 
@@ -44,6 +50,12 @@ MIB = 2**20
 # (warmup ms, rep ms, copy MiB): full runs, and --quick smoke runs.
 FULL_BUDGET = (25.0, 100.0, {"cuda": 1024, "cpu": 256})
 QUICK_BUDGET = (2.0, 10.0, {"cuda": 64, "cpu": 16})
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}")
+    return int(text)
 
 
 def _workers(text: str) -> str:
@@ -57,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description="Benchmarks of the reference DSpark kernels: a table, and JSON."
     )
-    parser.add_argument("benchmark", choices=("all", *BENCHMARKS, "tiers"),
-                        help="all = step + ceiling + folded + throughput; tiers times the test tiers")
+    parser.add_argument("benchmark", choices=("all", *BENCHMARKS, "tiers", "verdict"),
+                        help="all = step + ceiling + folded + throughput; tiers times the test tiers; verdict "
+                        "times the main job on two revisions side by side (options after '--' go to its run)")
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available")
     parser.add_argument("--json", metavar="PATH", help="write environment and rows as JSON")
     parser.add_argument("--quick", action="store_true", help="tiny shapes and budgets (CPU smoke run)")
@@ -66,7 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rep-ms", type=float, help="timed budget per timing (default 100, quick 10)")
     parser.add_argument("--copy-mib", type=int, help="copy-bandwidth buffer in MiB (default 1024 on cuda)")
     parser.add_argument("--no-graphs", action="store_true", help="skip the [graph] rows of the step benchmark")
-    parser.add_argument("--workers", type=_workers, default="auto", help="tiers: pytest-xdist -n (default auto)")
+    parser.add_argument("--workers", type=_workers, default="auto",
+                        help="tiers, verdict: pytest-xdist -n (default auto)")
+    side = parser.add_argument_group("verdict")
+    side.add_argument("--baseline", default="main", metavar="REV|DIR",
+                      help="git revision (checked out in a temporary worktree) or checkout directory (default main)")
+    side.add_argument("--change", default="HEAD", metavar="REV|DIR",
+                      help="as --baseline (default HEAD; '.' times this checkout with its uncommitted changes)")
+    side.add_argument("--repeats", type=_positive, default=1, help="runs per side, alternating; medians (default 1)")
+    side.add_argument("--tests", action="store_true", help="also time the README's test command (long)")
+    side.add_argument("--startup-case", default=verdict.STARTUP_CASE, metavar="CASE_ID",
+                      help=f"the exact case whose lone run times start-up (default {verdict.STARTUP_CASE})")
     parser.add_argument("--sglang-path", metavar="DIR", default=os.environ.get("DSPARK_SGLANG_PATH"),
                         help="directory holding the sglang package (pip --target DIR); default $DSPARK_SGLANG_PATH")
     return parser
@@ -120,17 +143,30 @@ def _timing(args, device: torch.device) -> tuple[Timing, int]:
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen benchmark(s); print the table; exit status as in the module note."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run_options = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:len(argv) - len(run_options) - 1] if "--" in argv else argv)
+    if run_options and args.benchmark != "verdict":
+        parser.error(f"options after '--' are for verdict's main job, not {args.benchmark}: {shlex.join(run_options)}")
     use_sglang_path(parser, args.sglang_path)
     device = _device(parser, args.device)
     timing, copy_bytes = _timing(args, device)
-    env = {**environment(timing), "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])}
+    env = {**environment(timing), "command": shlex.join(["python", "-m", "bench", *argv])}
     print(f"device: {env['device_name']}; torch {env['torch']}, triton {env['triton']}, sglang {env['sglang']}")
     if args.benchmark == "tiers":
         results = run_tiers(tier_commands(args.workers, device))
         if args.json:
             write_json(args.json, {"environment": env, "tiers": results})
         return int(any(r["returncode"] != 0 for r in results))
+    if args.benchmark == "verdict":
+        kernel_timer = ("timer", "warmup_ms", "rep_ms", "cuda_graphs")  # verdict times whole commands instead
+        try:
+            return verdict.compare(baseline=args.baseline, change=args.change, repo=ROOT, device=device.type,
+                                   workers=args.workers, run_options=run_options, startup_case=args.startup_case,
+                                   tests=args.tests, repeats=args.repeats, json_path=args.json,
+                                   environment={k: v for k, v in env.items() if k not in kernel_timer})
+        except (ValueError, RuntimeError) as exc:
+            parser.error(str(exc))
     copy = copy_bandwidth(timing, copy_bytes)
     print(f"copy bandwidth: {copy.gbs:.1f} GB/s (dst.copy_(src) of {copy.bytes / MIB:.0f} MiB in "
           f"{copy.median_ms:.3f} ms, read + write counted); timer: {timing.timer}\n")

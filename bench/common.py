@@ -388,7 +388,7 @@ def _installed(name: str) -> str | None:
 
 
 def environment(timing: Timing) -> dict[str, Any]:
-    """Device name, library versions, timer and its budgets, for the JSON record."""
+    """Device name, CPU count, library versions, timer and its budgets, for the JSON record."""
     device = timing.device
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -397,6 +397,7 @@ def environment(timing: Timing) -> dict[str, Any]:
     return {
         "device": str(device),
         "device_name": name,
+        "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "triton": _installed("triton"),

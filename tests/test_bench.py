@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import ceiling, common, folded, summary
+from bench import ceiling, common, folded, summary, verdict
 from bench.__main__ import main, tier_commands
 from bench.common import CopyBandwidth, Row, Timing
+from bench.wall import Timed
 from dspark_ref.fused_sampling import INTERPRETER_DEFECT, KERNEL_INTERPRETED, splits_for, triton
 
 CPU = Timing(torch.device("cpu"), warmup_ms=0.0, rep_ms=1.0)
@@ -283,6 +284,8 @@ def test_bench_summary_without_sglang_leaves_its_ratios_empty_and_flags_misses()
     (["tiers", "--workers", "many"], "--workers"),
     (["nonsense"], "benchmark"),
     (["step", "--sglang-path", "/nonexistent/dir"], "--sglang-path"),
+    (["verdict", "--repeats", "0"], "--repeats"),
+    (["step", "--", "-k", "test_S1_"], "options after '--'"),
 ])
 def test_bench_cli_rejects_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -304,7 +307,7 @@ def test_bench_all_quick_smoke(tmp_path, capsys, one_thread):
     assert code == 0, table
     assert "median ms" in table and "% copy BW" in table and "speedup vs eager" in table
     record = json.loads(out.read_text())
-    assert {"device_name", "torch", "triton", "timer", "command"} <= set(record["environment"])
+    assert {"device_name", "cpu_count", "torch", "triton", "timer", "command"} <= set(record["environment"])
     assert record["copy_bandwidth"]["gbs"] > 0
     rows = record["rows"]
     assert {r["benchmark"] for r in rows} == {"step", "ceiling", "folded", "throughput"}
@@ -379,3 +382,169 @@ def test_bench_gpu_ceiling_reads_cover_their_tiles():
 def test_bench_ceiling_rejects_an_unknown_order():
     with pytest.raises(ValueError, match="order"):
         ceiling.read_partials(torch.zeros(1, 4), torch.zeros(1, 4), order="backwards")
+
+
+# --- time to verdict (bench/verdict.py): fabricated results.json payloads, no subprocess ---
+
+def _results(cases, *, skipped=(), powers=(), overall="PASS", wall_s=10.0):
+    """A results.json of ``run``: ``cases`` passed, the first carrying one statistical
+    assertion per power in ``powers``; ``skipped`` cases skipped."""
+    tests = [{"case": c, "outcome": "passed", "stats": []} for c in cases]
+    tests += [{"case": c, "outcome": "skipped", "stats": []} for c in skipped]
+    if tests:
+        tests[0]["stats"] = [{"power_at_min_effect": p} for p in powers]
+    return {"overall": overall, "exit_code": 0, "wall_s": wall_s, "tests": tests}
+
+
+def _run(side, seconds, payload=None, *, measure="main job", repeat=0, returncode=0, reports=True):
+    found = verdict.outcome(payload) if payload is not None else None
+    return verdict.Run(measure, side, repeat, seconds, returncode, "", reports, found)
+
+
+CASES = ["S1/a", "S2/b", "S3/c"]
+
+
+def test_bench_verdict_outcome_reads_cases_assertions_power_and_verdict():
+    payload = _results(CASES, skipped=["S4/gpu"], powers=[0.9, float("nan"), 0.8], overall="INCONCLUSIVE")
+    assert verdict.outcome(payload) == {
+        "verdict": "INCONCLUSIVE", "exit_code": 0, "cases_run": sorted(CASES), "cases_skipped": 1,
+        "assertions": 3, "min_power": 0.8, "wall_s": 10.0}  # a vacuous (NaN) assertion counts, not its power
+    assert verdict.outcome(_results(CASES))["min_power"] is None
+    with pytest.raises(ValueError, match="payload"):
+        verdict.outcome({"overall": "PASS"})
+
+
+def test_bench_verdict_ratio_is_the_median_change_over_the_median_baseline():
+    runs = [_run("baseline", s, _results(CASES, wall_s=w), repeat=i)
+            for i, (s, w) in enumerate([(10.0, 8.0), (30.0, 20.0), (20.0, 12.0)])]
+    runs += [_run("change", s, _results(CASES, wall_s=w), repeat=i)
+             for i, (s, w) in enumerate([(5.0, 4.0), (4.0, 3.0), (6.0, 2.0)])]
+    runs += [_run(side, s, measure="test command", reports=False)
+             for side, s in (("baseline", 600.0), ("change", 300.0))]
+    rows = {r["measure"]: r for r in verdict.ratio_rows(runs)}
+    assert list(rows) == ["main job", "main job, pytest", "test command"]
+    assert rows["main job"] == {"measure": "main job", "baseline_s": 20.0, "change_s": 5.0, "ratio": 0.25, "repeats": 3}
+    assert (rows["main job, pytest"]["baseline_s"], rows["main job, pytest"]["change_s"]) == (12.0, 3.0)
+    assert rows["main job, pytest"]["ratio"] == 0.25
+    assert rows["test command"]["ratio"] == 0.5 and rows["test command"]["repeats"] == 1
+
+
+def test_bench_verdict_same_runs_pass_every_check():
+    payload = _results(CASES, skipped=["S4/gpu"], powers=[0.95, 0.99])
+    found = verdict.checks([_run("baseline", 10.0, payload), _run("change", 5.0, payload)])
+    assert [c.name for c in found] == [f"main job: {n}" for n in (
+        "case ids run", "cases skipped", "statistical assertions", "minimum power", "verdict")]
+    assert all(c.equal for c in found) and not verdict.failed(found)
+    assert found[0].baseline == found[0].change == "3 cases" and found[3].baseline == "0.950000"
+
+
+@pytest.mark.parametrize("change, differs", [
+    (_results(CASES[:2] + ["S9/new"], skipped=["S4/gpu"], powers=[0.95, 0.99]), "case ids run"),
+    (_results(CASES, powers=[0.95, 0.99]), "cases skipped"),
+    (_results(CASES, skipped=["S4/gpu"], powers=[0.95]), "statistical assertions"),
+    (_results(CASES, skipped=["S4/gpu"], powers=[0.90, 0.99]), "minimum power"),
+    (_results(CASES, skipped=["S4/gpu"], powers=[0.95, 0.99], overall="FAIL"), "verdict"),
+])
+def test_bench_verdict_flags_a_change_that_runs_something_else(change, differs):
+    base = _results(CASES, skipped=["S4/gpu"], powers=[0.95, 0.99])
+    found = verdict.checks([_run("baseline", 10.0, base), _run("change", 5.0, change)])
+    assert [c.name for c in found if not c.equal] == [f"main job: {differs}"]
+    assert verdict.failed(found)
+    if differs == "case ids run":  # same count, other ids: the ids decide, and the report names them
+        assert found[0].baseline == found[0].change == "3 cases"
+        assert found[0].detail == "only in baseline: S3/c; only in change: S9/new"
+    report = verdict.format_report([], verdict.ratio_rows([]), found, "title")
+    assert "DIFFERENT" in report and report.splitlines()[-1].startswith("FAIL")
+
+
+def test_bench_verdict_flags_repeats_that_disagree_and_runs_without_results():
+    runs = [_run("baseline", 10.0, _results(CASES)), _run("baseline", 10.0, _results(CASES[:2]), repeat=1),
+            _run("change", 5.0, _results(CASES)), _run("change", 5.0, _results(CASES), repeat=1)]
+    found = {c.name: c for c in verdict.checks(runs)}
+    assert not found["main job: case ids run"].equal
+    assert found["main job: case ids run"].baseline == "varies: 2 cases, 3 cases"
+    missing = verdict.checks([_run("baseline", 10.0, _results(CASES)), _run("change", 1.0, None, returncode=3)])
+    assert [(c.name, c.change, c.equal) for c in missing] == [
+        ("main job: results.json written", "missing in 1 of 1 runs", False)]
+    assert "change 3" in missing[0].detail
+
+
+def test_bench_verdict_test_command_compares_exit_status():
+    same = verdict.checks([_run(s, 1.0, measure="test command", reports=False) for s in verdict.SIDES])
+    assert [(c.name, c.equal) for c in same] == [("test command: exit status", True)]
+    other = verdict.checks([_run("baseline", 1.0, measure="test command", reports=False),
+                            _run("change", 1.0, measure="test command", reports=False, returncode=1)])
+    assert not other[0].equal and (other[0].baseline, other[0].change) == ("0", "1")
+
+
+def test_bench_verdict_report_prints_the_ratio_table():
+    payload = _results(CASES, powers=[0.95])
+    runs = [_run("baseline", 120.0, payload), _run("change", 60.0, payload)]
+    sides = [verdict.Side("baseline", "main", Path("/b"), "abc1234"),
+             verdict.Side("change", "HEAD", Path("/c"), "def5678")]
+    report = verdict.format_report(sides, verdict.ratio_rows(runs), verdict.checks(runs), "title")
+    assert "baseline: main (abc1234)" in report and "change: HEAD (def5678)" in report
+    row = next(line for line in report.splitlines() if line.startswith("main job "))
+    assert row.split()[-3:] == ["120.0", "60.0", "0.500"]
+    assert "DIFFERENT" not in report and report.splitlines()[-1].startswith("the sides ran the same")
+
+
+def test_bench_verdict_commands_run_the_sides_own_checkout():
+    chosen = verdict.measures(device="cpu", workers="2", run_options=["-k", "test_S1_"], tests=True)
+    assert [m.name for m in chosen] == ["main job", f"start-up (--case {verdict.STARTUP_CASE})", "test command"]
+    report = Path("/r")
+    assert chosen[0].argv(report)[1:] == ["-m", "conformance.cli", "run", "--device", "cpu", "--workers", "2",
+                                          "--report", "/r", "-k", "test_S1_"]
+    assert chosen[1].argv(report)[-4:] == ["--case", verdict.STARTUP_CASE, "--report", "/r"]
+    assert chosen[2].argv(report)[1:] == ["-m", "pytest", "-n", "2", "--dist", "worksteal"]  # the README's
+    side = verdict.Side("change", "HEAD", Path("/tmp/side"), "abc")
+    assert verdict.side_env(side)["PYTHONPATH"].split(os.pathsep)[0] == "/tmp/side"
+
+
+def _git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                   check=True, capture_output=True)
+
+
+def test_bench_verdict_checks_out_revisions_and_removes_them(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "conformance").mkdir(parents=True)
+    (repo / "conformance" / "v.txt").write_text("1")
+    _git(tmp_path, "init", "-q", str(repo))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "one")
+    _git(repo, "tag", "one")
+    (repo / "conformance" / "v.txt").write_text("2")
+    _git(repo, "commit", "-q", "-am", "two")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with verdict.checkouts({"baseline": "one", "change": str(repo)}, repo, scratch) as sides:
+        assert (sides[0].path / "conformance" / "v.txt").read_text() == "1"
+        assert sides[1].path == repo and (sides[1].path / "conformance" / "v.txt").read_text() == "2"
+    assert not (scratch / "baseline").exists()
+    listed = subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True).stdout
+    assert len(listed.splitlines()) == 1  # git's record of the worktree went with it
+    with pytest.raises(ValueError, match="--change: 'no-such-rev'"):
+        with verdict.checkouts({"baseline": "one", "change": "no-such-rev"}, repo, scratch):
+            pass
+    assert not (scratch / "baseline").exists()
+
+
+def test_bench_verdict_sides_alternate_in_their_own_checkouts(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_time_command(command, cwd, env):
+        calls.append((Path(cwd).name, env["PYTHONPATH"].split(os.pathsep)[0]))
+        if "--report" in command:
+            report = Path(command[command.index("--report") + 1])
+            report.mkdir(parents=True)
+            (report / "results.json").write_text(json.dumps(_results(CASES)))
+        return Timed(" ".join(command), 1.0, 0, "")
+
+    monkeypatch.setattr(verdict, "time_command", fake_time_command)
+    sides = [verdict.Side(label, label, tmp_path / label, "abc") for label in verdict.SIDES]
+    chosen = verdict.measures(device="cpu", workers="2", run_options=[], startup_case=None)
+    runs = verdict.run_sides(sides, chosen, 3, tmp_path, say=lambda line: None)
+    assert [r.side for r in runs] == ["baseline", "change", "change", "baseline", "baseline", "change"]
+    assert calls == [(r.side, str(tmp_path / r.side)) for r in runs]  # cwd and PYTHONPATH: the side's checkout
+    assert all(r.outcome["cases_run"] == sorted(CASES) for r in runs)
