@@ -81,15 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-graphs", action="store_true", help="skip the [graph] rows of the step benchmark")
     parser.add_argument("--workers", type=_workers, default="auto",
                         help="tiers, verdict: pytest-xdist -n (default auto)")
-    side = parser.add_argument_group("verdict")
-    side.add_argument("--baseline", default="main", metavar="REV|DIR",
-                      help="git revision (checked out in a temporary worktree) or checkout directory (default main)")
-    side.add_argument("--change", default="HEAD", metavar="REV|DIR",
-                      help="as --baseline (default HEAD; '.' times this checkout with its uncommitted changes)")
-    side.add_argument("--repeats", type=_positive, default=1, help="runs per side, alternating; medians (default 1)")
-    side.add_argument("--tests", action="store_true", help="also time the README's test command (long)")
-    side.add_argument("--startup-case", default=verdict.STARTUP_CASE, metavar="CASE_ID",
-                      help=f"the exact case whose lone run times start-up (default {verdict.STARTUP_CASE})")
+    group = parser.add_argument_group("verdict")
+    group.add_argument("--baseline", default="main", metavar="REV|DIR",
+                       help="git revision (checked out in a temporary worktree) or checkout directory (default main)")
+    group.add_argument("--change", default="HEAD", metavar="REV|DIR",
+                       help="as --baseline (default HEAD; '.' times this checkout with its uncommitted changes)")
+    group.add_argument("--repeats", type=_positive, default=1, help="runs per side, alternating; medians (default 1)")
+    group.add_argument("--tests", action="store_true", help="also time the README's test command (long)")
+    group.add_argument("--startup-case", default=verdict.STARTUP_CASE, metavar="CASE_ID",
+                       help=f"the exact case whose lone run times start-up (default {verdict.STARTUP_CASE})")
     parser.add_argument("--sglang-path", metavar="DIR", default=os.environ.get("DSPARK_SGLANG_PATH"),
                         help="directory holding the sglang package (pip --target DIR); default $DSPARK_SGLANG_PATH")
     return parser
@@ -144,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the chosen benchmark(s); print the table; exit status as in the module note."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    run_options = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = parser.parse_args(argv[:len(argv) - len(run_options) - 1] if "--" in argv else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, run_options = parser.parse_args(argv[:split]), argv[split + 1:]
     if run_options and args.benchmark != "verdict":
         parser.error(f"options after '--' are for verdict's main job, not {args.benchmark}: {shlex.join(run_options)}")
     use_sglang_path(parser, args.sglang_path)
