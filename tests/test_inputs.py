@@ -17,7 +17,7 @@ import hashlib
 import pytest
 import torch
 
-from conformance.suite.support.inputs import LOGIT_FAMILIES, logit_rows, markov_head_state
+from conformance.inputs import LOGIT_FAMILIES, logit_rows, markov_head_state
 
 #: Where the digests below were produced: (torch release, ATen CPU capability).
 PRODUCED_ON = ("2.13.0", "AVX2")

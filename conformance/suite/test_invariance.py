@@ -41,7 +41,7 @@ from conformance.contract import (
 )
 from conformance.seeds import derive_seed
 from conformance.suite.support import verify_oracle as oracle
-from conformance.suite.support.inputs import markov_head_state
+from conformance.inputs import markov_head_state
 
 F64 = torch.float64
 TOP_K_OFF = 1 << 30

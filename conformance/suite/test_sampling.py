@@ -34,7 +34,7 @@ from conformance.seeds import derive_seed
 from conformance.budget import DEFAULT_MIN_TV, tier_of
 from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
-from conformance.suite.support.inputs import logit_rows
+from conformance.inputs import logit_rows
 from conformance.suite.support.truncation import NEUTRAL, truncated_law
 
 TEMPERATURE_FLOOR = 1e-5  # SPEC S3: sampling temperatures are clamped to at least this

@@ -43,7 +43,7 @@ from conformance.suite.support import verify_oracle as oracle
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
 from conformance.contract import ChainVerifier, GreedyVerifier, MarkovBlock, TruncatedChainVerifier
-from conformance.suite.support.inputs import logit_rows, markov_head_state
+from conformance.inputs import logit_rows, markov_head_state
 from conformance.suite.support.truncation import NEUTRAL, tempered_law, truncated_law
 
 F64 = torch.float64
@@ -52,7 +52,7 @@ TOP_K_OFF = 1 << 30  # SGLang's TOP_K_ALL: top-k off, so a row's rule rests on i
 
 # ----------------------------------------------------------------------------- helpers
 def _input_generator(case_seed: int) -> torch.Generator:
-    """CPU generator for building inputs (conformance.suite.support.inputs work on CPU)."""
+    """CPU generator for building inputs (conformance.inputs work on CPU)."""
     return torch.Generator().manual_seed(case_seed)
 
 
@@ -155,7 +155,7 @@ def _inverse_cdf_draws(laws: torch.Tensor, uniforms: torch.Tensor) -> torch.Tens
 class ParitySpec:
     """A random explicit-uniform case.
 
-    ``family`` (conformance.suite.support.inputs.LOGIT_FAMILIES) shapes the draft logits; targets are
+    ``family`` (conformance.inputs.LOGIT_FAMILIES) shapes the draft logits; targets are
     the draft logits plus N(0, s^2) noise, s in {0.2, 1, 3} per row, so rows range from
     near-sure accepts to early rejects. Three quarters of the rows draw their drafts from
     ``q``, the rest uniformly. ``masked`` puts -inf on about a quarter of the target vocab.
