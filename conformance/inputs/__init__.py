@@ -12,7 +12,7 @@ To add a builder: one module per SPEC topic, exported here, with a digest in
 ``tests/test_inputs.py``.
 """
 
-from .logits import LOGIT_FAMILIES, logit_rows
+from .logits import LOGIT_FAMILIES, NO_TOP_K_CUT, logit_rows
 from .markov_heads import MARKOV_HEAD_TYPES, markov_head_state
 
-__all__ = ["LOGIT_FAMILIES", "logit_rows", "MARKOV_HEAD_TYPES", "markov_head_state"]
+__all__ = ["LOGIT_FAMILIES", "NO_TOP_K_CUT", "logit_rows", "MARKOV_HEAD_TYPES", "markov_head_state"]
