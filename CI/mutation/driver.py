@@ -70,9 +70,9 @@ SECTION_TESTS = {
     "tiled_sampling": ("S3", ("conformance/suite/test_sampling.py", "conformance/suite/test_degenerate.py")),
     "folded": ("S4", ("conformance/suite/test_folded.py",)),
     # verify.py's accepted counts also drive S9's loop (tau = accepted + 1), which test_speculative.py checks.
-    "verify": ("S5", ("conformance/suite/test_verify.py", "conformance/suite/test_degenerate.py",
-                      "conformance/suite/test_invariance.py", "conformance/suite/test_tensor_parallel.py",
-                      "conformance/suite/test_speculative.py")),
+    "verify": ("S5", ("conformance/suite/test_verify_rule.py", "conformance/suite/test_verify_lossless.py",
+                      "conformance/suite/test_degenerate.py", "conformance/suite/test_invariance.py",
+                      "conformance/suite/test_tensor_parallel.py", "conformance/suite/test_speculative.py")),
     "simulated": ("S6", ("conformance/suite/test_simulated.py",)),
     "confidence": ("S7", ("conformance/suite/test_confidence.py",)),
     "scheduler": ("S8", ("conformance/suite/test_scheduler.py",)),
