@@ -9,7 +9,7 @@
 # boxes the run: mutmut stops at 75% of it (mutants not reached are "not-checked" in the
 # results), no re-check starts after 85%, and every re-check ends by 85% + 40 s. Results, one JSON and
 # one log per module: OUT (default reports/mutation). DRIVER ARGS go to `driver.py run` (e.g.
-# --no-gap-tests for a baseline, --budget 0.25). Merge them here with
+# --budget 0.25). Merge them here with
 #   python CI/mutation/driver.py merge OUT [RECHECK_OUT]   # -> results/mutation/summary.json, results.md
 # mutmut 3.3.1 and its runtime dependencies are installed from MUTMUT_WHEELS (default
 # .wt/pkgs/h200/mutmut, cp312 wheels) into a private target, or used as installed.

@@ -640,7 +640,7 @@ def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
 
 def test_a_case_named_by_its_pytest_node_id_gets_the_case_id_suggested(tmp_path):
     # The node id pytest prints has the suite's folder and the test's name; the case id (seeds) has neither.
-    nodeid = "conformance/suite/test_mutation_gaps.py::test_S1_one_token_vocabulary[S1/vocab/one-token]"
+    nodeid = "conformance/suite/test_proposal.py::test_S1_one_token_vocabulary[S1/vocab/one-token]"
     code, out = _run(tmp_path, "--case", nodeid)
     assert code == cli.EXIT_INFRA, out
     assert "did you mean 'S1/vocab/one-token'" in out, out

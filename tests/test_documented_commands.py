@@ -505,7 +505,7 @@ def test_the_wheel_holds_the_suite_and_its_entry_points(checkout):
     with zipfile.ZipFile(wheels[0]) as wheel:
         names = set(wheel.namelist())
         entry_points = next(wheel.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
-    for required in ("conformance/cli.py", "conformance/suite/test_verify.py", "conformance/legacy_case_keys.json",
+    for required in ("conformance/cli.py", "conformance/suite/test_verify_rule.py", "conformance/legacy_case_keys.json",
                      "dspark_ref/verify.py", "dspark_conformance_plugin.py"):
         assert required in names, f"the wheel lacks {required}"
     assert not any(n.startswith(("fixtures/", "tests/")) for n in names), "the wheel ships the checkout's fixtures"

@@ -1,12 +1,15 @@
-"""Golden digests of the suite's seeded inputs: the random Markov heads and logit rows fed to
-the S1, S2, S3, S4 and S5 cases stay the same tensors, bit for bit, whoever builds them.
+"""Golden digests of the suite's seeded inputs: the random Markov heads, logit rows and verify
+rounds fed to the S1, S2, S3, S4 and S5 cases stay the same tensors, bit for bit, whoever
+builds them.
 
 Each digest is the SHA-256 of every tensor a call returns (in order: name, dtype, shape,
 stride, then its bytes), followed by the next three ``randn`` draws of the same generator
 (a caller such as ``support.blocks.draft_vocab_head_state`` goes on drawing from it).
 The digests were produced by ``python tests/test_inputs.py`` on torch 2.13.0 (x86 CPU
 capability AVX2) with the heads still built by ``dspark_ref.markov.build_markov_head``
-(commit 824e80f). ``torch.normal_`` draws other bits on another CPU capability
+(commit 824e80f); the verify rounds' digests by the builders still inside
+``conformance/suite/test_verify.py`` (commit f7ba02c), before they moved to
+``conformance.inputs.verify_rounds``. ``torch.normal_`` draws other bits on another CPU capability
 (``ATEN_CPU_CAPABILITY=default`` changes them), so elsewhere the test is skipped, naming why.
 """
 
@@ -17,7 +20,8 @@ import hashlib
 import pytest
 import torch
 
-from conformance.suite.support.inputs import LOGIT_FAMILIES, logit_rows, markov_head_state
+from conformance.inputs import LOGIT_FAMILIES, logit_rows, markov_head_state
+from conformance.inputs.verify_rounds import GreedySpec, LawSpec, ParitySpec, TinyChainModels, greedy_inputs, parity_inputs
 
 #: Where the digests below were produced: (torch release, ATen CPU capability).
 PRODUCED_ON = ("2.13.0", "AVX2")
@@ -42,6 +46,23 @@ LOGIT_DIGESTS = {
     ("random", 7, 5, 11): "d609593a59f1ae3a190bbec318714126bad4de6d524781cf2b9bb874d2f0d6d4",
 }
 
+#: (builder, spec, seed) -> digest of one S5 verify round's inputs (every spec field that
+#: changes what is drawn: masking, families, ties, the IUT-drafted head, fixed laws).
+ROUND_DIGESTS = {
+    ("parity", ParitySpec("random", 8, 4, 6, (0.5, 1.0), masked=True), 7):
+        "3595ca49e92b3376ae3375b04167c27882b7083080067e78cc3e34d8915e1e05",
+    ("parity", ParitySpec("peaked", 11, 2, 5, (0.9,)), 8):
+        "7ad431feba7856a0846945a382bb30c569af6fd80bf38ac8ec1fe43615a59271",
+    ("greedy", GreedySpec(9, 3, 5, ties=True), 7): "4903812046db1626a32143e27464bb0d09fa26ec5c157edde3ca50841ae0ee0d",
+    ("greedy", GreedySpec(13, 2, 4, ties=False), 8): "e481b41e79e22e71924c1c1b6259a115c2678a0c6544eadd21e98f17efbec300",
+    ("tiny", LawSpec(3, 2, 0.8, draft="iut-markov"), 7):
+        "37f5ab3d74de50f13984f98ec68e176d4be6e3c194bd581dc1e8cb6a978f56e3",
+    ("tiny", LawSpec(4, 1, 1.0, fixed=((0.4, 0.3, 0.2, 0.1), (0.1, 0.2, 0.3, 0.4))), 8):
+        "842871b48366375c5c4a5e4c51d2451db74d96882389c29354e9bdbfc311fc58",
+    ("tiny", LawSpec(3, 1, 1.0, draft="iut-markov", fixed=((0.5, 0.3, 0.2), (0.2, 0.3, 0.5))), 9):
+        "be2ba68dc71dd48d51ccfb3c25d8ec9103b7c9f7fa90301fe4237c696b369f25",
+}
+
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
@@ -61,6 +82,20 @@ def _logit_digest(family, seed, batch, vocab) -> str:
     generator = torch.Generator().manual_seed(seed)
     rows = logit_rows(family, batch, vocab, generator)
     return _digest({"logits": rows, "<next draw>": torch.randn(3, generator=generator)})
+
+
+def _round_digest(builder, spec, seed) -> str:
+    generator = torch.Generator().manual_seed(seed)
+    if builder == "parity":
+        tensors = parity_inputs(spec, generator)
+    elif builder == "greedy":
+        tensors = dict(zip(("drafts", "target"), greedy_inputs(spec, generator)))
+    else:
+        models = TinyChainModels(spec, generator)
+        tensors = {"target": models.target, "draft": models.draft, "context": torch.tensor(models.context)}
+        if models.head_state is not None:
+            tensors.update({"base": models.base, **models.head_state})
+    return _digest({**tensors, "<next draw>": torch.randn(3, generator=generator)})
 
 
 def _here() -> tuple[str, str]:
@@ -89,6 +124,12 @@ def test_logit_rows_are_the_pinned_tensors(call):
     assert _logit_digest(*call) == LOGIT_DIGESTS[call]
 
 
+@needs_the_producing_build
+@pytest.mark.parametrize("call", ROUND_DIGESTS, ids=str)
+def test_a_verify_round_is_the_pinned_tensors(call):
+    assert _round_digest(*call) == ROUND_DIGESTS[call]
+
+
 @pytest.mark.parametrize("call, error, match", [
     (lambda g: markov_head_state("lstm", 8, 4, 4, g), ValueError, "^head_type: expected one of"),
     (lambda g: markov_head_state("vanilla", 0, 4, None, g), ValueError, "^vocab_size: expected an int >= 1"),
@@ -112,3 +153,5 @@ if __name__ == "__main__":  # prints the tables above from the builders of today
         print(f"    {call}: {_head_digest(*call)!r},")
     for call in LOGIT_DIGESTS:
         print(f"    {call}: {_logit_digest(*call)!r},")
+    for call in ROUND_DIGESTS:
+        print(f"    {call}: {_round_digest(*call)!r},")

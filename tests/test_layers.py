@@ -12,12 +12,14 @@ run), giving a graph of module -> module edges. Checked:
 * no test module imports another test module;
 * no cycle between modules, and none between the packages of ``conformance``: the core
   (top-level modules) never imports ``suite``, ``report``, ``power`` or ``drift`` except
-  from the CLI.
+  from the CLI;
+* docs/architecture.md's map links every input, oracle, test and mutant module.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,18 @@ def test_the_checker_sees_a_cycle_and_a_layer_breach():
     relative = "from ..report import matrix\nif TYPE_CHECKING:\n    from fixtures import x\n"
     assert _imports_of(relative, "conformance.power.probe", False) == {"conformance.report",
                                                                         "conformance.report.matrix"}
+
+
+#: The folders whose every module the suite's map in docs/architecture.md links.
+MAPPED_FOLDERS = ("conformance/inputs", "conformance/suite", "conformance/suite/support", "fixtures/mutants")
+
+
+def test_the_architecture_map_links_every_input_oracle_test_and_mutant_module():
+    """docs/architecture.md's map (SPEC section -> inputs -> oracle -> tests -> mutants) links
+    every module of those folders: a module added, renamed or moved without the map fails
+    here (a link to one that is gone fails tests/test_doc_links.py)."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    linked = {(ROOT / "docs" / target).resolve() for target in re.findall(r"\]\((\.\./[^)#\s]+\.py)\)", doc)}
+    modules = {path.resolve() for folder in MAPPED_FOLDERS for path in (ROOT / folder).glob("*.py")
+               if path.name not in ("__init__.py", "conftest.py")}
+    assert sorted(str(p.relative_to(ROOT)) for p in modules - linked) == []

@@ -66,16 +66,15 @@ def test_undecorate_leaves_triton_kernels_alone():
     assert driver.undecorate(source) == source
 
 
-def _result(status, gap_tests=False):
+def _result(status):
     return {"module": "m", "section": "S6", "tests": "t", "tool": "mutmut", "tool_version": "3.3.1",
-            "statistical_budget": 0.25, "source_sha256": "0", "gap_tests": gap_tests, "status": status,
-            "diffs": {}}
+            "statistical_budget": 0.25, "source_sha256": "0", "status": status, "diffs": {}}
 
 
 def test_summarise_counts_gaps_closed_and_equivalents():
     base = _result({"a": "killed", "b": "killed-statistical", "c": "survived", "d": "survived", "e": "no-tests",
                     "f": "survived"})
-    recheck = _result({"c": "killed", "d": "survived", "f": "survived"}, gap_tests=True)
+    recheck = _result({"c": "killed", "d": "survived", "f": "survived"})
     triage = {"c": {"verdict": "gap", "why": "w", "test": "t"}, "d": {"verdict": "equivalent", "why": "w"},
               "e": {"verdict": "equivalent", "why": "w"}}
     summary, rows = merge.summarise([base, recheck], triage)
@@ -122,8 +121,6 @@ def test_every_suite_file_runs_with_the_modules_of_its_sections():
     missing = []
     for path in sorted(suite.glob("test_*.py")):
         rel = f"conformance/suite/{path.name}"
-        if rel == driver.GAP_TESTS:
-            continue
         for section in sorted(set(re.findall(r"^def test_(S\d+)_", path.read_text(), re.M))):
             for module, (sec, files) in driver.SECTION_TESTS.items():
                 if sec == section and rel not in files:
@@ -142,5 +139,5 @@ def test_files_that_start_rank_processes_run_outside_mutmut(tmp_path):
     assert spawning and spawning == sorted(driver.SPAWNING_TESTS)
     config = (driver.prepare("verify", tmp_path) / "setup.cfg").read_text()
     listed = config.split("tests_dir =")[1].split()
-    assert "conformance/suite/test_verify.py" in listed and driver.GAP_TESTS in listed
+    assert {"conformance/suite/test_verify_rule.py", "conformance/suite/test_verify_lossless.py"} <= set(listed)
     assert not set(listed) & set(driver.SPAWNING_TESTS), listed

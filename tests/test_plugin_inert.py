@@ -188,7 +188,7 @@ def test_a_run_asks_for_the_suite_only_by_its_options_paths_or_module_names(tmp_
     from dspark_conformance_plugin import SUITE_PACKAGE, asks_for_the_suite
 
     assert asks_for_the_suite(["--dspark-impl=reference"]) and asks_for_the_suite(["-q", "--dspark-device", "cuda"])
-    assert asks_for_the_suite([str(SUITE_PACKAGE / "suite" / "test_verify.py") + "::test_S5_x"])
-    assert asks_for_the_suite(["--pyargs", "conformance.suite.test_verify"])
+    assert asks_for_the_suite([str(SUITE_PACKAGE / "suite" / "test_verify_rule.py") + "::test_S5_x"])
+    assert asks_for_the_suite(["--pyargs", "conformance.suite.test_verify_rule"])
     assert not asks_for_the_suite(["tests", "-k", "conformance and not slow", "-p", "no:cacheprovider"])
     assert not asks_for_the_suite([str(tmp_path / "conformance" / "suite"), "-k", "nul\0byte", "x" * 5000])

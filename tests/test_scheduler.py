@@ -2,8 +2,9 @@
 
 Paper Appendix A exactly, hand cases (multi-request, ties, jagged SPS), the asynchronous
 top-K variant, the production variant (brute force over budgets, bounds, stale inputs only),
-properties (hypothesis) against a plain-Python oracle of the admission path
-written here, then bad inputs. Add a case as ``test_S8_<what>``.
+properties (hypothesis) against the suite's plain-Python oracle of Algorithm 1's admission
+path (``conformance.suite.support.prefix_schedule``, the one home of that oracle), then bad
+inputs. Add a case as ``test_S8_<what>``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dspark_ref.scheduler import (
     schedule_prefixes_retrospective,
     ProductionRule,
 )
+from conformance.suite.support import prefix_schedule
 
 APPENDIX_A_SPS = (1.0, 0.5, 0.45)
 
@@ -169,34 +171,6 @@ def test_S8_async_topk_zero_capacity_admits_nothing():
 
 
 # ----------------------------------------------------------------------------- properties
-def _oracle_path(rows: list[list[float]], table: list[float]):
-    """(candidates in admission order, Theta after each admission count 0..n), plain Python."""
-    survival = []
-    for row in rows:
-        acc, prefix = 1.0, []
-        for c in row:
-            acc *= c
-            prefix.append(acc)
-        survival.append(prefix)
-    candidates = sorted(
-        ((r, j) for r, prefix in enumerate(survival) for j, a in enumerate(prefix) if a > 0),
-        key=lambda rj: (-survival[rj[0]][rj[1]], rj[0], rj[1]),
-    )
-    batch, tau = len(rows), float(len(rows))
-    thetas = [tau * table[batch - 1]]
-    for r, j in candidates:
-        batch, tau = batch + 1, tau + survival[r][j]
-        thetas.append(tau * table[batch - 1])
-    return candidates, thetas
-
-
-def _oracle_lengths(candidates, count: int, rows: int) -> list[int]:
-    lengths = [0] * rows
-    for r, j in candidates[:count]:
-        lengths[r] = j + 1
-    return lengths
-
-
 @st.composite
 def schedules(draw):
     """(confidences as lists, SPS table covering every batch size); values with exact products."""
@@ -212,12 +186,10 @@ def schedules(draw):
 @given(schedules())
 def test_S8_causal_is_algorithm_1(case):
     conf, table = case
-    candidates, thetas = _oracle_path(conf, table)
-    count = 0
-    while count + 1 < len(thetas) and thetas[count + 1] > thetas[count]:
-        count += 1
+    _, candidates, thetas = prefix_schedule.theta_trace(conf, table)
+    count = prefix_schedule.algorithm_1(conf, table)[0]
     lengths = schedule_prefixes(_conf(conf), table)
-    assert lengths.tolist() == _oracle_lengths(candidates, count, len(conf))
+    assert lengths.tolist() == prefix_schedule.oracle_lengths(candidates, count, len(conf))
     # Stops at the first non-improvement; the kept Theta is the best seen up to there.
     assert count == len(candidates) or thetas[count + 1] <= thetas[count]
     theta = expected_throughput(_conf(conf), lengths, table)
@@ -228,10 +200,10 @@ def test_S8_causal_is_algorithm_1(case):
 @given(schedules())
 def test_S8_retrospective_is_path_argmax_and_dominates_causal(case):
     conf, table = case
-    candidates, thetas = _oracle_path(conf, table)
+    _, candidates, thetas = prefix_schedule.theta_trace(conf, table)
     count = thetas.index(max(thetas))
     retro = schedule_prefixes_retrospective(_conf(conf), table)
-    assert retro.tolist() == _oracle_lengths(candidates, count, len(conf))
+    assert retro.tolist() == prefix_schedule.oracle_lengths(candidates, count, len(conf))
     causal = schedule_prefixes(_conf(conf), table)
     theta_retro = expected_throughput(_conf(conf), retro, table)
     assert theta_retro == pytest.approx(max(thetas), rel=1e-12)
@@ -259,8 +231,8 @@ def test_S8_async_topk_takes_the_k_best_current_candidates(case, data):
     current = [[data.draw(st.sampled_from([0.0, 0.5, 0.75, 1.0])) for _ in row] for row in stale]
     lengths = schedule_prefixes_async_topk(_conf(stale), table, confidences=_conf(current))
     capacity = int(schedule_prefixes_retrospective(_conf(stale), table).sum())
-    candidates, _ = _oracle_path(current, [1.0] * (len(stale) * (len(stale[0]) + 1)))
-    assert lengths.tolist() == _oracle_lengths(candidates, capacity, len(stale))
+    candidates = prefix_schedule.candidate_path(prefix_schedule.survival(current))
+    assert lengths.tolist() == prefix_schedule.oracle_lengths(candidates, capacity, len(stale))
     # With fresh == stale the production variant is the retrospective search.
     same = schedule_prefixes_async_topk(_conf(stale), table, confidences=_conf(stale))
     assert same.tolist() == schedule_prefixes_retrospective(_conf(stale), table).tolist()

@@ -70,16 +70,14 @@ SECTION_TESTS = {
     "tiled_sampling": ("S3", ("conformance/suite/test_sampling.py", "conformance/suite/test_degenerate.py")),
     "folded": ("S4", ("conformance/suite/test_folded.py",)),
     # verify.py's accepted counts also drive S9's loop (tau = accepted + 1), which test_speculative.py checks.
-    "verify": ("S5", ("conformance/suite/test_verify.py", "conformance/suite/test_degenerate.py",
-                      "conformance/suite/test_invariance.py", "conformance/suite/test_tensor_parallel.py",
-                      "conformance/suite/test_speculative.py")),
+    "verify": ("S5", ("conformance/suite/test_verify_rule.py", "conformance/suite/test_verify_lossless.py",
+                      "conformance/suite/test_degenerate.py", "conformance/suite/test_invariance.py",
+                      "conformance/suite/test_tensor_parallel.py", "conformance/suite/test_speculative.py")),
     "simulated": ("S6", ("conformance/suite/test_simulated.py",)),
     "confidence": ("S7", ("conformance/suite/test_confidence.py",)),
     "scheduler": ("S8", ("conformance/suite/test_scheduler.py",)),
     "speculative": ("S9", ("conformance/suite/test_speculative.py", "conformance/suite/test_round.py")),
 }
-#: Gap-closing tests (issue 17) live here; they run with every module's section tests.
-GAP_TESTS = "conformance/suite/test_mutation_gaps.py"
 #: Section files whose implementation calls run in child processes (S5's tensor-parallel
 #: cases: ``conformance.suite.support.tp_ranks`` starts each gloo rank as a new Python process).
 #: mutmut cannot trace them: its stats run records which tests reach a function through a
@@ -164,8 +162,8 @@ def mutant_names(module: str, root: Path = REPO) -> list[str]:
     return sorted(mutants(module, root))
 
 
-def prepare(module: str, work: Path, gap_tests: bool = True) -> Path:
-    """Fresh work copy for one module (without GAP_TESTS unless ``gap_tests``); returns its directory."""
+def prepare(module: str, work: Path) -> Path:
+    """Fresh work copy for one module; returns its directory."""
     wdir = work / module
     if wdir.exists():
         shutil.rmtree(wdir)
@@ -174,13 +172,10 @@ def prepare(module: str, work: Path, gap_tests: bool = True) -> Path:
     for name in COPIED:
         src = REPO / name
         (shutil.copytree(src, wdir / name, ignore=ignore) if src.is_dir() else shutil.copy(src, wdir / name))
-    if not gap_tests:
-        (wdir / GAP_TESTS).unlink(missing_ok=True)
     target = wdir / "dspark_ref" / f"{module}.py"
     target.write_text(undecorate(target.read_text()))
     others = sorted(p.name for p in (wdir / "dspark_ref").glob("*.py") if p.name != f"{module}.py")
     tests = [t for t in SECTION_TESTS[module][1] if t not in SPAWNING_TESTS]
-    tests += [GAP_TESTS] if (wdir / GAP_TESTS).exists() else []
     (wdir / "setup.cfg").write_text(
         "[mutmut]\npaths_to_mutate = dspark_ref/\n"
         + "do_not_mutate =\n" + "".join(f"    dspark_ref/{o}\n" for o in others)
@@ -206,7 +201,7 @@ def _mutmut(wdir: Path, args: list[str], log, timeout: float | None) -> int:
 
 def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: Path, budget: float,
                deadline: float = float("inf"), names: list[str] | None = None,
-               exact_deadline: float = float("inf"), gap_tests: bool = True, reuse: bool = False,
+               exact_deadline: float = float("inf"), reuse: bool = False,
                skip_equivalent: bool = False, recheck_timeout: float = STAT_TIMEOUT_S) -> dict:
     """mutmut (exact tests) on this shard of the module's mutants until ``exact_deadline``
     (``time.time()``; mutants not reached stay not-checked), then the statistical tests on
@@ -214,8 +209,7 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
     exact results of an earlier run in ``work`` (re-check statistically only);
     ``skip_equivalent``: no statistical re-check of a survivor the triage judged equivalent."""
     started = time.time()
-    wdir = work / module if reuse else prepare(module, work, gap_tests)
-    gap_tests = (wdir / GAP_TESTS).exists()
+    wdir = work / module if reuse else prepare(module, work)
     if names is None:
         names = mutant_names(module)[shard[0]::shard[1]]
     out.mkdir(parents=True, exist_ok=True)
@@ -284,7 +278,7 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
     result = {
         "module": module, "section": SECTION_TESTS[module][0], "tests": " ".join(SECTION_TESTS[module][1]),
         "tool": TOOL, "tool_version": TOOL_VERSION, "shard": list(shard), "mutmut_rc": rc,
-        "statistical_budget": budget, "gap_tests": gap_tests, "source_sha256": hashlib.sha256(source).hexdigest(),
+        "statistical_budget": budget, "source_sha256": hashlib.sha256(source).hexdigest(),
         "seconds": round(time.time() - started, 1), "status": status, "statistical": statistical,
         "diffs": diffs,
     }
@@ -310,7 +304,7 @@ def _cmd_run(a) -> int:
     print(json.dumps({"mutants": sizes, "children": share}), flush=True)
     with concurrent.futures.ThreadPoolExecutor(len(modules)) as pool:
         futures = {m: pool.submit(run_module, m, (index, count), share[m], Path(a.out), work, a.budget,
-                                  start + a.statistical_until, names_of(m), start + a.exact_until, not a.no_gap_tests,
+                                  start + a.statistical_until, names_of(m), start + a.exact_until,
                                   a.reuse, a.skip_equivalent, a.recheck_timeout)
                    for m in modules if sizes[m]}
         for m, f in futures.items():
@@ -339,7 +333,7 @@ def _pytest(cwd: Path, module: str, name: str, budget: float | None, timeout: fl
     env = _env(budget)
     env["MUTANT_UNDER_TEST"] = name
     if tests is None:
-        tests = [*SECTION_TESTS[module][1]] + ([GAP_TESTS] if (cwd / GAP_TESTS).exists() else [])
+        tests = [*SECTION_TESTS[module][1]]
     try:
         rc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", *tests], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout).returncode
@@ -435,7 +429,6 @@ def main(argv=None) -> int:
                    help="stop mutmut S seconds after the start (mutants not reached: not-checked)")
     r.add_argument("--statistical-until", type=float, default=float("inf"), metavar="S",
                    help="start no statistical re-check later than S seconds after the start")
-    r.add_argument("--no-gap-tests", action="store_true", help=f"leave {GAP_TESTS} out (a baseline run)")
     r.add_argument("--recheck-timeout", type=float, default=STAT_TIMEOUT_S, metavar="S",
                    help="wall-clock limit of one re-check run (timeouts, statistical)")
     r.add_argument("--reuse", action="store_true", help="keep the exact results already in --work")

@@ -6,13 +6,15 @@ the device under test, so one seed gives the same inputs on every device.
 changes a case's inputs fails there.
 
 * :mod:`.logits` -- rows of step logits of named families (SPEC S3, S5 inputs);
-* :mod:`.markov_heads` -- random Markov heads in the reference layout (SPEC S2).
+* :mod:`.markov_heads` -- random Markov heads in the reference layout (SPEC S2);
+* :mod:`.verify_rounds` -- random chain-verify rounds and the tiny models of the S5 law
+  cases (SPEC S5), seeded with the raw case seed.
 
-To add a builder: one module per SPEC topic, exported here, with a digest in
+To add a builder: one module per SPEC topic, listed here, with a digest in
 ``tests/test_inputs.py``.
 """
 
-from .logits import LOGIT_FAMILIES, logit_rows
+from .logits import LOGIT_FAMILIES, NO_TOP_K_CUT, logit_rows
 from .markov_heads import MARKOV_HEAD_TYPES, markov_head_state
 
-__all__ = ["LOGIT_FAMILIES", "logit_rows", "MARKOV_HEAD_TYPES", "markov_head_state"]
+__all__ = ["LOGIT_FAMILIES", "NO_TOP_K_CUT", "logit_rows", "MARKOV_HEAD_TYPES", "markov_head_state"]

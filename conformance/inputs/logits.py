@@ -8,9 +8,12 @@ import torch
 
 from conformance.checks import check_choice, check_int
 
-__all__ = ["LOGIT_FAMILIES", "logit_rows"]
+__all__ = ["LOGIT_FAMILIES", "NO_TOP_K_CUT", "logit_rows"]
 
 LOGIT_FAMILIES = ("flat", "peaked", "near-tie", "random")
+#: ``top_k`` of a row with no top-k cut (SGLang's TOP_K_ALL): a sampling row under either greedy
+#: rule when its temperature is at least 1e-5 (SPEC S3).
+NO_TOP_K_CUT = 1 << 30
 
 
 def logit_rows(family: str, batch: int, vocab: int, generator: torch.Generator) -> torch.Tensor:

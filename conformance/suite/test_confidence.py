@@ -2,10 +2,11 @@
 
 Covers: confidences shaped by the RUNTIME block length whatever gamma the checkpoint
 declares, and equal to a float64 oracle ``sigmoid((w . [h ; m] + b) / t)``; prefix survival
-as the cumulative product; STS that preserves order, lowers the ECE of overconfident
-scores and fits left to right with earlier positions held fixed. Everything reaches the
-implementation through :class:`~conformance.contract.Confidence`; the oracles below are
-written here in float64 and share no code with ``dspark_ref``.
+as the cumulative product (of a batch and of one ``[gamma]`` row); STS that preserves order,
+lowers the ECE of overconfident scores, fits left to right with earlier positions held fixed,
+fits one held-out block, and minimises a binned ECE (not ``|mean label - mean c|``).
+Everything reaches the implementation through :class:`~conformance.contract.Confidence`; the
+oracles below are written here in float64 and share no code with ``dspark_ref``.
 
 To add a case: add an entry ``case(...): parameters`` to the dict of its family (the dict
 maps each registered :class:`~conformance.cases.Case` to the parameters its test reads).
@@ -216,6 +217,25 @@ def test_S7_prefix_survival_is_cumulative_product(case, require, case_generator,
         ))
 
 
+ONE_ROW_SURVIVAL = case("S7/prefix-survival/one-dimensional", "prefix_survival of one [gamma] row, no leading "
+                        "dimension (the contract's c[..., gamma]): its cumulative product, exactly (dyadic)",
+                        ["S7.calibration"])
+
+
+@pytest.mark.parametrize("case", [ONE_ROW_SURVIVAL], ids=case_id)
+def test_S7_prefix_survival_of_one_row(case, require, dspark_device):
+    iut = require(Confidence)
+    conf = torch.tensor([1.0, 0.75, 0.5, 0.875, 0.0, 0.25], dtype=torch.float64, device=dspark_device)
+    expected = [1.0, 0.75, 0.375, 0.328125, 0.0, 0.0]  # products of k/8: exact in any order
+
+    out = iut.prefix_survival(conf)
+
+    assert tuple(out.shape) == (6,) and out.double().cpu().tolist() == expected, (
+        f"{case.id}: expected the cumulative product {expected} of shape (6,), got "
+        f"{tuple(out.shape)} {out.double().cpu().tolist()}"
+    )
+
+
 # ----------------------------------------------------------------------------- STS
 # case -> gamma
 STS_ORDER_CASES = {
@@ -394,3 +414,58 @@ def test_S7_sts_matches_the_sequential_oracle(case, require, case_generator, dsp
             f"product, t_1..t_{k} held at the IUT's {t[:k].tolist()}) gives {best:.4g} (allowed ratio "
             f"{math.exp(tolerance):.3f}); the oracle's whole fit is {spec_fit.tolist()}, the IUT's {t.tolist()}"
         )
+
+
+SINGLE_BLOCK_STS = case("S7/sts/single-block", "STS on one held-out block (N = 1) fits [gamma] finite positive "
+                        "temperatures (no error)", ["S7.sts"])
+
+
+@pytest.mark.parametrize("case", [SINGLE_BLOCK_STS], ids=case_id)
+def test_S7_sts_on_a_single_block(case, require, dspark_device):
+    iut = require(Confidence)
+    raw = torch.tensor([[1.5, -0.5, 2.0]], dtype=torch.float64, device=dspark_device)
+    accepted = torch.tensor([[True, True, False]], device=dspark_device)
+
+    temperatures = iut.fit_sts(raw, accepted)
+
+    t = temperatures.double().cpu()
+    assert tuple(t.shape) == (3,) and bool(torch.all(torch.isfinite(t) & (t > 0))), (
+        f"{case.id}: expected [gamma] = [3] finite positive temperatures, got {tuple(t.shape)} {t.tolist()}"
+    )
+
+
+BINNED_ECE = case("S7/sts/binned-ece", "STS minimises a binned ECE: on two groups of blocks no temperature "
+                  "calibrates both, the binned fit calibrates the larger (t = 1.004), a one-bin "
+                  "|mean label - mean c| fit nets their errors (t = 0.37)", ["S7.sts"])
+#: (blocks, raw logit, accepted) of the two groups; rates 0.88 and 0.27.
+BINNED_ECE_GROUPS = ((700, 2.0, 616), (300, -3.0, 81))
+
+
+@pytest.mark.parametrize("case", [BINNED_ECE], ids=case_id)
+def test_S7_sts_minimises_a_binned_ece(case, require, dspark_device):
+    """gamma = 1, so the fit is plain temperature scaling against the prefix labels. Group A
+    (700 blocks, raw 2, 616 accepted: rate 0.88) is calibrated at ``t_A = 2 / logit(0.88) =
+    1.0038``, group B (300 blocks, raw -3, 81 accepted: rate 0.27) at ``t_B = 3 / logit(0.73)
+    = 3.02``: no temperature calibrates both. Near ``t_A`` the two groups' confidences (0.88
+    and 0.05) lie in different bins of ANY binning into bins no wider than 1/2, so the ECE is
+    ``0.7 |0.88 - c_A| + 0.3 |0.27 - c_B|`` (0.067 at ``t_A``), smallest there: the larger
+    group's error weighs more. They can share such a bin only where ``c_A - c_B <= 1/2``
+    (t >= 2.25), and there the ECE is ``|0.697 - (0.7 c_A + 0.3 c_B)| >= 0.138``, worse.
+    Checked in float64 for equal-width binnings of 2..40 bins on geometric grids of ratio
+    1.1 over [0.1, 10] (seven offsets): the argmin is within a factor 1.062 of ``t_A``. One
+    bin (``|mean label - mean c|``, calibration in the large) instead nets A's
+    overconfidence against B's underconfidence: zero at t = 0.37, a factor 2.7 below
+    ``t_A``. Allowed: a grid point either side of ``t_A``, a factor ``STS_GRID_RATIO``.
+    """
+    iut = require(Confidence)
+    raw = torch.cat([torch.full((n, 1), r, dtype=torch.float64) for n, r, _ in BINNED_ECE_GROUPS])
+    accepted = torch.cat([torch.arange(n)[:, None] < k for n, _, k in BINNED_ECE_GROUPS])
+    (n_a, raw_a, k_a), _ = BINNED_ECE_GROUPS
+    t_a = raw_a / math.log(k_a / (n_a - k_a))
+
+    t = float(iut.fit_sts(raw.to(dspark_device), accepted.to(dspark_device)).double().cpu()[0])
+
+    assert 0 < t < math.inf and abs(math.log(t / t_a)) <= math.log(STS_GRID_RATIO), (
+        f"{case.id}: expected t_1 within a factor {STS_GRID_RATIO} of {t_a:.4f} (the binned-ECE fit, "
+        f"which calibrates the 700-block group), got {t} (a one-bin ECE fit gives about 0.37)"
+    )

@@ -19,6 +19,8 @@ for handed-over q, ``GreedyVerifier``):
 * a handed-over ``q`` of 1 + 2^-7 (a bf16 rounding) read as 1: a draft with p = 1 always passes;
 * coins at 0, at 1 - 2^-24 and exactly on a CDF boundary of the correction and bonus
   draws: the accept decision of ``u q < p`` exactly, and never a zero-probability token;
+  a bonus drawn at ``u = 1 - 2^-53`` from laws whose float64 CDF may end below it: never
+  the masked last token nor ``V``;
 * trailing -1 sentinel drafts: verified as a row with fewer drafts, never emitted.
 
 Every expectation is computed here in float64 (``support.race_oracle``,
@@ -42,13 +44,15 @@ from conformance.contract import (
     StepSampler,
     TruncatedChainVerifier,
 )
+from conformance.inputs import NO_TOP_K_CUT
+from conformance.inputs.verify_rounds import laws_as_logits
 from conformance.seeds import derive_seed
 from conformance.suite.support import race_oracle as race
 from conformance.suite.support import verify_oracle as oracle
+from conformance.suite.support.chain_verifier import check_committed, verify_explicit
 
 F64 = torch.float64
 NEG = -math.inf
-TOP_K_OFF = 1 << 30  # top-k off: a row's greedy rule rests on its temperature
 U_TOP = 1 - 2.0**-24  # the largest float32 uniform below 1
 E_TOP = -math.log1p(-(2.0**-24))  # the Exp(1) noise of that uniform, ~5.96e-8
 TAIL_VOCABS = (1025, 8193, 10_000, 151_936)
@@ -287,7 +291,7 @@ def test_S5_bad_temperatures_verify(case, require, dspark_adapter, dspark_device
     draft_logits = 2 * torch.randn(rows, l, vocab, generator=gen)
     bad = torch.arange(rows) % 2 == 0
     temps = torch.where(bad, torch.tensor(list(BAD_TEMPERATURES.values())).repeat(rows // 3)[:rows], 0.0)
-    top_k = torch.where(bad, TOP_K_OFF, 1)
+    top_k = torch.where(bad, NO_TOP_K_CUT, 1)
     def call():
         return iut.verify(*_to(dspark_device, drafts, target, draft_logits, temps, top_k), generator=case_generator)
 
@@ -370,20 +374,6 @@ def test_S3_tiny_temperatures_clamped(case, require, dspark_adapter, dspark_devi
 
 
 # =========================================================================== S5
-def _logits(*laws) -> torch.Tensor:
-    """float32 logits ``[n, V]`` whose softmax at T = 1 is each given law (0 -> -inf)."""
-    return torch.log(torch.tensor(laws, dtype=F64)).float()
-
-
-def _verify_explicit(iut, device, drafts, target, draft_logits, temps, top_k, coins, finals, cap=None):
-    try:
-        out = iut.verify(*_to(device, drafts, target, draft_logits, temps, top_k),
-                         accept_uniforms=coins.to(device), final_uniforms=finals.to(device), cap=cap)
-    except NotImplementedError as exc:
-        pytest.skip(f"ChainVerifier: explicit uniforms not supported by this IUT ({exc})")
-    return tuple(t.cpu() for t in out)
-
-
 def _emitted(accepted: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return tokens.gather(1, accepted[:, None])[:, 0]
 
@@ -422,14 +412,14 @@ def test_S5_zero_q_draft_explicit(case, require, dspark_adapter, dspark_device, 
     grid = [(x, c, u) for x in (0, 1) for c in (0.0, 0.5, U_TOP) for u in (0.0, 0.3, 0.7, U_TOP)]
     rows = len(grid)
     drafts = torch.tensor([[x, 2] for x, _, _ in grid])
-    target = _logits((0.3, 0.0, 0.2, 0.1, 0.25, 0.15), (0.1, 0.2, 0.3, 0.1, 0.2, 0.1), (0.5, 0.1, 0.1, 0.1, 0.1, 0.1))
+    target = laws_as_logits((0.3, 0.0, 0.2, 0.1, 0.25, 0.15), (0.1, 0.2, 0.3, 0.1, 0.2, 0.1), (0.5, 0.1, 0.1, 0.1, 0.1, 0.1))
     target = target.expand(rows, -1, -1).contiguous()
     draft_logits = 2 * torch.randn(rows, l, vocab, generator=gen)
     draft_logits[:, 0, :2] = NEG  # q_1(0) = q_1(1) = 0: both drafts at slot 1 have zero draft mass
     coins = torch.tensor([[c, 0.4] for _, c, _ in grid], dtype=F64)
     finals = torch.tensor([u for _, _, u in grid], dtype=F64)
-    temps, top_k = torch.ones(rows), torch.full((rows,), TOP_K_OFF)
-    accepted, tokens = _verify_explicit(iut, dspark_device, drafts, target, draft_logits, temps, top_k, coins, finals)
+    temps, top_k = torch.ones(rows), torch.full((rows,), NO_TOP_K_CUT)
+    accepted, tokens = verify_explicit(iut, dspark_device, drafts, target, draft_logits, temps, top_k, coins, finals)
     rule = dspark_adapter.conventions.zero_q_drafts
     for b, (x, c, u) in enumerate(grid):
         replay = oracle.replay_round(drafts[b].tolist(), target[b].double().numpy(), draft_logits[b].double().numpy(),
@@ -456,7 +446,7 @@ def test_S5_zero_q_draft_handed_over(case, require, dspark_adapter, dspark_devic
     iut = require(TruncatedChainVerifier)
     rows, vocab = 256, 6
     drafts = torch.tensor([0, 3]).repeat(rows // 2)[:, None]  # q(0) = q(3) = 0; p_1(0) = 0.2, p_1(3) = 0
-    target = _logits((0.2, 0.2, 0.2, 0.0, 0.2, 0.2), (0.1, 0.0, 0.3, 0.2, 0.0, 0.4)).expand(rows, -1, -1).contiguous()
+    target = laws_as_logits((0.2, 0.2, 0.2, 0.0, 0.2, 0.2), (0.1, 0.0, 0.3, 0.2, 0.0, 0.4)).expand(rows, -1, -1).contiguous()
     q = torch.tensor([0.0, 0.5, 0.5, 0.0, 0.0, 0.0]).expand(rows, 1, -1).contiguous()
     dev = dspark_device
     accepted, tokens = (t.cpu() for t in iut.verify_truncated(
@@ -520,13 +510,13 @@ def test_S5_coins_at_endpoints_and_boundaries(case, require, dspark_device):
     p = (0, 0.25, 0, 0.25, 0, 0.25, 0, 0.25, 0)
     grid = [(c, u) for c in (0.0, 0.25, 0.5, U_TOP) for u in (0.0, 0.25, 0.5, 0.75, U_TOP)]
     rows = len(grid)
-    target = _logits(p, p).expand(rows, -1, -1).contiguous()
-    draft_logits = _logits((0, 0.5, 0, 0.5, 0, 0, 0, 0, 0)).expand(rows, -1, -1).contiguous()
+    target = laws_as_logits(p, p).expand(rows, -1, -1).contiguous()
+    draft_logits = laws_as_logits((0, 0.5, 0, 0.5, 0, 0, 0, 0, 0)).expand(rows, -1, -1).contiguous()
     drafts = torch.ones(rows, 1, dtype=torch.int64)
     coins = torch.tensor([[c] for c, _ in grid], dtype=F64)
     finals = torch.tensor([u for _, u in grid], dtype=F64)
-    accepted, tokens = _verify_explicit(iut, dspark_device, drafts, target, draft_logits, torch.ones(rows),
-                                        torch.full((rows,), TOP_K_OFF), coins, finals)
+    accepted, tokens = verify_explicit(iut, dspark_device, drafts, target, draft_logits, torch.ones(rows),
+                                       torch.full((rows,), NO_TOP_K_CUT), coins, finals)
     expected = torch.tensor([int(c < 0.5) for c, _ in grid])
     assert torch.equal(accepted, expected), (
         f"{case.id}: accept iff u * q < p (u < 0.5 here, 0.5 rejects): expected {expected.tolist()}, got "
@@ -560,8 +550,8 @@ def test_S5_final_uniform_endpoints_wide_vocab(case, require, dspark_device, cas
     drafts = torch.full((rows, 1), x)
     coins = torch.tensor([[0.0]] * 3 + [[U_TOP]] * 3, dtype=F64)
     finals = torch.tensor([0.0, 0.5, U_TOP] * 2, dtype=F64)
-    accepted, tokens = _verify_explicit(iut, dspark_device, drafts, target, draft_logits, torch.ones(rows),
-                                        torch.full((rows,), TOP_K_OFF), coins, finals)
+    accepted, tokens = verify_explicit(iut, dspark_device, drafts, target, draft_logits, torch.ones(rows),
+                                       torch.full((rows,), NO_TOP_K_CUT), coins, finals)
     assert accepted.tolist() == [1, 1, 1, 0, 0, 0], f"{case.id}: expected accepted [1, 1, 1, 0, 0, 0], got {accepted.tolist()}"
     p, q = _law64(base), _law64(draft_logits[0, 0])
     laws = torch.stack([p[1]] * 3 + [_residual64(p[:1], q[None])[0]] * 3)
@@ -569,6 +559,35 @@ def test_S5_final_uniform_endpoints_wide_vocab(case, require, dspark_device, cas
 
 
 # --------------------------------------------------------------------------- sentinels
+FINAL_COIN_NEAR_ONE = case("S5/degenerate/final-coin-near-one", "explicit uniforms: every draft accepted (u = 0), the "
+                           "bonus drawn at u = 1 - 2^-53 from laws whose last token has logit -inf: an id in [0, V) "
+                           "with p > 0, never V and never the masked last token", ["S5.degenerate", "S5.bonus"])
+
+
+@pytest.mark.parametrize("case", [FINAL_COIN_NEAR_ONE], ids=case_id)
+def test_S5_final_coin_near_one_picks_a_live_token(case, require, dspark_device, case_seed):
+    """The float64 CDF of a bonus law may end just below ``1 - 2^-53``; an inverse CDF must
+    still return a token of positive probability (32 random laws: some end below it)."""
+    iut = require(ChainVerifier)
+    rows, vocab = 32, 6
+    gen = torch.Generator().manual_seed(case_seed)
+    target = torch.randn(rows, 2, vocab, generator=gen, dtype=torch.float64).float()
+    target[:, 1, -1] = float("-inf")
+    drafts = target[:, 0].argmax(dim=-1, keepdim=True)  # p(x_1) > 0: accepted at u = 0
+    draft_logits = target[:, :1].clone()
+    accept_u = torch.zeros(rows, 1, dtype=torch.float64)
+    final_u = torch.full((rows,), 1.0 - 2.0 ** -53, dtype=torch.float64)
+    accepted, tokens = verify_explicit(iut, dspark_device, drafts, target, draft_logits, torch.ones(rows),
+                                       torch.full((rows,), vocab), accept_u, final_u)
+    check_committed(case.id, accepted, tokens, drafts, vocab)
+    bonus = tokens[:, 1]
+    assert bool((accepted == 1).all()), f"{case.id}: u = 0 must accept every draft, got accepted {accepted.tolist()}"
+    assert bool((bonus < vocab - 1).all()), (
+        f"{case.id}: the bonus at u = 1 - 2^-53 must be a token of positive probability (not {vocab - 1}, logit "
+        f"-inf, nor {vocab}): got {bonus.tolist()}"
+    )
+
+
 def _sentinel_rows(rows: int, l: int) -> torch.Tensor:
     """``[rows]`` real-draft counts ``0..l`` (each at least once)."""
     return torch.arange(rows) % (l + 1)
@@ -591,10 +610,10 @@ def test_S5_sentinel_drafts_explicit(case, require, dspark_device, case_seed):
     drafts = drafts.masked_fill(torch.arange(l) >= real[:, None], -1)
     coins = torch.rand(rows, l, dtype=F64, generator=gen)
     finals = torch.rand(rows, dtype=F64, generator=gen)
-    temps, top_k = torch.ones(rows), torch.full((rows,), TOP_K_OFF)
+    temps, top_k = torch.ones(rows), torch.full((rows,), NO_TOP_K_CUT)
     for cap in (None, 2):
-        accepted, tokens = _verify_explicit(iut, dspark_device, drafts, target, draft_logits, temps, top_k,
-                                            coins, finals, cap=cap)
+        accepted, tokens = verify_explicit(iut, dspark_device, drafts, target, draft_logits, temps, top_k,
+                                           coins, finals, cap=cap)
         for b in range(rows):
             n = int(real[b])
             exp_acc, exp_tokens, _ = oracle.replay_round(
@@ -658,7 +677,7 @@ def test_S5_sentinel_drafts_generator(case, require, dspark_device, case_seed, c
     target[row_ids, real] = bonus.masked_fill(masked, NEG)
     drafts = drafts.masked_fill(torch.arange(l) >= real[:, None], -1)
     accepted, tokens = (t.cpu() for t in iut.verify(
-        *_to(dspark_device, drafts, target, draft_logits, torch.ones(rows), torch.full((rows,), TOP_K_OFF)),
+        *_to(dspark_device, drafts, target, draft_logits, torch.ones(rows), torch.full((rows,), NO_TOP_K_CUT)),
         generator=case_generator))
     assert torch.equal(accepted, real), (
         f"{case.id}: expected accepted = real-draft count {real[:10].tolist()}..., got {accepted[:10].tolist()}..."

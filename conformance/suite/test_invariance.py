@@ -41,13 +41,12 @@ from conformance.contract import (
 )
 from conformance.seeds import derive_seed
 from conformance.suite.support import verify_oracle as oracle
-from conformance.suite.support.inputs import markov_head_state
+from conformance.inputs import NO_TOP_K_CUT, markov_head_state
 
 F64 = torch.float64
-TOP_K_OFF = 1 << 30
 CHUNK = 7
 # (temperature, top_k) row kinds: sampling at three temperatures, greedy under either rule.
-ROW_KINDS = ((1.0, TOP_K_OFF), (0.6, TOP_K_OFF), (1.7, TOP_K_OFF), (0.0, 1))
+ROW_KINDS = ((1.0, NO_TOP_K_CUT), (0.6, NO_TOP_K_CUT), (1.7, NO_TOP_K_CUT), (0.0, 1))
 
 
 def _gen(case_seed: int) -> torch.Generator:
@@ -236,7 +235,7 @@ NEAR_TIE_GAP = 2.0**-8
 #: (>= 2^-8 (1 - p(x)) / T, checked per row).
 COIN_MARGIN = 2.0**-12
 # (temperature, top_k) of the near-tie cases: powers of two, so L / T stays exact.
-NEAR_TIE_KINDS = ((1.0, TOP_K_OFF), (0.5, TOP_K_OFF), (0.0, 1))
+NEAR_TIE_KINDS = ((1.0, NO_TOP_K_CUT), (0.5, NO_TOP_K_CUT), (0.0, 1))
 
 
 def _near_tie_logits(rows: int, positions: int, vocab: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -406,7 +405,7 @@ def test_S5_per_row_caps_generator(case, require, dspark_device, case_seed, case
     iut = require(ChainVerifier)
     gen, rows, l, vocab = _gen(case_seed), 60, 4, 8
     x = _chain_inputs(rows, l, vocab, gen)
-    x["temps"], x["top_k"] = torch.ones(rows), torch.full((rows,), TOP_K_OFF)
+    x["temps"], x["top_k"] = torch.ones(rows), torch.full((rows,), NO_TOP_K_CUT)
     x["target"][:, :l] = x["draft_logits"] + torch.nn.functional.one_hot(x["drafts"], vocab).float()
     caps = _caps(rows, l, gen)
     d = _on(dspark_device, x)

@@ -15,7 +15,7 @@ Covers, through :class:`~conformance.contract.MarkovBlock` only:
   columns (masked tokens stay ``-inf`` and are never drawn).
 
 The oracle and the chain law are also the reference of ``test_folded.py`` (SPEC S4).
-Heads travel in the reference layout built by ``conformance.suite.support.inputs.markov_head_state``.
+Heads travel in the reference layout built by ``conformance.inputs.markov_head_state``.
 
 To add a case: add ``case(...): parameters`` to the dict of its family below (each dict maps
 a registered :class:`~conformance.cases.Case` to what its test reads).

@@ -18,7 +18,8 @@ the bonus-anchor layout (``sample_from_anchor = False``: the anchor's position c
 the base logits and the hidden states, ``gamma = block - 1``), a padded draft vocabulary
 (cropped to ``V``, never remapped) and a reduced one with a draft-to-target map ``d2t``
 (draws mapped before they are stored and before they condition the next step; the block
-lifted to target columns, ``-inf`` elsewhere; ``d2t`` validated). Their corrected logits
+lifted to target columns, ``-inf`` elsewhere; ``d2t`` validated), and a one-token vocabulary
+(``V = V_d = 1``, valid input: every draw is token 0). Their corrected logits
 are checked against the float64 S2 oracle of :mod:`conformance.suite.support.blocks` run on
 the IUT's own draws, within its derived float32 bound; ``-inf`` columns and greedy argmaxes
 exactly.
@@ -260,6 +261,33 @@ def test_S1_one_token_draft_vocabularies(case, require, dspark_adapter, case_see
     expected, bound = oracle_block_logits("vanilla", state, base, prev_tokens(first_prev, tokens), None)
     assert_within_oracle(case, got[..., column:column + 1], expected[..., :1], bound[..., :1],
                          f"corrected logits of column {column}")
+
+
+ONE_TOKEN = case("S1/vocab/one-token", "a one-token vocabulary, V = V_d = 1 (anchor-first, vanilla head): every "
+                 "draw is token 0, greedy or sampled, and the corrected logits are the S2 oracle's (no error)",
+                 ["S1.draft-vocab"])
+
+
+@pytest.mark.parametrize("case", [ONE_TOKEN], ids=case_id)
+def test_S1_one_token_vocabulary(case, require, dspark_adapter, case_seed, case_generator, dspark_device):
+    iut = require(DraftLayouts)
+    conventions = dspark_adapter.conventions
+    if "anchor-first" not in conventions.layouts or "target" not in conventions.draft_vocabularies:
+        pytest.skip(f"{case.id}: {dspark_adapter.name} declares no anchor-first layout over the target vocabulary")
+    batch, gamma = 4, 3
+    state = draft_vocab_head_state("vanilla", vocab=1, draft_vocab=1, rank=2, hidden_size=None,
+                                   seed=sub_seed(case_seed, "head"), device=dspark_device)
+    base = torch.randn(batch, gamma, 1, generator=input_generator(case_seed)).to(dspark_device)
+    first_prev = torch.zeros(batch, dtype=torch.int64, device=dspark_device)
+    temps, top_k = row_params([True, False, True, False], 1.0, dspark_device)
+
+    tokens, corrected = iut.draft_block("vanilla", state, base, first_prev, None, temps, top_k, case_generator,
+                                        layout="anchor-first", vocab_size=1, d2t=None)
+
+    check_block_shapes(case, tokens, corrected, batch, gamma, 1)
+    assert tokens.cpu().tolist() == [[0] * gamma] * batch, f"{case.id}: expected every token 0, got {tokens.tolist()}"
+    expected, bound = oracle_block_logits("vanilla", state, base, prev_tokens(first_prev, tokens), None)
+    assert_within_oracle(case, corrected.detach().to("cpu", torch.float64), expected, bound, "corrected logits")
 
 
 BONUS_ANCHOR_ZERO = case("S1/layout/bonus-anchor-zero-head", "bonus-anchor, zero Markov head: the corrected logits "

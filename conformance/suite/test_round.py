@@ -44,7 +44,7 @@ from conformance.suite.support.blocks import (
     oracle_block_logits,
     sub_seed,
 )
-from conformance.suite.support.inputs import markov_head_state
+from conformance.inputs import markov_head_state
 from conformance.suite.support.truncation import NEUTRAL, tempered_law, truncated_law
 
 VOCAB, RANK, HIDDEN, GAMMA = 8, 4, 4, 3

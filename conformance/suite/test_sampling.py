@@ -34,7 +34,7 @@ from conformance.seeds import derive_seed
 from conformance.budget import DEFAULT_MIN_TV, tier_of
 from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
-from conformance.suite.support.inputs import logit_rows
+from conformance.inputs import NO_TOP_K_CUT, logit_rows
 from conformance.suite.support.truncation import NEUTRAL, truncated_law
 
 TEMPERATURE_FLOOR = 1e-5  # SPEC S3: sampling temperatures are clamped to at least this
@@ -44,7 +44,6 @@ TILE_EDGE_VOCABS = (1023, 1024, 1025)  # both sides of a 1024-column tile
 PRODUCTION_VOCABS = (129_280, 151_936)  # DeepSeek-V4, Qwen3
 # A row with distinct probabilities far from every truncation cut-off used below.
 EIGHT_PROBS = (0.30, 0.22, 0.16, 0.12, 0.09, 0.06, 0.03, 0.02)
-TOP_K_OFF = 1 << 30  # top_k of a sampling row under the "top_k" greedy rule: no cut
 
 
 # --------------------------------------------------------------------------- oracles
@@ -721,7 +720,7 @@ def test_S3_one_token_vocabulary(case, require, dspark_device, case_seed, case_g
     gen = torch.Generator().manual_seed(case_seed)
     logits = torch.randn(4, 1, generator=gen)
     temps = torch.tensor([0.0, 1.0, 0.7, 2.0])
-    top_k = torch.tensor([1, TOP_K_OFF, TOP_K_OFF, TOP_K_OFF])
+    top_k = torch.tensor([1, NO_TOP_K_CUT, NO_TOP_K_CUT, NO_TOP_K_CUT])
     args = [t.to(dspark_device) for t in (logits, temps, top_k)]
     if capability is NoiseStepSampler:
         tokens = sampler.sample_with_noise(*args, torch.ones(4, 1, device=dspark_device))
@@ -742,7 +741,7 @@ def test_S3_noise_comes_from_the_generator(case, require, dspark_device, case_se
     sampler = require(StepSampler)
     gen = torch.Generator().manual_seed(case_seed)
     logits = torch.randn(SEEDED_ROWS, SEEDED_VOCAB, generator=gen)
-    temps, top_k = torch.ones(SEEDED_ROWS), torch.full((SEEDED_ROWS,), TOP_K_OFF)
+    temps, top_k = torch.ones(SEEDED_ROWS), torch.full((SEEDED_ROWS,), NO_TOP_K_CUT)
     seed = derive_seed(case_seed, "step-generator")
 
     def draw(step_seed: int, global_seed: int) -> torch.Tensor:

@@ -22,7 +22,9 @@ SPS entries multiples of 1/4096, so every survival, tau and Theta below is exact
 (under 50 significant bits) whatever order an implementation sums in; the Theta-tie family
 is exact in float32 too. SPEC S8 orders ties only within a request (``(r, j-1)`` before
 ``(r, j)``), so the check accepts any order of tied candidates across requests: the IUT must
-admit as many draft tokens as Algorithm 1, forming a top set of the candidates.
+admit as many draft tokens as Algorithm 1, forming a top set of the candidates. Edges: an
+empty batch (R = 0) schedules nothing; an SPS table as long as the admission path can reach
+(``R + #{a > 0}``) is enough.
 
 To add a case: add ``case(...): builder`` to the dict of its family, where ``builder(rng)``
 returns one instance ``(confidences as lists, SPS table)`` from a ``random.Random``.
@@ -208,6 +210,34 @@ EARLY_STOP_CASES = {
 @pytest.mark.parametrize("case", EARLY_STOP_CASES, ids=case_id)
 def test_S8_stops_at_first_non_improvement(case, require, case_seed, dspark_device):
     _run_instances(case, EARLY_STOP_CASES[case], require(PrefixScheduler), case_seed, dspark_device)
+
+
+EMPTY_BATCH = case("S8/edge/empty-batch", "R = 0 requests: an empty [0, gamma] confidence tensor and an empty "
+                   "SPS table schedule to an empty int64 length vector (no error)", ["S8.algorithm-1"])
+
+
+@pytest.mark.parametrize("case", [EMPTY_BATCH], ids=case_id)
+def test_S8_empty_batch_schedules_nothing(case, require, dspark_device):
+    iut = require(PrefixScheduler)
+    lengths = iut.schedule(torch.zeros(0, 3, dtype=torch.float64, device=dspark_device), [])
+    assert tuple(lengths.shape) == (0,) and lengths.dtype == torch.int64, (
+        f"{case.id}: expected an empty int64 [0] tensor, got {lengths.dtype} {tuple(lengths.shape)}"
+    )
+
+
+SHORT_TABLE = case("S8/sps-table/path-length", "an SPS table exactly as long as the admission path can reach, "
+                   "R + #{a > 0} (zero survivals do not count), is enough; flat SPS admits every a > 0",
+                   ["S8.algorithm-1"])
+
+
+@pytest.mark.parametrize("case", [SHORT_TABLE], ids=case_id)
+def test_S8_table_covering_the_path_is_enough(case, require, dspark_device):
+    iut = require(PrefixScheduler)
+    # survivals: row 0 (0.5, 0, 0), row 1 (1, 0.5, 0): 3 candidates, so batch sizes 1..5;
+    # with a flat SPS every admission raises Theta = tau * 1, so all three are kept.
+    conf = torch.tensor([[0.5, 0.0, 0.0], [1.0, 0.5, 0.0]], dtype=torch.float64, device=dspark_device)
+    lengths = iut.schedule(conf, [1.0] * 5).cpu().tolist()
+    assert lengths == [1, 2], f"{case.id}: expected lengths [1, 2] (every a > 0 admitted), got {lengths}"
 
 
 # ----------------------------------------------------------------------------- Appendix A

@@ -10,7 +10,10 @@ Covers, through :class:`~conformance.contract.SimulatedAcceptance` only:
 * the verify-step executor (``max_len = gamma + 1``): a fresh length on EVERY step (the S10
   bug rounded 4.7 once, when its buffer was made, and ran it as a constant 4), tested by the
   law of the lengths and by how often disjoint pairs of steps differ; its correct drafts
-  (the first ``acc_len - 1`` drafts, then -1) across batch-size and dtype changes;
+  (the first ``acc_len - 1`` drafts, then -1) across batch-size and dtype changes; its clamp
+  at ``max_len = gamma + 1``, the shortest block ``gamma = 1``, its reused buffer (a step that
+  fits the capacity writes into the same storage) and lengths that follow its seed;
+* ``sample_acc_len``'s draws are a function of the generator passed in;
 * the simulated bonus (:class:`~conformance.contract.SimulatedBonus`): after a run of ``a``
   accepted drafts, the target row at position ``a``, exactly its argmax for ``T < 1e-5``
   and a chi-square test of ``softmax(L_a / T)`` otherwise; its draws come from the
@@ -328,6 +331,117 @@ def test_S6_executor_writes_correct_drafts(case, require, case_seed, dspark_devi
         assert torch.equal(got, expected), (
             f"{label}: expected the first acc_len - 1 drafts then -1 (acc_len {lengths.tolist()}): "
             f"{expected.tolist()}, got {got.tolist()}"
+        )
+
+
+CLAMP_HIGH = case("S6/executor/clamp-high-gamma", "a value above gamma + 1 is the constant gamma + 1 in the "
+                  "verify step (max_len = gamma + 1, not more), for both methods' upper clamp",
+                  ["S6.executor", "S6.match-expected"])
+
+
+@pytest.mark.parametrize("case", [CLAMP_HIGH], ids=case_id)
+def test_S6_executor_clamps_at_gamma_plus_one(case, require, case_seed, dspark_device):
+    iut = require(SimulatedAcceptance)
+    for gamma in (1, 3, 5):
+        executor = iut.executor(9.5, "match-expected", gamma, case_seed)
+        for step in range(3):
+            drafts = torch.arange(4 * gamma, device=dspark_device).reshape(4, gamma)
+            lengths = executor.step(drafts).cpu().tolist()
+            assert lengths == [gamma + 1] * 4, (
+                f"{case.id}: executor(9.5, match-expected, gamma={gamma}) step {step}: expected every length "
+                f"= gamma + 1 = {gamma + 1} (9.5 clamps to max_len = gamma + 1), got {lengths}"
+            )
+
+
+SHORT_BLOCK = case("S6/executor/gamma-1", "the shortest block, gamma = 1: lengths in {1, 2}, the draft kept "
+                   "exactly when the length is 2", ["S6.executor"])
+
+
+@pytest.mark.parametrize("case", [SHORT_BLOCK], ids=case_id)
+def test_S6_executor_gamma_one(case, require, case_seed, dspark_device):
+    iut = require(SimulatedAcceptance)
+    executor = iut.executor(1.5, "match-expected", 1, case_seed)
+    drafts = torch.arange(16, device=dspark_device).reshape(16, 1)
+    lengths = executor.step(drafts).cpu()
+    assert set(lengths.tolist()) <= {1, 2}, f"{case.id}: expected lengths in {{1, 2}}, got {lengths.tolist()}"
+    correct = executor.correct_drafts.cpu().to(torch.int64)
+    expected = torch.where(lengths[:, None] == 2, drafts.cpu(), -1)
+    assert torch.equal(correct, expected), f"{case.id}: expected {expected.tolist()}, got {correct.tolist()}"
+
+
+BUFFER_REUSE = case("S6/executor/buffer-reuse", "correct_drafts is a view of a REUSED buffer: steps whose batch "
+                    "fits the capacity (same size, smaller, or back up to it) write into the same storage; a "
+                    "batch above the capacity gets a new buffer (a skip where correct_drafts is no view)",
+                    ["S6.executor"])
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("case", [BUFFER_REUSE], ids=case_id)
+def test_S6_executor_reuses_its_buffer(case, require, case_seed, dspark_device):
+    iut = require(SimulatedAcceptance)
+    gamma = 3
+    executor = iut.executor(3.0, "match-expected", gamma, case_seed)
+    views = []  # every view is kept, so a rebuilt buffer cannot land on a freed address
+    # capacity 6 (rows > gamma, so a capacity kept by rows vs gamma confusion shows), then
+    # the same size, smaller, back to 6 (reuse), then 8 (a new buffer), then 8 again (reuse)
+    plan = [(6, False), (6, True), (2, True), (5, True), (6, True), (8, False), (8, True), (4, True)]
+    for step, (rows, reused) in enumerate(plan):
+        drafts = torch.arange(rows * gamma, device=dspark_device).reshape(rows, gamma)
+        executor.step(drafts)
+        try:
+            view = executor.correct_drafts
+        except NotImplementedError as exc:
+            pytest.skip(f"SimulatedAcceptance: the executor exposes no correct drafts ({exc})")
+        if view._base is None:  # the contract's "a view of the reused buffer"; some adapters rebuild it
+            pytest.skip(f"SimulatedAcceptance: correct_drafts is not a view of a buffer (step {step}), so "
+                        "buffer reuse is not observable through this adapter")
+        if views:
+            same = _storage(view) == _storage(views[-1])
+            assert same == reused, (
+                f"{case.id}: step {step} ({rows} rows after {views[-1].shape[0]}): expected "
+                f"{'the same buffer (the batch fits its capacity)' if reused else 'a new buffer (larger batch)'}, "
+                f"got {'the same' if same else 'a new'} one"
+            )
+        views.append(view)
+
+
+SEEDED_EXECUTOR = case("S6/executor/seeded", "executor(value, method, gamma, seed): the seed determines the "
+                       "lengths (two executors from one seed draw the same sequence), both methods",
+                       ["S6.executor"])
+
+
+@pytest.mark.parametrize("case", [SEEDED_EXECUTOR], ids=case_id)
+def test_S6_executor_lengths_follow_the_seed(case, require, case_seed, dspark_device):
+    iut = require(SimulatedAcceptance)
+    drafts = torch.zeros(16, 5, dtype=torch.int64, device=dspark_device)
+    for method in ("match-expected", "multinomial"):
+        runs = []
+        for _ in range(2):
+            executor = iut.executor(3.5, method, 5, case_seed)
+            runs.append([executor.step(drafts).cpu().tolist() for _ in range(3)])
+        assert runs[0] == runs[1], (
+            f"{case.id}: {method}: two executors from seed {case_seed} drew different lengths: {runs[0]} vs {runs[1]}"
+        )
+
+
+SEEDED_SAMPLE = case("S6/seeded/generator", "sample_acc_len draws are a function of the generator passed in: "
+                     "two generators in the same state give the same draws, both methods",
+                     ["S6.match-expected", "S6.multinomial"])
+
+
+@pytest.mark.parametrize("case", [SEEDED_SAMPLE], ids=case_id)
+def test_S6_sample_follows_the_generator(case, require, case_seed):
+    iut = require(SimulatedAcceptance)
+    for method in ("match-expected", "multinomial"):
+        runs = []
+        for _ in range(2):
+            generator = torch.Generator().manual_seed(case_seed)
+            runs.append([iut.sample_acc_len(3.5, method, 6, generator) for _ in range(40)])
+        assert runs[0] == runs[1], (
+            f"{case.id}: {method}: generators seeded {case_seed} gave different draws: {runs[0]} vs {runs[1]}"
         )
 
 

@@ -1,3 +1,3 @@
-"""Inputs and oracles shared by the conformance tests: seeded generators (``inputs``),
-Markov-block inputs and the S2 float64 oracle (``blocks``), and the S5 replay oracle
-(``verify_oracle``). None of it shares code with ``dspark_ref``."""
+"""Oracles and harness shared by the conformance tests; the seeded inputs are
+:mod:`conformance.inputs`. None of it shares code with ``dspark_ref``
+(docs/architecture.md maps each module to its SPEC section)."""

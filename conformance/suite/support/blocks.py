@@ -14,12 +14,9 @@ import torch
 
 from conformance import numerics
 from conformance.inputs import MARKOV_HEAD_TYPES as HEAD_TYPES
-from conformance.inputs import markov_head_state
+from conformance.inputs import NO_TOP_K_CUT, markov_head_state
 from conformance.seeds import derive_seed
 
-#: "No top-k cut" as SGLang stages it; a row is sampling under either greedy rule with this
-#: and a temperature >= 1e-5. Greedy rows use (T = 0, top_k = 1): greedy under both rules.
-NO_TOP_K_CUT = 1 << 30
 #: Unit roundoff ``u`` of each dtype: round-to-nearest errs by at most ``u |x|``.
 UNIT_ROUNDOFF = {
     torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8,

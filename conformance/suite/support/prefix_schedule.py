@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["survival", "candidate_path", "algorithm_1", "oracle_lengths", "check_against_oracle"]
+__all__ = ["survival", "candidate_path", "algorithm_1", "theta_trace", "oracle_lengths", "check_against_oracle"]
 
 
 def survival(conf: list[list[float]]) -> list[list[float]]:
@@ -34,24 +34,44 @@ def candidate_path(a: list[list[float]]) -> list[tuple[int, int]]:
     )
 
 
+def _thetas(rows: int, a: list[list[float]], path: list[tuple[int, int]], sps: list[float]):
+    """Algorithm 1 lines 5-14, lazily: ``Theta = tau * SPS(B)`` after admitting 0, 1, ... candidates
+    of ``path``, from ``B = R``, ``tau = R``; each admission adds one to ``B`` and its survival to ``tau``."""
+    batch, tau = rows, float(rows)
+    yield tau * sps[batch - 1]
+    for r, j in path:
+        batch, tau = batch + 1, tau + a[r][j]
+        yield tau * sps[batch - 1]
+
+
 def algorithm_1(conf: list[list[float]], sps: list[float]):
     """Paper Algorithm 1, line by line. Returns (admitted count, survival, path, Theta trace).
 
     Lines 5-15: from ``B = R``, ``tau = R``, ``best = R * SPS(R)``, admit path candidates
-    while ``Theta = tau * SPS(B)`` strictly rises; break at the first that does not.
+    while ``Theta = tau * SPS(B)`` strictly rises; break at the first that does not (the
+    trace ends with it, so ``sps`` need only reach the batch size of that admission).
     """
     a = survival(conf)
     path = candidate_path(a)
-    batch, tau = len(conf), float(len(conf))
-    best, count, thetas = tau * sps[batch - 1], 0, [tau * sps[batch - 1]]
-    for admitted, (r, j) in enumerate(path, start=1):
-        batch, tau = batch + 1, tau + a[r][j]
-        thetas.append(tau * sps[batch - 1])
-        if thetas[-1] > best:
-            best, count = thetas[-1], admitted
+    thetas = _thetas(len(conf), a, path, sps)
+    best = next(thetas)
+    count, trace = 0, [best]
+    for admitted, theta in enumerate(thetas, start=1):
+        trace.append(theta)
+        if theta > best:
+            best, count = theta, admitted
         else:
             break
-    return count, a, path, thetas
+    return count, a, path, trace
+
+
+def theta_trace(conf: list[list[float]], sps: list[float]):
+    """``(survival, path, Theta after admitting 0..n candidates)`` along the WHOLE path
+    (``n = len(path)``; ``sps`` covers batch sizes ``1..R + n``): Algorithm 1 stops at the first
+    non-improvement of this trace, the retrospective variant (SPEC S8) admits its argmax."""
+    a = survival(conf)
+    path = candidate_path(a)
+    return a, path, list(_thetas(len(conf), a, path, sps))
 
 
 def oracle_lengths(path: list[tuple[int, int]], count: int, rows: int) -> list[int]:

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import torch
 
+from conformance.inputs import NO_TOP_K_CUT
+
 __all__ = ["NEUTRAL", "tempered_law", "truncated_law"]
 
 #: Parameters that keep every token (``top_k`` at or above any vocabulary).
-NEUTRAL = {"top_k": 1 << 30, "top_p": 1.0, "min_p": 0.0}
+NEUTRAL = {"top_k": NO_TOP_K_CUT, "top_p": 1.0, "min_p": 0.0}
 
 
 def tempered_law(logits: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Independent oracles of chain verification (SPEC S5) for ``conformance/suite/test_verify.py``.
+"""Independent oracles of chain verification (SPEC S5) for the S5 conformance tests.
 
 Written from the SPEC text alone, in plain float64 (numpy) and exact rational arithmetic
 (:mod:`fractions`); nothing here imports ``dspark_ref`` (STYLE habit 9).
@@ -14,6 +14,11 @@ Written from the SPEC text alone, in plain float64 (numpy) and exact rational ar
 * :func:`round_law`: the exact law of the tokens one round commits, enumerated over every
   draft path (draft tokens and accept/reject events) in :class:`~fractions.Fraction`.
 * :func:`prefix_law`: the target's autoregressive law of the first ``n`` tokens.
+* :func:`replay_rows`: :func:`replay_round` on every row of a batch of tensors;
+  :class:`TinyChainLaws`: the exact laws of the tiny models of the S5 law cases
+  (:class:`conformance.inputs.verify_rounds.TinyChainModels`); :func:`law_probs` and
+  :func:`outcome_counts`: an exact round law and an IUT's committed tuples as the bins of a
+  goodness-of-fit test.
 
 Laws for the exact oracles are callables ``law(prefix) -> list[Fraction]`` over the
 vocabulary, each summing to exactly 1 (build them with :func:`exact_law`).
@@ -38,6 +43,10 @@ __all__ = [
     "exact_law",
     "round_law",
     "prefix_law",
+    "replay_rows",
+    "TinyChainLaws",
+    "law_probs",
+    "outcome_counts",
 ]
 
 TEMPERATURE_FLOOR = 1e-5  # SPEC S3: temperatures are clamped to at least 1e-5
@@ -186,3 +195,78 @@ def prefix_law(length: int, vocab: int, target: Law) -> dict[tuple[int, ...], Fr
         if prob:
             law[tokens] = prob
     return law
+
+
+def replay_rows(drafts, target, draft_logits, temps, greedy: Sequence[bool], accept_u, final_u,
+                cap: int | None = None) -> list[tuple[int, list[int], int]]:
+    """:func:`replay_round` on every row: ``drafts [B, l]``, ``target [B, l+1, V]``,
+    ``draft_logits [B, l, V]``, ``temps [B]``, ``accept_u [B, l]``, ``final_u [B]`` (CPU
+    tensors, read in float64), ``greedy``: ``B`` bools. Returns ``[(accepted, tokens, raw)]``."""
+    return [
+        replay_round(
+            drafts[b].tolist(), target[b].double().numpy(), draft_logits[b].double().numpy(),
+            float(temps[b]), greedy[b], accept_u[b].tolist(), float(final_u[b]), cap,
+        )
+        for b in range(drafts.shape[0])
+    ]
+
+
+class TinyChainLaws:
+    """Exact laws (memoised :class:`~fractions.Fraction` lists) of ``models``, a
+    :class:`conformance.inputs.verify_rounds.TinyChainModels`: the target ``p(. | last two
+    tokens)``, the draft ``q`` (its table, or base logits plus the vanilla head's bias
+    ``W2(W1[prev])``, SPEC S2), each ``softmax(logits / T)`` in float64 made exact."""
+
+    def __init__(self, models) -> None:
+        self.models, self.spec = models, models.spec
+        self.bias = None
+        if models.head_state is not None:
+            w1, w2 = models.head_state["W1.weight"].double(), models.head_state["W2.weight"].double()
+            self.bias = w1 @ w2.T  # bias[prev] = W2(W1[prev]), SPEC S2 vanilla
+        self._memo: dict = {}
+
+    def _law(self, key, logits) -> list[Fraction]:
+        if key not in self._memo:
+            self._memo[key] = exact_law(step_law(logits, self.spec.temperature, False))
+        return self._memo[key]
+
+    def target_law(self, history: tuple[int, ...]) -> list[Fraction]:
+        """p(. | history) with history = context + tokens so far (reads the last two)."""
+        a, b = history[-2:]
+        return self._law(("p", a, b), self.models.target[a, b].double().numpy())
+
+    def draft_law(self, step: int, prev: int) -> list[Fraction]:
+        """q at draft ``step`` (0-based) after token ``prev``."""
+        if self.bias is not None:
+            return self._law(("q", step, prev), (self.models.base[step].double() + self.bias[prev]).numpy())
+        return self._law(("q", prev), self.models.draft[prev].double().numpy())
+
+    def round_law(self, history: tuple[int, ...]) -> dict[tuple[int, ...], Fraction]:
+        """Exact law of one round's committed tokens after ``history`` (anchor = last token)."""
+        return round_law(
+            self.spec.num_drafts,
+            lambda prefix: self.target_law(history + prefix),
+            lambda prefix: self.draft_law(len(prefix), (history + prefix)[-1]),
+        )
+
+
+def law_probs(law: dict) -> np.ndarray:
+    """The probabilities of ``law``'s outcomes in key order, plus a probability-0 bin for
+    anything outside its support (float64, summing to 1)."""
+    probs = np.array([float(w) for w in law.values()] + [0.0])
+    return probs / probs.sum()
+
+
+def outcome_counts(law: dict, committed, vocab: int) -> np.ndarray:
+    """int64 counts of the committed tuples ``committed [B, l+1]`` (int64 tensor, -1 padded)
+    over the bins of :func:`law_probs` (a tuple outside ``law``'s support counts in the last)."""
+    def code(tokens) -> int:
+        return sum((int(t) + 1) * (vocab + 1) ** i for i, t in enumerate(tokens))
+
+    index = {code(k): i for i, k in enumerate(law)}
+    weights = (vocab + 1) ** np.arange(committed.shape[1], dtype=np.int64)
+    codes, counts_ = np.unique(((committed.cpu().numpy() + 1) * weights).sum(axis=1), return_counts=True)
+    counts = np.zeros(len(law) + 1, dtype=np.int64)
+    for c, count in zip(codes.tolist(), counts_.tolist()):
+        counts[index.get(c, len(law))] += count
+    return counts
