@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--case", dest="cases", action="append", default=None, metavar="CASE_ID",
                      help="run only the case with this case id, e.g. S5/parity/random-V8-l4-T1 (repeatable; as a "
                      "failure's replay line names it; a legacy key conformance/test_x.py::test_y[id] is deprecated)")
+    run.add_argument("--tracebacks", action="store_true",
+                     help="print each failing case's pytest traceback on the console too (report.md and junit.xml "
+                     "always hold them)")
     run.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest after '--'")
     mut = sub.add_parser("mutants", help="kill matrix: each mutant against the tests of its section",
                          description="The kill matrix: each mutant (the reference with one known fault) against "
@@ -372,6 +375,7 @@ def run(args: argparse.Namespace) -> int:
         return pytest_command(
             impl=args.impl, device=args.device, json_path=json_file, junit_path=junit, seed=args.seed,
             workers=workers, keyword=args.keyword, cases=cases, extra=extra, phase=phase,
+            console="progress+tracebacks" if args.tracebacks else "progress",
         )
 
     errors: list[str] = []  # pytest's ERROR: lines (a usage error's cause), for results.json
@@ -412,6 +416,8 @@ def run(args: argparse.Namespace) -> int:
     payload["exit_code"] = exit_code(returncode, payload)
     json_path.write_text(json.dumps(payload, indent=1))
     print(report.format_matrix(payload))
+    if not args.tracebacks and any(t["outcome"] in ("failed", "xpassed") for t in payload["tests"]):
+        print(f"tracebacks: {report_dir}/junit.xml (or add --tracebacks to a replay line to print them here)")
     markdown.write_markdown(payload, report_dir / "report.md")
     from .report import html as html_report  # imports torch: not needed before a run ends
 

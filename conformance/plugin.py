@@ -24,6 +24,9 @@ Options:
 * ``--dspark-strict-ledger``   an expected-failure entry that matches no test is an error
   (the main job sets it; a partial run only warns);
 * ``--dspark-budget FACTOR``   scale statistical sample sizes (runtime vs power; alpha fixed).
+* ``--dspark-progress``       a line per SPEC section as its cases finish, in place of the
+  dots, and the suite cases' tracebacks left to the reports (``conformance.progress``);
+  ``--dspark-tracebacks`` prints those too.
 
 Fixtures: ``dspark_adapter``, ``dspark_impl`` (its ``--dspark-impl`` name), ``require`` (capability behind the boundary checks of
 ``conformance.boundary``, or a skip: not offered, or declared unable to run on this device /
@@ -85,6 +88,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="'parallel': leave out the latency_bound cases; 'serial': only those (the runner's two "
                     "phases: on a GPU shared by parallel workers every round trip waits on their kernels)")
     group.addoption("--dspark-strict-ledger", action="store_true", help="unmatched expected-failure entries are errors")
+    group.addoption("--dspark-progress", action="store_true",
+                    help="in place of pytest's dots, a line per SPEC section as its cases finish (done of selected, "
+                    "elapsed, an estimate of the time left); the suite cases' tracebacks stay in the reports "
+                    "(--junitxml, --dspark-report-json) unless --dspark-tracebacks")
+    group.addoption("--dspark-tracebacks", action="store_true",
+                    help="with --dspark-progress: print the failing suite cases' tracebacks too, as pytest does")
     group.addoption(
         "--dspark-budget", type=float, default=1.0,
         help="factor on every statistical sample size: <1 faster with less power, >1 more power "
@@ -100,6 +109,11 @@ def pytest_configure(config: pytest.Config) -> None:
     session = RunSession(config)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "dspark_session")
+    if config.getoption("--dspark-progress") and not hasattr(config, "workerinput"):  # the process that prints
+        from .progress import SectionProgress
+
+        config.pluginmanager.register(SectionProgress(config, tracebacks=config.getoption("--dspark-tracebacks")),
+                                      "dspark_progress")
     if session.impl_given:  # asked for by name: a bad name is a usage error now
         session.adapter
 

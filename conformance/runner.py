@@ -41,14 +41,21 @@ PYTEST_ENV = {"PYTHONUNBUFFERED": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 _PLUGINS_OFF = ("-p", "no:cacheprovider", "-p", "no:unraisableexception")
 
 
+#: What the run prints as it goes (``pytest_command``'s ``console``): pytest's dots and
+#: tracebacks, or progress by SPEC section (``conformance.progress``) with or without them.
+CONSOLES = {"pytest": [], "progress": ["--dspark-progress"],
+            "progress+tracebacks": ["--dspark-progress", "--dspark-tracebacks"]}
+
+
 def pytest_command(
     *, impl: str, device: str, json_path: Path, junit_path: Path | None = None, seed: int | None = None,
     workers: str = "auto", keyword: str | None = None, extra: list[str] | None = None,
-    cases: list[str] | None = None, phase: str = "all",
+    cases: list[str] | None = None, phase: str = "all", console: str = "pytest",
 ) -> list[str]:
     """The pytest command line behind every subcommand: one adapter, the whole suite or only
     the given case ids (``conformance.seeds``; as results.json names them); ``phase`` is
-    the plugin's ``--dspark-phase``. Run it with :data:`PYTEST_ENV` (:func:`run_suite` does)."""
+    the plugin's ``--dspark-phase``; ``console`` one of :data:`CONSOLES`. Run it with
+    :data:`PYTEST_ENV` (:func:`run_suite` does)."""
     cmd = [
         # The host's configuration stays out: without "-c", pytest adopts the first pytest.ini /
         # pyproject.toml above SUITE_DIR and the conftest.py files on the way, which for a
@@ -70,6 +77,7 @@ def pytest_command(
     cmd += [f"--dspark-case={key}" for key in cases or ()]
     if phase != "all":
         cmd.append(f"--dspark-phase={phase}")
+    cmd += CONSOLES[console]
     return cmd + list(extra or [])
 
 

@@ -86,17 +86,15 @@ class RunSession:
         self.started = time.time()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        final = report.when == "call" or (report.when == "setup" and not report.passed)
-        props = dict(report.user_properties)
-        if not final or CASE_PROPERTY not in props:
+        case_id = final_case_id(report)
+        if case_id is None:
             return
-        case_id = props[CASE_PROPERTY]
         numerics = [json.loads(v) for k, v in report.user_properties if k == "dspark_numeric"]
         self.records.append({
             "case": case_id,
             "nodeid": report.nodeid,
             "section": case_id.partition("/")[0],
-            "outcome": _outcome(report),
+            "outcome": case_outcome(report),
             "duration_s": round(report.duration, 4),
             "reason": _reason(report),
             "stats": [json.loads(v) for k, v in report.user_properties if k == "dspark_stat"],
@@ -144,7 +142,17 @@ class RunSession:
         Path(path).write_text(json.dumps(payload, indent=1))
 
 
-def _outcome(report: pytest.TestReport) -> str:
+def final_case_id(report: pytest.BaseReport) -> str | None:
+    """The case id of a suite case's report that ends the case (its call, or a setup that
+    did not pass: a skip or an error), else None (a passed setup, a teardown, a collection
+    report, a test that is no suite case)."""
+    final = report.when == "call" or (report.when == "setup" and not report.passed)
+    return dict(getattr(report, "user_properties", ())).get(CASE_PROPERTY) if final else None
+
+
+def case_outcome(report: pytest.TestReport) -> str:
+    """A case's outcome as its record says it: pytest's, or ``inconclusive``, ``xfailed``,
+    ``xpassed``."""
     props = dict(report.user_properties)
     if props.get("dspark_outcome") == "inconclusive":
         return "inconclusive"

@@ -61,18 +61,32 @@ def test_the_hosts_pytest_plugins_stay_out_unless_named(tmp_path):
 
 
 def test_run_mutant_fails_with_replay_command(tmp_path):
+    """A failing run's console: progress by SPEC section (no dots), the matrix, a line per
+    failure with its replay command; the tracebacks in junit.xml, not on the console."""
     code, out = _run(tmp_path, "--impl", "mutant:simulated-rounded-once", "-k", "test_S6_")
     assert code == cli.EXIT_FAIL, out
     assert "FAILED" in out and "replay: dspark-conformance run --impl mutant:simulated-rounded-once" in out
     assert "--budget" not in out  # the default budget is left out
+    outcomes = [t["outcome"] for t in json.loads((tmp_path / "results.json").read_text())["tests"]]
+    ends = re.findall(r"(?m)^S6 simulated acceptance: (\d+)/(\d+) done(?: \((\d+) failed\))?;", out)
+    # the phases (parallel, then the latency-bound cases) each end the section once
+    assert sum(int(done) for done, _, _ in ends) == len(outcomes), out
+    assert sum(int(failed or 0) for _, _, failed in ends) == outcomes.count("failed") > 0, out
+    assert not re.search(r"(?m)^[.sFx]+ *(\[ *\d+%\])?$", out), out  # pytest's dots
+    assert "Traceback" not in out and "= FAILURES =" not in out and "def test_" not in out, out
+    assert f"tracebacks: {tmp_path}/junit.xml" in out
+    assert "def test_S6_" in (tmp_path / "junit.xml").read_text()
 
 
 def test_replay_command_carries_a_budget_other_than_one(tmp_path):
     # Sample sizes follow --budget, so a replay at the default budget draws other samples.
-    code, out = _run(tmp_path, "--impl", "mutant:simulated-rounded-once", "-k", "test_S6_", "--budget", "0.5")
+    # The same failing run checks --tracebacks (pytest's tracebacks on the console too).
+    code, out = _run(tmp_path, "--impl", "mutant:simulated-rounded-once", "-k", "test_S6_", "--budget", "0.5",
+                     "--tracebacks")
     assert code == cli.EXIT_FAIL, out
     replay = next(line for line in out.splitlines() if "replay: dspark-conformance run" in line)
     assert " --budget 0.5 --case " in replay, replay
+    assert "= FAILURES =" in out and "def test_S6_" in out and "tracebacks: " not in out, out
 
 
 def test_missing_capability_is_a_named_skip(tmp_path):
@@ -533,7 +547,7 @@ def test_a_deadline_signal_ends_the_run_with_reports_marked_interrupted(tmp_path
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stdout.read(1), "")), daemon=True)
     reader.start()
     deadline = time.time() + 240
-    while not re.search(r"(?m)^[.s]+", "".join(chunks)) and time.time() < deadline:  # a case has finished
+    while not re.search(r"(?m)^S[68] [a-z ]+: \d+/", "".join(chunks)) and time.time() < deadline:  # a case finished
         time.sleep(0.5)
     assert proc.poll() is None, "".join(chunks)  # S6 and S8 take minutes on the reference
     proc.send_signal(signal.SIGTERM)

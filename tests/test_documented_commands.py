@@ -75,6 +75,17 @@ PROGRAMS = ("dspark-conformance", "pip", "pip3", "python", "python3", "CI/")
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
 # The shell variables the workflow steps set or receive, at their inputs' defaults (shard 0).
 STEP_VARIABLES = {"FIRST": "1", "ARGS": ""}
+CI_ENTRY = ".ci/run"
+# The words of CI_ENTRY that only its run gives a value (a scratch directory, the commit's
+# seed, the loop's engine: its first), as the commands are checked; a command still holding
+# a "$" after these fails (add its word here).
+CI_ENTRY_WORDS = {
+    '"$dist/venv/bin/python"': "python", '"$dist/venv/bin/dspark-conformance"': "dspark-conformance",
+    '"$dist"': "dist", '"$dist/venv"': "dist/venv", '"$first"': "1001",
+    "$(( 16#$(git rev-parse --short=7 HEAD) % 100000 ))": "12345",
+    '"$mm"': "DIR", '"$sgl"': "DIR", '"$vll"': "DIR", '"$spc"': "DIR", '"$mlx"': "DIR",
+    '"$engine"': "dspark-mlx==0.1.0", '"${name//-/_}"': "dspark_mlx", '"reports/$name-cpu"': "reports/dspark-mlx-cpu",
+}
 
 RUN, DRY_RUN, PARSE, HELP, INDEX = "run", "dry-run", "parse", "help", "index"
 # A pytest command line parsed, not run: no workers, nothing collected (exit 5).
@@ -166,6 +177,42 @@ COMMANDS: dict[str, Check] = {
     "CI/h200_perf.sh OUTDIR": Check(HELP, _GPU, help="bash -n CI/h200_perf.sh"),
     "python -m bench.summary OUTDIR/bench_step.json OUTDIR/bench_ceiling.json --markdown FILE": Check(
         HELP, "reads the H200 run's JSON", help="python -m bench.summary --help"),
+    # .ci/run (CI_ENTRY_WORDS filled in)
+    "python3 -m pip install -q --upgrade pip": Check(INDEX, "upgrades pip from the index"),
+    "python3 -m pip install -q torch==2.13.0": Check(INDEX, "downloads torch (CI: its CPU build from a local wheel)"),
+    "python3 -m pip install -q -e .[plots]": Check(DRY_RUN, "installs torch, the test tools and matplotlib from the index"),
+    "python3 -m pytest -n 2 --dist worksteal": Check(HELP, "the whole test suite: 20+ minutes"),
+    "python3 -m pip install -q libcst~=1.7.0 click setproctitle textual \"toml>=0.10.2; python_version < '3.11'\"": Check(
+        INDEX, "mutmut's dependencies, from the index"),
+    "python3 -m pip install -q --no-deps --target DIR mutmut==3.3.1": Check(INDEX, "downloads mutmut from the index"),
+    "PYTHONPATH=DIR python3 CI/mutation/driver.py sample --count 30 --seed 12345 --jobs 2": Check(
+        HELP, "needs mutmut; 30 mutants: minutes"),
+    "python3 -m conformance.cli calibrate --exact-seeds 4 --first-seed 1001 --seeds 0 --power-seeds 0 --replicates 0 "
+    "--jobs 2 --report reports/ci-exact-seeds": Check(PARSE, "the exact tests on four base seeds: minutes"),
+    "python3 -m conformance.cli run --seed 1001 --workers 2 --report reports/ci-statistical-seed -- -m statistical": Check(
+        PARSE, _MINUTES),
+    "python3 -m pip wheel -q --no-deps . -w dist": Check(
+        HELP, "the README's wheel build (pip wheel --no-deps . -w dist), which runs, quiet"),
+    "python3 -m venv dist/venv": Check(HELP, "makes a virtual environment for the installed-use run"),
+    "python -m pip install -q --upgrade pip": Check(INDEX, "upgrades the virtual environment's pip from the index"),
+    "python -m pip install -q torch==2.13.0 dist/dspark_conformance-*.whl": Check(
+        HELP, "downloads torch; the wheel's install is the README's (DRY_RUN)"),
+    "dspark-conformance run --workers 2 --report installed-report": Check(PARSE, _MINUTES),
+    "python3 -m pip install -q --no-deps --target DIR sglang==0.5.23 msgspec": Check(INDEX, _ENGINE),
+    "PYTHONPATH=DIR TRITON_INTERPRET=1 python3 -m conformance.cli run --impl sglang==0.5.23 --workers 1 "
+    "--report reports/sglang-0.5.23-cpu -- -m \"not statistical\"": Check(PARSE, "needs SGLang; minutes"),
+    "python3 -m pip install -q --no-deps --target DIR vllm==0.34.0 regex": Check(INDEX, _ENGINE),
+    "PYTHONPATH=DIR TRITON_INTERPRET=1 python3 -m conformance.cli run --impl vllm==0.34.0 --workers 1 "
+    "--report reports/vllm-0.34.0-cpu -- -m \"not statistical\"": Check(PARSE, "needs vLLM; minutes"),
+    "python3 -m pip install -q --no-deps --target DIR speculators==0.9.0": Check(INDEX, _ENGINE),
+    "PYTHONPATH=DIR python3 -m conformance.cli run --impl speculators==0.9.0 --workers 1 "
+    "--report reports/speculators-0.9.0-cpu": Check(PARSE, "needs speculators"),
+    "python3 -m pip install -q --no-deps --target DIR dspark-mlx==0.1.0 mlx==0.32.4 mlx-cpu==0.32.4": Check(INDEX, _ENGINE),
+    "PYTHONPATH=DIR python3 -m pytest -q -p no:cacheprovider tests/test_mlx_adapters.py -k dspark_mlx": Check(
+        HELP, "needs dspark-mlx and MLX", help="python3 -m pytest -p no:cacheprovider tests/test_mlx_adapters.py "
+        "-k dspark_mlx --collect-only -q"),  # exit 0: the -k still selects the engine's tests
+    "PYTHONPATH=DIR python3 -m conformance.cli run --impl dspark-mlx==0.1.0 --workers 1 "
+    "--report reports/dspark-mlx-cpu -- -m \"not statistical\"": Check(PARSE, "needs dspark-mlx and MLX; minutes"),
 }
 
 
@@ -183,17 +230,28 @@ def _is_command(text: str) -> bool:
 
 
 def _pieces(line: str) -> list[str]:
-    """The commands of one logical shell line: split at ``&&``, ``||``, ``;`` and shell
-    keywords, redirections and trailing comments dropped."""
+    """The commands of one logical shell line: split at ``&&``, ``||``, ``;`` outside quotes
+    and at shell keywords, subshell parentheses, redirections and trailing comments dropped."""
     line = re.sub(r"\s+#\s.*$", "", line)
     out = []
-    for piece in re.split(r"&&|\|\||;", line):
-        piece = re.sub(r"^\s*(if|then|else|do)\s+", "", piece.strip())
+    for piece in _split_unquoted(line):
+        piece = re.sub(r"^\s*(if|then|else|do)\s+", "", piece.strip().removeprefix("(").removesuffix(")"))
         piece = re.sub(r"(^|\s)>>?\s*\S+\s*$", "", piece).strip()
         piece = re.sub(r'"([^"\s]*)"', r"\1", piece)  # "100" -> 100: the shell's word either way
         if piece and _is_command(piece):
             out.append(" ".join(piece.split()))
     return out
+
+
+def _split_unquoted(line: str) -> list[str]:
+    """``line`` split at ``&&``, ``||`` and ``;`` where no quote holds them (a requirement's
+    marker, ``"toml; python_version < '3.11'"``, stays whole)."""
+    pieces, start = [], 0
+    for token in re.finditer(r'"[^"]*"|\'[^\']*\'|&&|\|\||;', line):
+        if token.group()[0] not in "\"'":
+            pieces.append(line[start:token.start()])
+            start = token.end()
+    return [*pieces, line[start:]]
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -275,12 +333,26 @@ def script_usage_commands(path: Path) -> list[str]:
     return commands
 
 
+def script_commands(path: Path) -> list[str]:
+    """Commands of a shell script's code (comments left out), with :data:`CI_ENTRY_WORDS`
+    filled in."""
+    commands = []
+    for line in _logical_lines(path.read_text()):
+        if line.lstrip().startswith("#"):
+            continue
+        for word, value in CI_ENTRY_WORDS.items():
+            line = line.replace(word, value)
+        commands += _pieces(line)
+    return commands
+
+
 def documented_commands() -> dict[str, list[str]]:
-    """``{command: [documents showing it]}`` over README.md, docs/VENDORS.md and CI/."""
+    """``{command: [documents showing it]}`` over README.md, docs/VENDORS.md, CI/ and CI_ENTRY."""
     found: dict[str, list[str]] = {}
     sources = [(name, markdown_commands((ROOT / name).read_text())) for name in MARKDOWN]
     sources += [(str(p.relative_to(ROOT)), workflow_commands(p)) for p in sorted((ROOT / WORKFLOWS).glob("*.yml"))]
     sources += [(str(p.relative_to(ROOT)), script_usage_commands(p)) for p in sorted((ROOT / SCRIPTS).glob("*.sh"))]
+    sources.append((CI_ENTRY, script_commands(ROOT / CI_ENTRY)))
     for name, commands in sources:
         for command in commands:
             found.setdefault(command, []).append(name)
@@ -298,10 +370,12 @@ def _help_forms() -> dict[str, list[str]]:
     """``{help command: [the documented commands it stands for]}``, each help form once."""
     forms: dict[str, list[str]] = {}
     for command in _of_kind(HELP):
-        if _argv(command)[1][1:3] == ["-m", "pytest"]:
+        if COMMANDS[command].help:
+            form = COMMANDS[command].help
+        elif _argv(command)[1][1:3] == ["-m", "pytest"]:
             form = shlex.join([*shlex.split(command), *PYTEST_PARSE_ONLY])
         else:
-            form = COMMANDS[command].help or f"{command} --help"
+            form = f"{command} --help"
         forms.setdefault(form, []).append(command)
     return forms
 
@@ -376,6 +450,11 @@ def test_every_documented_command_is_classified():
         "documented commands without an entry in COMMANDS (say how each is checked): "
         + "; ".join(f"{c!r} in {', '.join(w)}" for c, w in unclassified.items())
     )
+
+
+def test_the_ci_entry_commands_have_every_word_filled_in():
+    unfilled = [command for command in script_commands(ROOT / CI_ENTRY) if "$" in command]
+    assert not unfilled, f"{CI_ENTRY} commands with a shell word CI_ENTRY_WORDS does not fill in: {unfilled}"
 
 
 def test_every_entry_is_still_documented():
@@ -468,7 +547,8 @@ def test_run_commands_exit_zero(command, checkout):
 def test_local_installs_resolve_without_the_index(command, checkout):
     env, argv = _argv(command)
     assert argv[1:4] == ["-m", "pip", "install"], f"{command!r}: DRY_RUN is for pip install"
-    done = _shell(argv[:4] + ["--dry-run", "--no-deps", "--no-index", "--no-build-isolation", *argv[4:]], checkout[0])
+    options = [arg for arg in argv[4:] if arg not in ("-q", "--quiet")]  # the dry run's report is what is checked
+    done = _shell(argv[:4] + ["--dry-run", "--no-deps", "--no-index", "--no-build-isolation", *options], checkout[0])
     assert done.returncode == 0 and "Would install dspark-conformance" in done.stdout, (
         f"{command}: exit {done.returncode}\n{done.stdout[-1000:]}\n{done.stderr[-2000:]}"
     )
