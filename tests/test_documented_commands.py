@@ -199,19 +199,19 @@ COMMANDS: dict[str, Check] = {
         HELP, "downloads torch; the wheel's install is the README's (DRY_RUN)"),
     "dspark-conformance run --workers 2 --report installed-report": Check(PARSE, _MINUTES),
     "python3 -m pip install -q --no-deps --target DIR sglang==0.5.23 msgspec": Check(INDEX, _ENGINE),
-    "PYTHONPATH=DIR TRITON_INTERPRET=1 python3 -m conformance.cli run --impl sglang==0.5.23 --workers 1 "
+    "PYTHONPATH=DIR TRITON_INTERPRET=1 python3 -m conformance.cli run --impl sglang==0.5.23 --workers 2 "
     "--report reports/sglang-0.5.23-cpu -- -m \"not statistical\"": Check(PARSE, "needs SGLang; minutes"),
     "python3 -m pip install -q --no-deps --target DIR vllm==0.34.0 regex": Check(INDEX, _ENGINE),
-    "PYTHONPATH=DIR TRITON_INTERPRET=1 python3 -m conformance.cli run --impl vllm==0.34.0 --workers 1 "
+    "PYTHONPATH=DIR TRITON_INTERPRET=1 python3 -m conformance.cli run --impl vllm==0.34.0 --workers 2 "
     "--report reports/vllm-0.34.0-cpu -- -m \"not statistical\"": Check(PARSE, "needs vLLM; minutes"),
     "python3 -m pip install -q --no-deps --target DIR speculators==0.9.0": Check(INDEX, _ENGINE),
-    "PYTHONPATH=DIR python3 -m conformance.cli run --impl speculators==0.9.0 --workers 1 "
+    "PYTHONPATH=DIR python3 -m conformance.cli run --impl speculators==0.9.0 --workers 2 "
     "--report reports/speculators-0.9.0-cpu": Check(PARSE, "needs speculators"),
     "python3 -m pip install -q --no-deps --target DIR dspark-mlx==0.1.0 mlx==0.32.4 mlx-cpu==0.32.4": Check(INDEX, _ENGINE),
     "PYTHONPATH=DIR python3 -m pytest -q -p no:cacheprovider tests/test_mlx_adapters.py -k dspark_mlx": Check(
         HELP, "needs dspark-mlx and MLX", help="python3 -m pytest -p no:cacheprovider tests/test_mlx_adapters.py "
         "-k dspark_mlx --collect-only -q"),  # exit 0: the -k still selects the engine's tests
-    "PYTHONPATH=DIR python3 -m conformance.cli run --impl dspark-mlx==0.1.0 --workers 1 "
+    "PYTHONPATH=DIR python3 -m conformance.cli run --impl dspark-mlx==0.1.0 --workers 2 "
     "--report reports/dspark-mlx-cpu -- -m \"not statistical\"": Check(PARSE, "needs dspark-mlx and MLX; minutes"),
 }
 
