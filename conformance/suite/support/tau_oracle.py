@@ -39,9 +39,11 @@ import itertools
 import torch
 
 from conformance.suite.support.blocks import oracle_block_logits
+from conformance.suite.support.prefix_schedule import algorithm_1, oracle_lengths
 from conformance.suite.support.verify_oracle import TEMPERATURE_FLOOR
 
-__all__ = ["DraftTree", "draft_tree", "acceptance_survival", "expected_tau", "sample_blocks", "block_survival"]
+__all__ = ["DraftTree", "draft_tree", "acceptance_survival", "expected_tau", "sample_blocks", "block_survival",
+           "round_expectations"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,3 +215,72 @@ def block_survival(tree: DraftTree, blocks: torch.Tensor) -> torch.Tensor:
         accept.append(accept[-1] * ratio[..., 0].clamp(max=1.0))
         prefix = prefix * tree.vocab + token[..., 0]
     return torch.stack(accept, dim=-1)
+
+
+@torch.no_grad()
+def round_expectations(target, draft, head_type: str, prompt: torch.Tensor, tokens: torch.Tensor,
+                       taus: torch.Tensor, gamma: int, temperature: float, *, sps_table: list[float] | None = None,
+                       draws: int = 0, generator: torch.Generator | None = None,
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The SPEC expectation of every round's ``min(tau, m)`` and verify length given the
+    contexts the round started from, for a loop's committed ``tokens`` and ``taus``.
+
+    Round ``r`` of a row starts after ``n + 1 + sum of its earlier taus`` committed tokens
+    (the prompt, the prefill token, then each round's; SPEC S9); its anchor is the last of
+    them and the draft sees the target's hidden state of the one before (SPEC S1). Without a
+    scheduler the expectation is exact (:func:`acceptance_survival`, all ``gamma`` drafts
+    verified). With one, ``draws`` independent oracle draws of every unfinished row's block
+    (:func:`sample_blocks`) are each scheduled by Algorithm 1 (SPEC S8, over the round's
+    unfinished rows, on the draft's confidences of the drawn blocks), and the exact expected
+    tau given a drawn block and its verify length is averaged over the draws: an unbiased
+    estimate, independent of the loop's own draws.
+
+    Args:
+        target, draft, head_type, gamma, temperature: as :func:`draft_tree` (the models on
+            the CPU; with a scheduler, ``draft.confidences(hidden [N, gamma, d], anchor [N],
+            tokens [N, gamma]) -> [N, gamma]``, SPEC S7).
+        prompt: ``[B, n]`` int64, ``n >= 1``; tokens: ``[B, max_new]`` int64 the loop's output.
+        taus: ``[B, rounds]`` int64, the loop's accept lengths (0 once a row has finished).
+        sps_table: ``sps[batch - 1]`` of the prefix scheduler, or None (no scheduler).
+        draws: oracle draws per round with a scheduler, ``>= 1``; generator: their CPU stream.
+    Returns:
+        ``(expected_tau, expected_verify_length, remaining)``, each ``[B, rounds]``:
+        float64 expectations (0 on finished rows) and the int64 tokens ``m`` each row still
+        needed when the round began.
+    Raises:
+        ValueError: a scheduler without ``draws >= 1`` and a generator.
+    """
+    if sps_table is not None and (draws < 1 or generator is None):
+        raise ValueError(f"draws, generator: a scheduled loop needs draws >= 1 and a generator, got {draws}, "
+                         f"{generator!r}")
+    prompt_len = prompt.shape[1]
+    full = torch.cat([prompt, tokens], dim=1)
+    states = target(full).hidden
+    starts = prompt_len + 1 + taus.cumsum(dim=1) - taus  # committed tokens when each round began
+    remaining = full.shape[1] - starts
+    mean_tau = torch.zeros(taus.shape, dtype=torch.float64)
+    mean_length = torch.zeros(taus.shape, dtype=torch.float64)
+    for rnd in range(taus.shape[1]):
+        live = (taus[:, rnd] > 0).nonzero().flatten()
+        start, needed = starts[live, rnd], remaining[live, rnd]
+        anchor, context_state = full[live, start - 1], states[live, start - 2]
+        depth = max(1, min(gamma, int(needed.max()) - 1))  # a round commits at most what its row needs
+        tree = draft_tree(target, draft, head_type, states[live, start - 1], context_state, anchor, gamma,
+                          temperature, depth=depth)
+        if sps_table is None:
+            mean_tau[live, rnd] = expected_tau(acceptance_survival(tree), gamma, needed)
+            mean_length[live, rnd] = gamma
+            continue
+        blocks = sample_blocks(tree, draws, generator)
+        hidden = draft.block(context_state, anchor, gamma).hidden
+        verified = torch.tensor([_algorithm_1_lengths(draft.confidences(hidden, anchor, block).double().tolist(),
+                                                      sps_table) for block in blocks])
+        mean_tau[live, rnd] = expected_tau(block_survival(tree, blocks), verified, needed).mean(dim=0)
+        mean_length[live, rnd] = verified.double().mean(dim=0)
+    return mean_tau, mean_length, remaining
+
+
+def _algorithm_1_lengths(confidences: list[list[float]], sps_table: list[float]) -> list[int]:
+    """Each row's verify length under Algorithm 1 (SPEC S8)."""
+    count, _, path, _ = algorithm_1(confidences, sps_table)
+    return oracle_lengths(path, count, len(confidences))
