@@ -16,6 +16,8 @@ Rules (scipy.stats underneath):
   size from :func:`sample_size_for_proportion`.
 * :func:`two_sample_mean` -- two independent samples with the same mean (Welch's t-test);
   power from :func:`power_two_sample_mean`.
+* :func:`one_sample_mean` -- a sample whose mean is a known value (Student's one-sample
+  t-test); power from :func:`power_one_sample_mean`.
 
 Conventions: a rule passes iff ``p_value > alpha``. ``effect_ci_upper`` is an upper
 confidence bound on the true effect that holds with probability >= ``1 - alpha``.
@@ -51,6 +53,8 @@ __all__ = [
     "sample_size_for_proportion",
     "two_sample_mean",
     "power_two_sample_mean",
+    "one_sample_mean",
+    "power_one_sample_mean",
 ]
 
 PROB_SUM_TOLERANCE = 1e-6
@@ -618,7 +622,12 @@ def power_two_sample_mean(sd_x: float, n_x: int, sd_y: float, n_y: int, min_effe
     if min_effect <= 0:
         raise ValueError(f"min_effect: expected a mean difference > 0, got {min_effect}")
     _check_open_unit("alpha", alpha)
-    se = math.sqrt(sd_x**2 / n_x + sd_y**2 / n_y)
+    return _two_sided_normal_power(math.sqrt(sd_x**2 / n_x + sd_y**2 / n_y), min_effect, alpha)
+
+
+def _two_sided_normal_power(se: float, min_effect: float, alpha: float) -> float:
+    """Rejection probability of a two-sided level-``alpha`` z-test of an estimate with
+    standard error ``se`` whose mean is ``min_effect`` away from the null (1 when ``se`` is 0)."""
     if se == 0.0:
         return 1.0
     z = float(scipy.stats.norm.isf(alpha / 2))
@@ -681,4 +690,86 @@ def two_sample_mean(
         min_effect=min_effect,
         power_at_min_effect=power,
         design={"rule": "two_sample_mean", "n_x": int(xs.size), "n_y": int(ys.size), "sd_x": sd_x, "sd_y": sd_y},
+    )
+
+
+def power_one_sample_mean(sd: float, n: int, min_effect: float, alpha: float) -> float:
+    """Power of the two-sided level-``alpha`` one-sample t-test at a mean shifted by
+    ``min_effect``, by the normal approximation with standard error ``sd / sqrt(n)`` (both
+    tails counted).
+
+    Raises:
+        TypeError / ValueError: ``n`` < 2, a negative ``sd``, ``min_effect`` <= 0, ``alpha``
+            not in (0, 1).
+
+    Example:
+        >>> round(power_one_sample_mean(1.0, 200, 0.25, 0.05), 3)
+        0.942
+    """
+    check_int("n", n, minimum=2)
+    check_float("sd", sd, minimum=0.0)
+    check_float("min_effect", min_effect, minimum=0.0)
+    if min_effect <= 0:
+        raise ValueError(f"min_effect: expected a mean shift > 0, got {min_effect}")
+    _check_open_unit("alpha", alpha)
+    return _two_sided_normal_power(sd / math.sqrt(n), min_effect, alpha)
+
+
+def one_sample_mean(
+    x: Sequence[float] | np.ndarray | torch.Tensor,
+    mean: float,
+    *,
+    name: str,
+    alpha: float = PER_ASSERTION_ALPHA,
+    min_effect: float,
+    ledger: StatLedger | None = None,
+) -> StatResult:
+    """Student's t-test that the independent values ``x`` have mean ``mean``.
+
+    ``scipy.stats.ttest_1samp(x, mean)``, two-sided. Effect: ``|mean(x) - mean|``; its upper
+    bound comes from the test's ``1 - alpha`` confidence interval of the mean. Power:
+    :func:`power_one_sample_mean` at the sample SD. Use it on independent units (e.g. one
+    value per generated sequence), at least 2 of them.
+
+    Raises:
+        TypeError / ValueError: non-numeric, non-finite or 1-D samples of fewer than 2
+            values, a non-finite ``mean``, and as :func:`power_one_sample_mean`; each names
+            the argument.
+
+    Example:
+        >>> r = one_sample_mean([1.0, 2.0, 3.0], 2.0, name="demo/mean/known", min_effect=1.0)
+        >>> r.passed, r.effect
+        (True, 0.0)
+    """
+    _check_name(name)
+    xs = _as_vector("x", x)
+    _check_finite_vector("x", xs)
+    if xs.size < 2:
+        raise ValueError(f"x: expected at least 2 values, got {xs.size}")
+    check_float("mean", mean)
+    sd = float(xs.std(ddof=1))
+    power = power_one_sample_mean(sd, xs.size, min_effect, alpha)
+    diff = float(xs.mean() - mean)
+    if sd == 0.0:  # a constant sample: equal means or surely different
+        statistic, p_value, low, high = (0.0, 1.0, diff, diff) if diff == 0 else (math.inf, 0.0, diff, diff)
+    else:
+        test = scipy.stats.ttest_1samp(xs, mean)
+        ci = test.confidence_interval(confidence_level=1 - alpha)
+        statistic, p_value = float(test.statistic), float(test.pvalue)
+        low, high = float(ci.low) - mean, float(ci.high) - mean
+    return _finish(
+        ledger,
+        name=name,
+        null=f"mean(x) = {mean:g} (Student, two-sided)",
+        statistic_name="t",
+        statistic=statistic,
+        p_value=p_value,
+        alpha=alpha,
+        n=xs.size,
+        effect_name="|mean(x) - mean|",
+        effect=abs(diff),
+        effect_ci_upper=max(abs(low), abs(high)),
+        min_effect=min_effect,
+        power_at_min_effect=power,
+        design={"rule": "one_sample_mean", "n": int(xs.size), "sd": sd, "mean": float(mean)},
     )

@@ -94,9 +94,6 @@ DSPARK_REF_IMPORTS = {
     ("conformance.suite.test_speculative", "dspark_ref.tiny_models"):
         "SPEC S9 models: the SpeculativeLoop contract (conformance.contract) takes a TinyTargetLM "
         "and its drafts (TinyDSparkDraft, OracleDraft) as the models an implementation runs",
-    ("conformance.suite.test_speculative", "dspark_ref.speculative"):
-        "the S9 expected-tau case estimates its expectation with speculative_generate "
-        "(issue 41, a separate item)",
 }
 REFERENCE_ADAPTER = "conformance.adapters.reference"
 

@@ -43,6 +43,12 @@ def _welch_record(alpha=LEVEL):
                                  min_effect=0.5).to_dict()
 
 
+def _student_record(alpha=LEVEL):
+    rng = np.random.default_rng(0)
+    return stats.one_sample_mean(rng.normal(0, 2.0, 40), 0.0, name="t/student", alpha=alpha,
+                                 min_effect=0.5).to_dict()
+
+
 def _wrong_null_record():
     """Pearson chi-square with pooling off on bins of expected count 0.5: the chi-square
     reference distribution is far off there (one count of 4 in a sparse bin already gives
@@ -55,8 +61,8 @@ def _wrong_null_record():
 
 @pytest.mark.parametrize("record", [
     _gof_record([0.4, 0.3, 0.2, 0.1], 400), _gof_record([0.4, 0.3, 0.2, 0.1], 400, lambda_="log-likelihood"),
-    _welch_record(),
-], ids=["pearson", "g-test", "welch"])
+    _welch_record(), _student_record(),
+], ids=["pearson", "g-test", "welch", "student"])
 def test_valid_rule_fails_at_its_alpha_under_the_null(record):
     level = nulls.null_level(record, replicates=40_000, seed=3)
     assert level.method == "monte-carlo" and level.replicates == 40_000
@@ -95,7 +101,8 @@ def test_exact_two_bin_level_sums_the_rule_over_every_count():
 def test_vacuous_designs_cannot_fail():
     one_bin = _gof_record([0.99, 0.01], 100)  # the sparse bin merges into the other: 1 bin
     constant = stats.two_sample_mean([1.0, 1.0], [1.0, 1.0], name="t/const", min_effect=0.1).to_dict()
-    for record in (one_bin, constant):
+    constant_one = stats.one_sample_mean([1.0, 1.0], 1.0, name="t/const1", min_effect=0.1).to_dict()
+    for record in (one_bin, constant, constant_one):
         level = nulls.null_level(record, replicates=10)
         assert (level.method, level.level, level.level_upper95) == ("vacuous", 0.0, 0.0)
 

@@ -41,6 +41,7 @@ from conformance.stats import (
     sample_size_for_proportion,
     sample_size_for_tv,
     two_sample_mean,
+    one_sample_mean,
 )
 
 BASE_SEED = 20260
@@ -336,6 +337,31 @@ def test_two_sample_mean_rejects_bad_input():
         two_sample_mean([1.0], [1.0, 2.0], name="mean/bad", min_effect=0.1)
     with pytest.raises(ValueError, match="min_effect"):
         two_sample_mean([1.0, 2.0], [1.0, 2.0], name="mean/bad", min_effect=0.0)
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.25], ids=["null", "min-effect"])
+def test_one_sample_mean_false_positive_rate_and_power(shift):
+    """Skewed, discrete values (like per-sequence sums of accept lengths minus their
+    expectations): Student's level and its normal-approximation power hold at n = 200."""
+    rng = _rng(f"one-sample/{shift}")
+    reps = REPETITIONS // 2
+    results = [one_sample_mean(rng.poisson(2.0, 200) / 2 + shift, 1.0, name="mean1/cal", alpha=TEST_ALPHA,
+                               min_effect=0.25, ledger=SCRATCH) for _ in range(reps)]
+    rejections = sum(not r.passed for r in results)
+    if shift == 0.0:
+        _check_rate("one-sample false positives", rejections, reps, TEST_ALPHA, "greater")
+    else:
+        power = min(r.power_at_min_effect for r in results)
+        _check_rate("one-sample power", rejections, reps, power * 0.98, "less")
+
+
+def test_one_sample_mean_rejects_bad_input():
+    with pytest.raises(ValueError, match="x: expected at least 2 values"):
+        one_sample_mean([1.0], 1.0, name="mean1/bad", min_effect=0.1)
+    with pytest.raises(ValueError, match="min_effect"):
+        one_sample_mean([1.0, 2.0], 1.0, name="mean1/bad", min_effect=0.0)
+    with pytest.raises(ValueError, match="mean"):
+        one_sample_mean([1.0, 2.0], float("nan"), name="mean1/bad", min_effect=0.1)
 
 
 def test_sample_size_for_proportion_minimal_and_monotone():

@@ -25,7 +25,10 @@ Null laws and how each level is measured:
   equal means, drawn through their sufficient statistics (sample mean normal, sample
   variance scaled chi-square, independent), p-value by ``scipy.stats.ttest_ind_from_stats``
   (the Welch statistic ``ttest_ind`` computes from the raw samples). Monte Carlo.
-* a vacuous design (fewer than 2 pooled bins, or two constant samples) cannot fail under
+* ``one_sample_mean``: a normal sample of the recorded size and SD with the null mean,
+  drawn through its sufficient statistics, p-value ``2 * sf(|t|)`` of Student's t with
+  ``n - 1`` degrees of freedom (the statistic ``ttest_1samp`` computes). Monte Carlo.
+* a vacuous design (fewer than 2 pooled bins, or constant samples) cannot fail under
   H0: exact level 0.
 
 What is bounded: the probability that the assertion's rule, as implemented, rejects data
@@ -63,7 +66,7 @@ from scipy import stats as sps
 from conformance import budget, stats
 from conformance.seeds import derive_seed
 
-NULL_RULES = ("goodness_of_fit", "binomial", "two_sample_mean")
+NULL_RULES = ("goodness_of_fit", "binomial", "two_sample_mean", "one_sample_mean")
 CHUNK = 20_000  # replicates per draw: [CHUNK, bins] int64 counts, 19 MB at 118 bins
 CONFIDENCE = 0.95
 FLAG_LEVEL = 0.05
@@ -171,6 +174,12 @@ def _mc_chunk(result: Mapping[str, Any], size: int, seed: int) -> int:
         probs = _null_probs(result)
         counts = rng.multinomial(n, probs, size=size)
         return int(_gof_failures(counts, probs, n, alpha, design["lambda_"]).sum())
+    if design["rule"] == "one_sample_mean":
+        sd = design["sd"]
+        mean = rng.normal(0.0, sd / math.sqrt(n), size)
+        std = sd * np.sqrt(rng.chisquare(n - 1, size) / (n - 1))
+        p_values = 2 * sps.t.sf(np.abs(mean / (std / math.sqrt(n))), n - 1)
+        return int((~(p_values > alpha)).sum())
     n_x, n_y, sd_x, sd_y = design["n_x"], design["n_y"], design["sd_x"], design["sd_y"]
     mean_x, mean_y = rng.normal(0.0, sd_x / math.sqrt(n_x), size), rng.normal(0.0, sd_y / math.sqrt(n_y), size)
     std_x = sd_x * np.sqrt(rng.chisquare(n_x - 1, size) / (n_x - 1))
@@ -190,6 +199,8 @@ def method_of(result: Mapping[str, Any]) -> str:
         return "exact"
     if design["rule"] == "two_sample_mean":
         return "vacuous" if design["sd_x"] == 0 and design["sd_y"] == 0 else "monte-carlo"
+    if design["rule"] == "one_sample_mean":
+        return "vacuous" if design["sd"] == 0 else "monte-carlo"
     bins = _null_probs(result).size
     return "vacuous" if bins < 2 else "exact" if bins == 2 else "monte-carlo"
 

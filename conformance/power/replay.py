@@ -23,6 +23,8 @@ Least favourable alternatives:
 * two-sample mean: normal samples of the recorded sizes and SDs whose means differ by
   exactly ``min_effect`` (the Welch test's power depends on the data only through them,
   up to the normal approximation).
+* one-sample mean: a normal sample of the recorded size and SD whose mean is
+  ``min_effect`` above the null mean.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from conformance import stats
 from conformance.budget import StatLedger
 from conformance.seeds import derive_seed
 
-REPLAYED_RULES = ("goodness_of_fit", "binomial", "two_sample_mean")
+REPLAYED_RULES = ("goodness_of_fit", "binomial", "two_sample_mean", "one_sample_mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,8 +142,20 @@ def _replay_two_sample_mean(result: Mapping[str, Any], rng: np.random.Generator,
     return rejected, None
 
 
+def _replay_one_sample_mean(result: Mapping[str, Any], rng: np.random.Generator, replicates: int,
+                            ledger: StatLedger) -> tuple[int, None]:
+    design = result["design"]
+    rejected = sum(
+        not stats.one_sample_mean(rng.normal(design["mean"] + result["min_effect"], max(design["sd"], 1e-12),
+                                             design["n"]), design["mean"], name=result["name"],
+                                  alpha=result["alpha"], min_effect=result["min_effect"], ledger=ledger).passed
+        for _ in range(replicates)
+    )
+    return rejected, None
+
+
 _REPLAYS = {"goodness_of_fit": _replay_goodness_of_fit, "binomial": _replay_binomial,
-            "two_sample_mean": _replay_two_sample_mean}
+            "two_sample_mean": _replay_two_sample_mean, "one_sample_mean": _replay_one_sample_mean}
 
 
 def replay_power(result: Mapping[str, Any], *, replicates: int, seed: int) -> ReplayedPower:
