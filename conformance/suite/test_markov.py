@@ -167,8 +167,9 @@ def test_S2_block_law_matches_markov_chain(case, require, case_seed, case_genera
 # case -> head type
 HANDED_OVER_LAW_CASES = {
     case("S2/block-law/handed-over-q-rnn", "the block x_0..x_2 sample_block draws follows the q of the corrected "
-         "logits it returns (product of the per-step q along the drawn prefix), sized for TV 0.04 (bfloat16-rounded "
-         "draws at |L| ~ 40)", ["S2.sample-block", "S2.rnn"], statistical=1): "rnn",
+         "logits it returns (product of the per-step q along the drawn prefix), sized for TV "
+         f"{block_law.MIN_TV} (bfloat16-rounded draws at |L| ~ {block_law.LOGIT_OFFSET:g})",
+         ["S2.sample-block", "S2.rnn"], statistical=1): "rnn",
 }
 
 
@@ -182,15 +183,11 @@ def test_S2_block_follows_the_q_it_returns(case, require, case_seed, case_genera
     n = stats.sample_size_for_tv(inputs.law, min_tv=block_law.MIN_TV)
     temps = torch.full((n,), block_law.BLOCK_TEMPERATURE, device=dspark_device)
     top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
-    rows = [repeat_rows(None if t is None else t.to(dspark_device), n)
-            for t in (inputs.base, inputs.anchor, inputs.hidden)]
 
-    tokens, corrected = iut.sample_block(head, *rows, temps, top_k, case_generator)
+    tokens, corrected = iut.sample_block(head, *block_law.rows_of(inputs, n, dspark_device), temps, top_k,
+                                         case_generator)
 
-    q = torch.softmax(corrected.detach().to("cpu", torch.float64) / block_law.BLOCK_TEMPERATURE, dim=-1)
-    stat_check(stats.goodness_of_fit(block_law.block_counts(tokens, block_law.BLOCK_VOCAB),
-                                      block_law.handed_over_law(tokens, q), name=case.id, min_tv=block_law.MIN_TV,
-                                      labels=block_law.block_labels()))
+    stat_check(block_law.block_law_check(case.id, tokens, block_law.q_of_corrected(corrected)))
 
 
 # ----------------------------------------------------------------------------- edge cases
