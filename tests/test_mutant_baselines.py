@@ -290,8 +290,12 @@ def _probe_speculative_round(impl) -> list:
         temps = torch.tensor([1.0, 0.6, 1.0, 2.0, 0.7, 1.0, 1.3, 0.9])
         top_k, top_p, min_p = _truncations(rows, vocab)
         args = (handle, base, anchor, hidden, target, temps, top_k, top_p, min_p)
+        # And 16 copies of the rows with base logits near 40, where bfloat16's spacing (0.25)
+        # moves a sampling step's law by a TV of a few percent.
+        tiled = [t.repeat(16, *[1] * (t.dim() - 1)) for t in (base + 40, *args[2:])]
         out += [impl.round(*args, generator=g), impl.round(*args, generator=g),
                 impl.round(*args, seeds=torch.arange(rows) * 5 + 2, positions=torch.arange(rows) + 9),
+                impl.round(handle, *tiled, generator=g),
                 target]  # SPEC S5: the caller's inputs unchanged
     return out
 

@@ -17,6 +17,9 @@ Covers, through :class:`~conformance.contract.FoldedDraft` sessions (heads loade
   temperatures that differ by row in one staged batch (each group's law at its own T),
   fresh noise on every replay (pairs of successive replays against the product law) and
   every step (the block law);
+* the whole block against the q of the ``corrected_out`` it returns (``softmax(L / T)``, the law
+  a verifier is handed), jointly over the block, at the effect of a drafter that samples
+  from its corrected logits rounded to bfloat16 (``support.block_law``);
 * static buffers (S4.1) where the session returns views of them; the smallest valid sizes
   (``max_bs = 1``, one live row of four, ``gamma = 1``, ``V = 1``, hidden size 1) replaying
   like any other;
@@ -49,6 +52,7 @@ import torch
 from conformance import stats
 from conformance.cases import case, case_id
 from conformance.contract import FoldedDraft, FoldGate, FoldRouting, Inconclusive, MarkovBlock
+from conformance.suite.support import block_law
 from conformance.suite.support.blocks import (
     HEAD_TYPES,
     LAW_HEAD_SCALE,
@@ -253,6 +257,35 @@ def test_S4_folded_block_law_matches_markov_chain(case, require, case_seed, dspa
 
     require_graph(case, session, dspark_device)
     stat_check(stats.goodness_of_fit(pair_counts(tokens, LAW_VOCAB), law, name=case.id))
+
+
+# ----------------------------------------------------------------------------- block law: handed-over q
+# case -> head type
+HANDED_OVER_LAW_CASES = {
+    case("S4/law/handed-over-q-gated", "folded sampling rows: the block x_0..x_2 follows the q of the corrected_out "
+         "the replay returns (product of the per-step q along the drawn prefix), sized for TV "
+         f"{block_law.MIN_TV} (bfloat16-rounded draws at |L| ~ {block_law.LOGIT_OFFSET:g})",
+         ["S4.folded-vs-eager", "S4.fresh-noise-replay"], statistical=1): "gated",
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", HANDED_OVER_LAW_CASES, ids=case_id)
+def test_S4_folded_block_follows_the_q_it_returns(case, require, case_seed, dspark_device, stat_check):
+    markov, folded = require(MarkovBlock), require(FoldedDraft)
+    head_type = HANDED_OVER_LAW_CASES[case]
+    inputs = block_law.block_law_inputs(head_type, case_seed, case.id)
+    head = block_law.load_head("MarkovBlock", markov, inputs, head_type, dspark_device)
+    n = stats.sample_size_for_tv(inputs.law, min_tv=block_law.MIN_TV)
+    temps = torch.full((n,), block_law.BLOCK_TEMPERATURE, device=dspark_device)
+    top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
+    session = open_session(folded, head, case_seed, dspark_device, max_bs=n, gamma=block_law.BLOCK_GAMMA,
+                           vocab=block_law.BLOCK_VOCAB)
+
+    tokens, corrected = first_proposal(session, *block_law.rows_of(inputs, n, dspark_device), temps, top_k)
+
+    require_graph(case, session, dspark_device)
+    stat_check(block_law.block_law_check(case.id, tokens, block_law.q_of_corrected(corrected)))
 
 
 # ----------------------------------------------------------------------------- block law: mixed batch

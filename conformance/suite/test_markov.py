@@ -10,6 +10,9 @@ Covers, through :class:`~conformance.contract.MarkovBlock` only:
   apart), and greedy rows take the argmax of the corrected logits they return;
 * the joint law of ``(x_0, x_1)`` of sampled blocks against the exact Markov-chain law
   (float64 enumeration over a small vocabulary), one chi-square per head;
+* the whole block against the q it returns (``softmax(corrected / T)``, the law a verifier
+  is handed), jointly over the block, at the effect of a drafter that samples from its
+  corrected logits rounded to bfloat16 (``support.block_law``);
 * edge cases: ``gamma = 0``, gated / rnn heads without hidden states, ``markov_rank <= 0``;
   the smallest valid sizes (``markov_rank = 1``, hidden size 1); base logits with ``-inf``
   columns (masked tokens stay ``-inf`` and are never drawn).
@@ -29,6 +32,7 @@ import torch
 from conformance import stats
 from conformance.cases import case, case_id
 from conformance.contract import MarkovBlock
+from conformance.suite.support import block_law
 from conformance.suite.support.blocks import (
     HEAD_TYPES,
     LAW_TEMPERATURE,
@@ -157,6 +161,33 @@ def test_S2_block_law_matches_markov_chain(case, require, case_seed, case_genera
     tokens, _ = iut.sample_block(head, *rows, temps, top_k, case_generator)
 
     stat_check(stats.goodness_of_fit(pair_counts(tokens, LAW_VOCAB), law, name=case.id))
+
+
+# ----------------------------------------------------------------------------- block law: handed-over q
+# case -> head type
+HANDED_OVER_LAW_CASES = {
+    case("S2/block-law/handed-over-q-rnn", "the block x_0..x_2 sample_block draws follows the q of the corrected "
+         "logits it returns (product of the per-step q along the drawn prefix), sized for TV "
+         f"{block_law.MIN_TV} (bfloat16-rounded draws at |L| ~ {block_law.LOGIT_OFFSET:g})",
+         ["S2.sample-block", "S2.rnn"], statistical=1): "rnn",
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", HANDED_OVER_LAW_CASES, ids=case_id)
+def test_S2_block_follows_the_q_it_returns(case, require, case_seed, case_generator, dspark_device, stat_check):
+    iut = require(MarkovBlock)
+    head_type = HANDED_OVER_LAW_CASES[case]
+    inputs = block_law.block_law_inputs(head_type, case_seed, case.id)
+    head = block_law.load_head("MarkovBlock", iut, inputs, head_type, dspark_device)
+    n = stats.sample_size_for_tv(inputs.law, min_tv=block_law.MIN_TV)
+    temps = torch.full((n,), block_law.BLOCK_TEMPERATURE, device=dspark_device)
+    top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
+
+    tokens, corrected = iut.sample_block(head, *block_law.rows_of(inputs, n, dspark_device), temps, top_k,
+                                         case_generator)
+
+    stat_check(block_law.block_law_check(case.id, tokens, block_law.q_of_corrected(corrected)))
 
 
 # ----------------------------------------------------------------------------- edge cases

@@ -17,7 +17,10 @@ accepted count follows ``P(accepted >= j) = sum over x_1..x_j of prod_i min(p_i,
 ``q_i`` conditioned on the drawn ``x_{i-1}`` through the Markov head (enumerated here).
 Faults between components (a q that is not the law the drafts were drawn from, noise
 shared by drafter and verifier, greedy rules that differ) move these laws; a q handed over
-in another dtype or untruncated fails the handoff check against the float64 law.
+in another dtype or untruncated fails the handoff check against the float64 law. The other
+way round, the drafts themselves must follow the q handed over, jointly over the block, on
+the generator path and on seeded rows (``support.block_law``: sized for the effect of draws
+from bfloat16-rounded logits and of one noise vector reused at every step of a block).
 
 Statistical cases repeat one input row ``n`` times in a batch, ``n`` from
 ``stats.sample_size_for_tv`` at the default TV, the row drawn again until every law the case
@@ -38,6 +41,7 @@ import torch
 from conformance import numerics, stats
 from conformance.cases import case, case_id
 from conformance.contract import SpeculativeRound
+from conformance.suite.support import block_law
 from conformance.suite.support.blocks import (
     UNIT_ROUNDOFF,
     input_generator,
@@ -379,6 +383,44 @@ def test_S9_round_seeded_rows(case, require, case_seed, dspark_device):
             assert torch.equal(a[i:i + 1], b), f"{case.id}: {name} of seeded row {i} differ alone and in the batch"
     other = run(order, seeds + 1)
     assert not torch.equal(first[0], other[0]), f"{case.id}: other seeds gave the same drafts on every row"
+
+
+# ----------------------------------------------------------------------------- the block's own law
+# case -> seeded rows (each its own seed and position) or the generator path
+BLOCK_LAW_CASES = {
+    case("S9/round/block-law-generator", "the drafted block x_1..x_3 follows the draft_probs handed to the verifier "
+         "(product of the per-step q along the drawn prefix), draws from the generator; sized for TV "
+         f"{block_law.MIN_TV} (bfloat16-rounded draws at |L| ~ {block_law.LOGIT_OFFSET:g})", ["S9.round-handoff"],
+         statistical=1): False,
+    case("S9/round/block-law-seeded", "the same on seeded rows, each with its own seed and position: sized for TV "
+         f"{block_law.MIN_TV} (bfloat16-rounded draws, one noise vector for every step of a block)",
+         ["S9.round-handoff"], statistical=1): True,
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("case", BLOCK_LAW_CASES, ids=case_id)
+def test_S9_round_block_follows_the_q_it_hands_over(case, require, case_seed, case_generator, dspark_device,
+                                                   stat_check):
+    iut = require(SpeculativeRound)
+    head_type = "vanilla"
+    inputs = block_law.block_law_inputs(head_type, case_seed, case.id)
+    handle = block_law.load_head("SpeculativeRound", iut, inputs, head_type, dspark_device, torch.float32)
+    n = stats.sample_size_for_tv(inputs.law, min_tv=block_law.MIN_TV)
+    gen = torch.Generator().manual_seed(sub_seed(case_seed, "requests"))
+    target = torch.cat([inputs.base, inputs.base[:, -1:]], dim=1)
+    target = target + TARGET_NOISE * torch.randn(target.shape, generator=gen)
+    randomness = {"generator": case_generator}
+    if BLOCK_LAW_CASES[case]:
+        randomness = {"seeds": torch.randint(0, 2**62, (n,), generator=gen),
+                      "positions": torch.randint(0, 10**6, (n,), generator=gen)}
+
+    drafts, _, _, q = _round(iut, handle, *block_law.rows_of(inputs, n, "cpu"), _repeat(target, n),
+                             [RowSpec(head_type, block_law.BLOCK_TEMPERATURE)] * n, dspark_device, **randomness)
+
+    if q is None:
+        pytest.skip("SpeculativeRound: this IUT does not expose the draft distribution it hands over")
+    stat_check(block_law.block_law_check(case.id, drafts, q))
 
 
 # ----------------------------------------------------------------------------- handoff
