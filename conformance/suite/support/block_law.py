@@ -39,7 +39,7 @@ import torch
 
 from conformance import stats
 from conformance.suite.support.blocks import input_generator, oracle_block_logits, repeat_rows, sub_seed
-from conformance.suite.support.inputs import markov_head_state
+from conformance.inputs import markov_head_state
 
 #: Block of the law cases: ``V^gamma = 64`` enumerable outcomes.
 BLOCK_VOCAB, BLOCK_GAMMA, BLOCK_RANK, BLOCK_HIDDEN = 4, 3, 4, 4
