@@ -268,6 +268,8 @@ def exit_code(returncode: int, payload: dict | None) -> int:
     if payload is None or not payload["tests"]:
         return EXIT_INFRA
     verdict = report.overall(report.run_rows(payload), payload)
+    if verdict == "ERROR":  # a suite module did not collect: an infrastructure error, not a finding
+        return EXIT_INFRA
     if verdict == "FAIL" or returncode == 1:
         return EXIT_FAIL
     if returncode != 0 or verdict == "INTERRUPTED":

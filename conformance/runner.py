@@ -140,7 +140,9 @@ def merge_phases(*phases: tuple[int, dict | None]) -> tuple[int, dict | None]:
         return code, None
     merged = {**payloads[0], "tests": [t for p in payloads for t in p["tests"]],
               "wall_s": round(sum(p["wall_s"] for p in payloads), 2),
-              "selected_by_section": _selected(payloads)}
+              "selected_by_section": _selected(payloads),
+              "collection_errors": list({e["module"]: e for p in payloads
+                                         for e in p.get("collection_errors") or ()}.values())}
     merged.pop("held_for_other_phase", None)  # a phase's count: the merged run has both
     interrupted = any(p.get("exit_status") == ExitCode.INTERRUPTED for p in payloads)
     merged["exit_status"] = int(ExitCode.INTERRUPTED) if interrupted else code

@@ -37,6 +37,8 @@ class RunSession:
         started: ``time.time()`` at session start.
         cuda_lost: ``(case id, error)`` of the case that lost the CUDA context of this
             process (``conformance.cuda_context``), or None.
+        collection_errors: ``{"module", "error"}`` of each suite module that could not be
+            collected (its cases never ran, whatever ``-k`` kept), in the order reported.
     """
 
     def __init__(self, config: pytest.Config) -> None:
@@ -56,6 +58,7 @@ class RunSession:
         #: ``--dspark-phase``) kept, and those the phase left to the other one (None: not known)
         self.selected_by_section: dict[str, int] | None = None
         self.held_for_other_phase: dict[str, int] | None = None
+        self.collection_errors: list[dict[str, str]] = []
 
     @property
     def adapter(self) -> "Adapter":
@@ -83,7 +86,15 @@ class RunSession:
     # ------------------------------------------------------------------ hooks
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.records.clear()
+        self.collection_errors.clear()
         self.started = time.time()
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        # Under xdist the controller sees each worker's failed collection once per worker.
+        if report.failed and all(e["module"] != report.nodeid for e in self.collection_errors):
+            lines = [line for line in str(report.longreprtext).splitlines() if line.strip()]
+            error = lines[-1].removeprefix("E").strip() if lines else "collection failed"
+            self.collection_errors.append({"module": report.nodeid, "error": error})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case_id = final_case_id(report)
@@ -136,6 +147,7 @@ class RunSession:
             "exit_status": int(exitstatus),
             "selected_by_section": self.selected_by_section,
             "held_for_other_phase": self.held_for_other_phase,
+            "collection_errors": self.collection_errors,
             "tests": self.records,
         }
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -109,7 +109,9 @@ def _calibration_what(path: Path) -> str:
             return (f"results.json of `{data['impl']}` on {data['device']}: "
                     f"{overall(run_rows(data), data)}, {len(data['tests'])} records")
     return {"calibration": "calibration report", "null-replay": "null-replay report",
-            "case-keys": "the case keys the committed records name"}.get(path.stem.partition(".")[0], "")
+            "case-keys": "the case keys the committed records name",
+            "law-fine-h100": "console log: S3/law-fine on an H100 (reference on three seeds, the bfloat16-noise mutant, "
+                             "its GPU-tier law, null and power replay)"}.get(path.stem.partition(".")[0], "")
 
 
 def calibration_rows(root: Path = HERE) -> list[list[str]]:

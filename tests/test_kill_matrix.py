@@ -3,7 +3,7 @@
 Each case runs the conformance tests of the mutant's SPEC section in a subprocess with
 ``--dspark-impl mutant:<id>`` and the default seeds, as ``dspark-conformance mutants`` does,
 but stops at the first failure: one kill is the claim (the report lists every killer). The
-killers the committed matrix recorded (results/mutants) run first, alone: the verdict is the
+killers the committed matrices recorded (results/mutants) run first, alone: the verdict is the
 same (the whole section runs when none of them kills), at the cost of one case where the
 section would run every case ahead of its first killer (33 s -> 9 s for loop-draft-argmax,
 2 idle cores).
@@ -21,13 +21,14 @@ from conformance.plugin import _SUITE_DIR, _failure
 from fixtures.mutants import load_all
 
 MUTANTS = load_all()
-#: The committed kill matrix (``dspark-conformance mutants --report results/mutants``).
-RECORDED_MATRIX = Path(__file__).resolve().parents[1] / "results" / "mutants" / "mutants.json"
+#: The committed kill matrices (``dspark-conformance mutants --report DIR``), one JSON per run.
+RECORDED_MATRICES = sorted((Path(__file__).resolve().parents[1] / "results" / "mutants").glob("*.json"))
 
 
 def _recorded_killers() -> dict[str, list[str]]:
-    """Mutant id -> the case ids of its recorded killers (legacy keys resolved)."""
-    rows = json.loads(RECORDED_MATRIX.read_text())
+    """Mutant id -> the case ids of its recorded killers (legacy keys resolved); a mutant
+    recorded in two files takes the record of the file sorted last."""
+    rows = [r for path in RECORDED_MATRICES for r in json.loads(path.read_text())]
     return {r["id"]: [seeds.resolve_case(k["test"])[0] for k in r["killers"]] for r in rows}
 
 

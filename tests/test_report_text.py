@@ -162,3 +162,38 @@ def test_a_failed_frequency_test_names_its_worst_bins_in_the_console_and_report_
     short = dict(record, reason="E   AssertionError: " + result.message().split("; chi-square")[0]
                  + "; " + stats.bins.largest_residuals(result.observed, result.expected, result.bin_labels))
     assert matrix.format_matrix(_payload(short)).count("largest Pearson residuals") == 1
+
+
+def test_a_suite_module_that_did_not_collect_is_an_error_named_in_every_report(tmp_path):
+    # A GPU run (session 23): a suite module failed to import, `-k` kept two cases of another
+    # module, both passed, and the run printed "overall: PASS" (exit 1, naming nothing).
+    from conformance import cli, runner
+    from conformance.report import matrix
+
+    record = {"case": "S3/x", "nodeid": "n", "section": "S3", "outcome": "passed", "duration_s": 0.1, "reason": "",
+              "stats": [], "numerics": [], "bit_identical": None, "replay": "r"}
+    error = {"module": "conformance/suite/test_round.py", "error": "ModuleNotFoundError: No module named 'x'"}
+    payload = {"impl": "x", "device": "cpu", "base_seed": 1, "wall_s": 1.0, "capabilities": [], "exit_status": 1,
+               "tests": [record], "collection_errors": [error]}
+    assert matrix.overall(matrix.run_rows(payload), payload) == "ERROR"
+    assert cli.exit_code(1, payload) == cli.EXIT_INFRA
+    named = "COLLECTION ERROR: conformance/suite/test_round.py: ModuleNotFoundError: No module named 'x'"
+    assert named in matrix.format_matrix(payload) and "overall: ERROR" in matrix.format_matrix(payload)
+    markdown.write_markdown(payload, tmp_path / "report.md")
+    text = (tmp_path / "report.md").read_text()
+    assert named in text and "overall **ERROR**" in text
+    from conformance.report import html
+
+    page = html.write_html(payload, tmp_path)
+    assert "COLLECTION ERROR: conformance/suite/test_round.py" in page.read_text()
+    # A failure still decides the verdict; the module is named beside it.
+    failed = dict(payload, tests=[dict(record, outcome="failed")])
+    assert (matrix.overall(matrix.run_rows(failed), failed), cli.exit_code(1, failed)) == ("FAIL", cli.EXIT_FAIL)
+    assert named in matrix.format_matrix(failed)
+    # Both phases of a run report the module: the merged run names it once.
+    _, merged = runner.merge_phases((1, payload), (1, dict(payload, tests=[])))
+    assert merged["collection_errors"] == [error]
+    _, merged = runner.merge_phases((0, dict(payload, collection_errors=[])), (1, dict(payload, tests=[])))
+    assert merged["collection_errors"] == [error]
+    clean = dict(payload, collection_errors=[], exit_status=0)
+    assert (matrix.overall(matrix.run_rows(clean), clean), cli.exit_code(0, clean)) == ("PASS", cli.EXIT_PASS)

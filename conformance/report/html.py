@@ -251,6 +251,7 @@ def _header(payload: dict, rows: list[report.SectionRow]) -> str:
          + "".join(f"<br><strong>{_e(line)}</strong>" for line in warning)),
         ("capabilities", _e(capabilities)),
         *(("notice", f"<strong>{_e(line)}</strong>") for line in report.engine_notices(payload)),
+        *(("error", f"<strong>{_e(line)}</strong>") for line in report.collection_error_lines(payload)),
     ]
     items = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta)
     return (

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.report.matrix import (
-    TIME_NOTE, coverage_lines, engine_notices, not_run_line, overall, run_rows, short_reason, table, worst_bins,
+    TIME_NOTE, collection_error_lines, coverage_lines, engine_notices, not_run_line, overall, run_rows, short_reason,
+    table, worst_bins,
 )
 
 #: The order of report.md's "Not passed" list: what fails a run, then INCONCLUSIVE, then the rest.
@@ -61,6 +62,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
            + "; ".join(f"{cap} ({why})" for cap, why in payload["cannot_run_here"].items()) + "."]
           if payload.get("cannot_run_here") else []),
         *(["", f"{missing}."] if missing else []),
+        *(line for error in collection_error_lines(payload) for line in ("", f"**{html.escape(error, quote=False)}**")),
         *(line for notice in engine_notices(payload) for line in ("", f"**{html.escape(notice, quote=False)}**")),
         "",
         "| " + " | ".join(cells[0]) + " |",

@@ -201,11 +201,15 @@ def interrupted(payload: dict[str, Any]) -> bool:
 
 
 def overall(rows: list[SectionRow], payload: dict[str, Any]) -> str:
-    """PASS, FAIL, INCONCLUSIVE or SKIP for a whole run (the worst section wins); a run that
-    pytest reports as interrupted (``payload["exit_status"]`` 2: a signal or a deadline
-    stopped it) and that no failure already decides is INTERRUPTED, never PASS: its cases
-    did not all run."""
+    """PASS, FAIL, INCONCLUSIVE or SKIP for a whole run (the worst section wins); a run in
+    which a suite module could not be collected (``payload["collection_errors"]``) and that
+    no failure already decides is ERROR, never PASS: that module's cases never ran, whatever
+    the selection; a run that pytest reports as interrupted (``payload["exit_status"]`` 2: a
+    signal or a deadline stopped it) and that no failure already decides is INTERRUPTED,
+    never PASS: its cases did not all run."""
     verdicts = {row.verdict for row in rows}
+    if "FAIL" not in verdicts and payload.get("collection_errors"):
+        return "ERROR"
     if "FAIL" not in verdicts and (interrupted(payload) or "INTERRUPTED" in verdicts):
         return "INTERRUPTED"
     for verdict in ("FAIL", "INCONCLUSIVE", "PASS"):
@@ -234,6 +238,12 @@ def statistical_powers(tests: Iterable[dict[str, Any]]) -> list[float]:
             if s.get("power_at_min_effect") == s.get("power_at_min_effect")]  # NaN != NaN
 
 
+def collection_error_lines(payload: dict[str, Any]) -> list[str]:
+    """One line per suite module that could not be collected (none where all were)."""
+    return [f"COLLECTION ERROR: {e['module']}: {e['error']} (none of its cases ran)"
+            for e in payload.get("collection_errors") or ()]
+
+
 def format_matrix(payload: dict[str, Any]) -> str:
     """The text matrix printed by ``dspark-conformance run``."""
     rows = run_rows(payload)
@@ -260,6 +270,7 @@ def format_matrix(payload: dict[str, Any]) -> str:
         lines.append(missing)
     lines.extend(engine_notices(payload))
     lines.extend(coverage_lines(rows, payload["tests"]))
+    lines.extend(collection_error_lines(payload))
     lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
         if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
