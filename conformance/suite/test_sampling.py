@@ -181,8 +181,8 @@ def test_S3_law(case, family, temperature, require, dspark_device, case_seed, ca
 # draws) ties two tokens' race keys; argmax then takes the lowest index (flat rows) or the
 # larger probability (near-ties), a shift of TV 7.0e-4 on these rows (exact for the flat
 # row: the quantised law summed over every bfloat16 value, any V). The GPU tier's TV 0.002
-# cannot see it; FINE_MIN_TV = 5e-4 can, with n = 7.7e7 draws per row (about a second on
-# one GPU at the sampler's rate), so these cases run on CUDA only.
+# cannot see it; FINE_MIN_TV = 5e-4 can, with n = 7.7e7 draws per row (0.6 to 2 s a case on
+# an H100, results/calibration/gpu-tier/law-fine-h100.log), so these cases run on CUDA only.
 FINE_MIN_TV = 5e-4
 FINE_LAW_CASES = [
     pytest.param(
