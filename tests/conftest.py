@@ -26,3 +26,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu") is not None and here in item.path.parents:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Run a module single-threaded and restore the setting: on tiny tensors intra-op threads
+    only spin-wait (seconds on a busy machine, 16 times slower measured for the S9 models).
+    A module opts in with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+

@@ -43,14 +43,7 @@ PROMPT = torch.tensor([1, 2, 3])
 LAW_TOKENS = 3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # The models are tiny: intra-op threads only add contention (seconds of spin-waiting
-    # on a busy machine), so this module runs single-threaded and restores the setting.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (tests/conftest.py)
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -24,13 +24,7 @@ VOCAB, HIDDEN, GAMMA, ROWS = 3, 4, 3, 2
 TOLERANCE = 1e-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: intra-op threads only spin-wait on a busy machine (16 times slower here).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (tests/conftest.py)
 
 
 def _setup(head_type: str, temperature: float):
