@@ -77,6 +77,7 @@ __all__ = [
     "SpeculativeRound",
     "CAPABILITIES",
     "Inconclusive",
+    "CannotRunHere",
 ]
 
 
@@ -85,6 +86,17 @@ class Inconclusive(Exception):
 
     Example: a folded draft that silently fell back to eager, or a loop that never drafted.
     The suite reports the test INCONCLUSIVE (not passed, not failed).
+    """
+
+
+class CannotRunHere(Exception):
+    """Raised by an adapter when the engine's code for this call needs what this machine
+    lacks, for one input where the capability otherwise runs (DESIGN: a case the machine
+    cannot run is a skip with the reason, never a pass, never INCONCLUSIVE).
+
+    The message names what is missing (e.g. "... calls torch.cuda.current_device(); no CUDA
+    device here"). The suite reports the test skipped with ``cannot run here: <message>``.
+    Where a whole capability needs it, declare a :class:`Requirement` instead.
     """
 
 

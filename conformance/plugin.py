@@ -6,7 +6,9 @@ tests it loads no adapter, imports no torch, skips nothing and records nothing. 
 suite's tests are the test functions of its own modules (:func:`is_suite_item`); only they
 get the GPU-tier skip (by their ``gpu`` marker), the ledger's expected failures and records.
 A test ended by an adapter's ``NotImplementedError`` (``conformance.boundary.UnsupportedFeature``:
-a feature the IUT lacks) is reported as a skip naming the capability, the method and the reason.
+a feature the IUT lacks) is reported as a skip naming the capability, the method and the reason;
+one ended by ``conformance.contract.CannotRunHere`` (the engine's path needs what this machine
+lacks) as a skip that says ``cannot run here`` and why.
 On CUDA a lost context (an out-of-bounds kernel access) is attributed to the case whose kernels
 raised it, is never an expected failure unless its ledger entry says so, and ends the later
 cases of that process as not run (``conformance.cuda_context``; the main job reruns them).
@@ -302,7 +304,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if not is_suite_item(item):
         return
     from .boundary import UnsupportedFeature
-    from .contract import Inconclusive
+    from .contract import CannotRunHere, Inconclusive
 
     report = outcome.get_result()
     if (CASE_PROPERTY, item_case_id(item)) not in report.user_properties:
@@ -321,6 +323,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1], f"INCONCLUSIVE: {call.excinfo.value}")
         report.user_properties.append(("dspark_outcome", "inconclusive"))
+    elif call.excinfo is not None and call.excinfo.errisinstance(CannotRunHere):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1], f"Skipped: cannot run here: {call.excinfo.value}")
     elif call.excinfo is not None and report.failed and call.excinfo.errisinstance(UnsupportedFeature):
         exc = call.excinfo.value
         report.outcome = "skipped"

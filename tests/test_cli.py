@@ -178,6 +178,22 @@ def test_inconclusive_has_its_own_exit_code(tmp_path):
     assert "INCONCLUSIVE" in out
 
 
+def test_a_path_this_machine_cannot_run_is_a_skip_saying_why(tmp_path):
+    """contract.CannotRunHere (the engine's code for one input needs a CUDA device): the
+    case is a skip that says "cannot run here" and why, counted with the CUDA skips; never
+    INCONCLUSIVE (DESIGN: a case the machine cannot run is a skip with the reason)."""
+    code, out = _run(tmp_path, "--impl", "tests.toy_adapters:no_cuda_device",
+                     "-k", "test_S6_executor_gamma_one or test_S6_lengths_stay_in_range")
+    assert code == cli.EXIT_PASS, out
+    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    skipped = [t for t in tests if t["outcome"] == "skipped"]
+    assert len(skipped) == 1 and all(t["outcome"] == "passed" for t in tests if t not in skipped), tests
+    assert skipped[0]["case"].startswith("S6/executor"), skipped[0]
+    assert skipped[0]["reason"] == ("cannot run here: the executor calls torch.cuda.current_device(); "
+                                    "no CUDA device here"), skipped[0]
+    assert "need CUDA or the GPU tier" in out
+
+
 def test_unsupported_feature_is_a_skip_naming_it(tmp_path):
     """An adapter's NotImplementedError from a capability method (contract: an unsupported
     feature) ends the test as a skip naming the capability, the method and the reason."""

@@ -18,6 +18,14 @@ class _InconclusiveSimulated(reference.SimulatedAcceptance):
         raise c.Inconclusive("simulated verify step is disabled in this build")
 
 
+class _NoCudaSimulated(reference.SimulatedAcceptance):
+    """Its verify-step path needs a CUDA device this machine lacks (e.g. the engine probes
+    the current CUDA device): the run must report a skip saying so, not INCONCLUSIVE."""
+
+    def executor(self, value, method, gamma, seed):
+        raise c.CannotRunHere("the executor calls torch.cuda.current_device(); no CUDA device here")
+
+
 class _NoMultinomial(reference.SimulatedAcceptance):
     """Lacks one feature of a capability it offers (an unsupported method): raises
     ``NotImplementedError`` for it, which the run must report as a skip naming it."""
@@ -47,6 +55,10 @@ def only_simulated() -> c.Adapter:
 
 def inconclusive() -> c.Adapter:
     return c.Adapter("toy:inconclusive", c.Conventions(), {c.SimulatedAcceptance: _InconclusiveSimulated()})
+
+
+def no_cuda_device() -> c.Adapter:
+    return c.Adapter("toy:no-cuda-device", c.Conventions(), {c.SimulatedAcceptance: _NoCudaSimulated()})
 
 
 def unmatched_ledger() -> c.Adapter:

@@ -19,7 +19,7 @@ What maps to what:
   buffer bytes measured on a sampler built on the ``meta`` device (what SGLang allocates).
   The free memory is an argument from 0.5.19; 0.5.17-0.5.18 probe it themselves, so the
   adapter answers their probe (``get_available_gpu_memory``) with the given bytes (0.5.17's
-  AUTO probe also asks ``torch.cuda.current_device()``: INCONCLUSIVE without CUDA).
+  AUTO probe also asks ``torch.cuda.current_device()``: cannot run without a CUDA device).
 * 0.5.17-0.5.18 have no ``SpecTpSync``: no ``tp_sync`` argument is passed there
   (``engine_inputs.tp_sync_argument``).
 
@@ -36,7 +36,7 @@ from typing import Iterator
 import torch
 
 from conformance.checks import check_choice, check_int
-from conformance.contract import Inconclusive
+from conformance.contract import CannotRunHere
 
 from .engine_inputs import (
     DraftModelStandIn,
@@ -204,7 +204,7 @@ class FoldGate:
     def folds_sampling(self, mode, max_bs, gamma, vocab_size, lm_dtype, free_bytes):
         check_choice("mode", mode, ("off", "auto", "force"))
         if mode == "auto" and self._modules.release < _DEVICE_MODULE_PROBE and not torch.cuda.is_available():
-            raise Inconclusive(
+            raise CannotRunHere(
                 f"sglang=={self._modules.version} _resolve_folded_sampling (AUTO) calls "
                 "torch.cuda.current_device() for its free-memory probe; no CUDA device here"
             )
