@@ -266,11 +266,11 @@ def failed_statistics(record: dict[str, Any]) -> str | None:
 def failure_line(record: dict[str, Any]) -> str:
     """The console's one line for a record that decides against a run (:data:`DECIDING`):
     ``FAILED <case id>: <reason>  replay: <command>``, the outcome in capitals. The reason
-    is :func:`failed_statistics` where an assertion failed, else :func:`short_reason` less
+    is :func:`failed_statistics` where a failed case's assertion failed, else :func:`short_reason` less
     a leading ``AssertionError:`` (a failed check's; an engine's exception keeps its name)
     :func:`clip`-ped to :data:`CONSOLE_REASON_LIMIT` between words. report.md holds each
     reason whole, with a statistical failure's bins; junit.xml the traceback."""
-    reason = failed_statistics(record) or clip(
+    reason = (failed_statistics(record) if record["outcome"] == "failed" else None) or clip(
         short_reason(record, limit=len(record.get("reason", ""))).removeprefix("AssertionError: "),
         CONSOLE_REASON_LIMIT)
     return f"{record['outcome'].upper()} {record['case']}: {reason}  replay: {record['replay']}"
