@@ -10,7 +10,7 @@ writing (``do_bench`` zero-fills its buffer) because a written flush leaves the 
 dirty lines whose write-back is then charged to the timed call: on the H200 that adds 5.2 us
 (18%) to the fused race at ``B=64, V=129,280`` fp32 (29.0 against 23.8 us), 2.6 us to a
 plain copy of the same 66 MB, and 0.5% to the 1 GiB copy of the bandwidth measurement
-(``docs/performance.md``, session 12). ``graph_replay`` captures a
+(``results/perf/performance-history.md``, session 12). ``graph_replay`` captures a
 call once in a CUDA graph so that only its kernels are timed (no Python, no launches, and
 no host-side value checks: the reference skips those while a graph is being captured).
 

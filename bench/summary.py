@@ -187,7 +187,7 @@ def format_ratios(summary: Sequence[dict[str, Any]]) -> str:
 
 
 def markdown(summary: Sequence[dict[str, Any]], environment: dict[str, Any] | None = None) -> str:
-    """The ratios as a markdown table (for ``docs/performance.md``), headed by the device."""
+    """The ratios as a markdown table (for a document or a session's notes), headed by the device."""
     lines = []
     if environment:
         lines.append(f"Device {environment.get('device_name')}, torch {environment.get('torch')}, triton "

@@ -184,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run only the case with this case id, e.g. S5/parity/random-V8-l4-T1 (repeatable; as a "
                      "failure's replay line names it; a legacy key conformance/test_x.py::test_y[id] is deprecated)")
     run.add_argument("--tracebacks", action="store_true",
-                     help="print each failing case's pytest traceback on the console too (report.md and junit.xml "
-                     "always hold them)")
+                     help="print each failing case's pytest traceback, and a statistical failure's worst bins, on "
+                     "the console too (junit.xml and report.md always hold them)")
     run.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest after '--'")
     mut = sub.add_parser("mutants", help="kill matrix: each mutant against the tests of its section",
                          description="The kill matrix: each mutant (the reference with one known fault) against "
@@ -417,9 +417,10 @@ def run(args: argparse.Namespace) -> int:
     payload["overall"] = report.overall(report.run_rows(payload), payload)
     payload["exit_code"] = exit_code(returncode, payload)
     json_path.write_text(json.dumps(payload, indent=1))
-    print(report.format_matrix(payload))
-    if not args.tracebacks and any(t["outcome"] in ("failed", "xpassed") for t in payload["tests"]):
-        print(f"tracebacks: {report_dir}/junit.xml (or add --tracebacks to a replay line to print them here)")
+    print(report.format_matrix(payload, details=args.tracebacks))
+    if not args.tracebacks and any(t["outcome"] in report.DECIDING for t in payload["tests"]):
+        print(f"tracebacks: {report_dir}/junit.xml; each reason whole, with its bins: {report_dir}/report.md "
+              "(or add --tracebacks to a replay line to print them here)")
     markdown.write_markdown(payload, report_dir / "report.md")
     from .report import html as html_report  # imports torch: not needed before a run ends
 

@@ -131,7 +131,7 @@ __all__ = ["INTERPRETER_DEFECT", "KERNEL_INTERPRETED", "fused_exponential_race",
 
 
 _MIN_TILE = 16
-_DEFAULT_TILE = 512  # the largest default tile (H200 sweep, docs/performance.md)
+_DEFAULT_TILE = 512  # the largest default tile (H200 sweep, results/perf/performance-history.md)
 _PROGRAMS_PER_SM = 16  # programs a launch aims to keep per SM (grid B * S; the same sweep)
 _MAX_TILES_PER_PROGRAM = 64  # bounds the rescales of a group key (module note)
 _INTERPRETED_PROGRAMS = 8  # the interpreter's stand-in for the GPU's program count

@@ -10,6 +10,7 @@ runs the same comparison). The index lists:
   (:func:`conformance.report.matrix.overall`); a run that kept only its ``report.md`` gives
   the verdict that report printed, marked ``(report.md)``;
 * every benchmark file under ``perf/`` (``python -m bench``): device, torch, triton, rows;
+  and each document there (``*.md``, the sessions' measurements as recorded) by its title;
 * every file of the calibration reports under ``calibration/`` (``dspark-conformance
   calibrate``, ``null-replay``): the run logs with their record counts, the reference runs
   whose ``results.json`` are the null replay's designs (with their verdicts), the reports;
@@ -97,6 +98,15 @@ def perf_rows(root: Path = HERE) -> list[list[str]]:
     return rows
 
 
+def perf_documents(root: Path = HERE) -> list[str]:
+    """One list item per document under ``root/perf``: a link and the document's title."""
+    items = []
+    for path in sorted((root / "perf").glob("*.md")):
+        title = next((line[2:].strip() for line in path.read_text().splitlines() if line.startswith("# ")), path.stem)
+        items.append(f"- [{path.name}]({path.relative_to(root)}): {title}")
+    return items
+
+
 def _calibration_what(path: Path) -> str:
     if path.name.startswith("runs.jsonl"):
         opener = gzip.open if path.suffix == ".gz" else open
@@ -164,6 +174,7 @@ def render(root: Path = HERE) -> str:
         *_table(["engine", "release", "device", "kind", "verdict", "files"], runs), "",
         "## Benchmarks (`python -m bench`)", "",
         *_table(["file", "device", "torch", "triton", "rows"], perf_rows(root)), "",
+        *(line for item in perf_documents(root) for line in (item, "")),
         "## Calibration (`dspark-conformance calibrate`, `null-replay`)", "",
         "Report directories: a rerun with `--report results/calibration` (or `.../gpu-tier`) appends",
         "to its run log and rewrites its reports.", "",

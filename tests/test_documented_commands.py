@@ -1,8 +1,9 @@
-"""Every command README.md, docs/VENDORS.md and the CI templates show works as written (issue 44).
+"""Every command README.md, docs/VENDORS.md, docs/performance.md and the CI templates show works
+as written (issue 44).
 
 Commands are extracted from
 
-* the fenced ``bash`` / ``sh`` / ``shell`` / ``console`` blocks of the two Markdown files
+* the fenced ``bash`` / ``sh`` / ``shell`` / ``console`` blocks of the Markdown files (:data:`MARKDOWN`)
   (a ``console`` block's commands are its ``$`` lines, the rest is output; ``\\``
   continuations joined, comments dropped);
 * their inline code spans that start with ``dspark-conformance``, ``pip``, ``python -m``,
@@ -68,7 +69,7 @@ except ModuleNotFoundError:  # Python 3.10: pytest's own dependency
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKDOWN = ("README.md", "docs/VENDORS.md")
+MARKDOWN = ("README.md", "docs/VENDORS.md", "docs/performance.md")
 WORKFLOWS = "CI/github"
 SCRIPTS = "CI"
 PROGRAMS = ("dspark-conformance", "pip", "pip3", "python", "python3", "CI/")
@@ -147,6 +148,18 @@ COMMANDS: dict[str, Check] = {
     "dspark-conformance run --impl ... --device ... --seed ... --case '<case id>'": Check(
         PARSE, "the replay line's template", as_="dspark-conformance run --impl reference --device cpu "
         "--seed 20260 --case 'S5/parity/random-V8-l4-T1'"),
+    # docs/performance.md
+    "python -m bench verdict": Check(HELP, "times the main job on two revisions: minutes"),
+    "python -m bench verdict --device cpu --workers 2 --repeats 3 --json verdict.json": Check(
+        HELP, "times the main job on two revisions, three times each: many minutes"),
+    "python -m bench verdict --change . -- -k test_S3_": Check(
+        HELP, "times a section's main job on two revisions: minutes", help="python -m bench verdict --help"),
+    "python -m bench tiers --device cpu --workers 2": Check(HELP, "runs the test tiers: 20+ minutes"),
+    "dspark-conformance run --workers 2": Check(PARSE, _MINUTES),
+    "dspark-conformance run --device cuda -- -m gpu_tier": Check(PARSE, _GPU),
+    "python -m bench.summary": Check(HELP, "reads a bench JSON (the command below names two)",
+                                     help="python -m bench.summary --help"),
+    "python -m bench.summary results/perf/bench_h100_fused.json results/perf/ceiling_h100.json": Check(RUN),
     # CI/github/*.yml
     "python3 -m pip install -e .": Check(DRY_RUN, "installs torch and the test tools from the index"),
     "dspark-conformance calibrate --first-seed 1 --seeds 100 --power-seeds 0 --replicates 0 --device cpu "

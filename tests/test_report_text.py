@@ -112,8 +112,11 @@ def test_a_long_failure_message_is_cut_between_words_never_inside_a_number(tmp_p
         kept = shown.removesuffix(" " + matrix.ELLIPSIS).split()
         assert kept == words[:len(kept)], shown  # whole words of the message, in order
         assert shown.endswith(matrix.ELLIPSIS) == (len(kept) < len(words))
-        console = next(line for line in matrix.format_matrix(_payload(record)).splitlines() if "FAILED: S6/x" in line)
-        assert console.endswith(shown)
+        console = next(line for line in matrix.format_matrix(_payload(record)).splitlines() if "S6/x" in line)
+        reason = console.removeprefix("FAILED S6/x: ").removesuffix(f"  replay: {record['replay']}")
+        assert len(reason) <= matrix.CONSOLE_REASON_LIMIT, console
+        kept = reason.removesuffix(" " + matrix.ELLIPSIS).split()
+        assert kept == words[1:len(kept) + 1], console  # "AssertionError:" left out, whole words after it
         assert f"<div>{shown}</div>" in html.render_html(_payload(record))
     assert matrix.clip("1662" * 200, 10) == "1662" * 200  # one word longer than the limit is kept whole
 
@@ -145,7 +148,7 @@ def test_every_verdict_has_a_coverage_line_with_skips_by_class_and_a_warning_whe
     assert "coverage: 1 of 2 cases ran; 1 skipped (0 not offered" in matrix.format_matrix(half)
 
 
-def test_a_failed_frequency_test_names_its_worst_bins_in_the_console_and_report_md(tmp_path):
+def test_a_failed_frequency_test_names_its_worst_bins_in_the_reports_and_on_the_console_with_tracebacks(tmp_path):
     # A fresh-user trial: a statistical failure did not say which outcome each bin is.
     from conformance import stats
     from conformance.budget import StatLedger
@@ -157,11 +160,43 @@ def test_a_failed_frequency_test_names_its_worst_bins_in_the_console_and_report_
     record = _record("S6/x", "failed", reason=reason, stats=[result.to_dict()])
     worst = "S6/x/law: largest Pearson residuals (O - E)/sqrt(E): length 2 +12.2 (O 300, E 150.0); length 3 -9.49"
     console, report_md, page = _renderings(_payload(record), tmp_path)
-    assert worst in console and worst in report_md and worst in page
+    assert worst in report_md and worst in page
+    assert worst not in console and worst in matrix.format_matrix(_payload(record), details=True)  # --tracebacks
     # Where the shown reason holds the bins already, they are not said twice.
     short = dict(record, reason="E   AssertionError: " + result.message().split("; chi-square")[0]
                  + "; " + stats.bins.largest_residuals(result.observed, result.expected, result.bin_labels))
-    assert matrix.format_matrix(_payload(short)).count("largest Pearson residuals") == 1
+    assert matrix.format_matrix(_payload(short), details=True).count("largest Pearson residuals") == 1
+
+
+def test_the_console_gives_one_line_per_failure_with_its_replay_command(tmp_path):
+    # Issue 44: after the matrix, the console printed each failure over three or more lines
+    # (reason, bins, replay) where one line with its replay command tells what to rerun.
+    from conformance import stats
+    from conformance.budget import StatLedger
+    from conformance.report import matrix
+
+    result = stats.goodness_of_fit([100, 300, 100, 300, 200], [0.1, 0.15, 0.25, 0.3, 0.2], name="S6/f/law",
+                                   labels=[f"length {k}" for k in range(1, 6)], ledger=StatLedger())
+    deciding = [_record("S6/f", "failed", reason=f"Traceback\nE   AssertionError: {result.message()}\nstats.py:113",
+                        stats=[result.to_dict()]),
+                _record("S5/e", "error", reason="Traceback\nE   RuntimeError: CUDA error: an illegal memory access"),
+                _record("S6/x", "xpassed", reason="[S6] fixed in this release"),
+                _record("S6/i", "inconclusive", reason="E   AssertionError: S6/i: p = 3e-06 between the thresholds")]
+    error = {"module": "conformance/suite/test_round.py", "error": "ModuleNotFoundError: No module named 'x'"}
+    payload = _payload(_record("S6/p"), _record("S5/s", "skipped", reason="not offered"), *deciding,
+                       collection_errors=[error])
+    lines = matrix.format_matrix(payload).splitlines()
+    after = lines[lines.index("overall: FAIL") + 1:]
+    assert len(after) == len(deciding), after  # nothing else below the verdict: no bins, no replay lines
+    for line, record in zip(after, deciding):
+        assert line.startswith(f"{record['outcome'].upper()} {record['case']}: "), line
+        assert line.endswith(f"  replay: {record['replay']}"), line
+        assert len(line) <= 200, line
+    assert "ERROR S5/e: RuntimeError: CUDA error: an illegal memory access  replay: " in after[1]
+    assert after[0].startswith("FAILED S6/f: law: chi-square (Pearson) = 240, p = 9.28e-51 <= alpha = 5e-06; "
+                               "TV(observed, probs) = 0.15  replay: "), after[0]
+    assert f"COLLECTION ERROR: {error['module']}: {error['error']} (none of its cases ran)" in lines
+    assert not any(r["case"] in line for line in lines for r in payload["tests"] if r["outcome"] in ("passed", "skipped"))
 
 
 def test_a_suite_module_that_did_not_collect_is_an_error_named_in_every_report(tmp_path):

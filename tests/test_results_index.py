@@ -21,7 +21,7 @@ def test_committed_index_is_generated():
 
 def test_every_run_file_is_listed():
     listed = index.render()
-    files = [p for p in (ROOT / "results" / "conformance").rglob("*") if p.is_file()]
+    files = [p for folder in ("conformance", "perf") for p in (ROOT / "results" / folder).rglob("*") if p.is_file()]
     assert files and all(f"]({p.relative_to(ROOT / 'results')})" in listed for p in files)
 
 

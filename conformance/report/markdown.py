@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.report.matrix import (
-    TIME_NOTE, collection_error_lines, coverage_lines, engine_notices, not_run_line, overall, run_rows, short_reason,
-    table, worst_bins,
+    DECIDING, TIME_NOTE, collection_error_lines, coverage_lines, engine_notices, not_run_line, overall, run_rows,
+    short_reason, table, worst_bins,
 )
 
 #: The order of report.md's "Not passed" list: what fails a run, then INCONCLUSIVE, then the rest.
@@ -82,7 +82,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
             shown = short_reason(record)
             out.append(f"- **{record['outcome']}** `{record['case']}`: {html.escape(shown, quote=False)}")
             out.extend(f"  - {html.escape(bins, quote=False)}" for bins in worst_bins(record, shown))
-            if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
+            if record["outcome"] in DECIDING:
                 out.append(f"  - replay: `{record['replay']}`")
     out += ["", "## Within the bound, not bit-identical (SPEC S0: a stricter level, not a failure)", "",
             *_numeric_lines(payload)]

@@ -33,6 +33,11 @@ TIME_COLUMN = "case time s"
 TIME_NOTE = f"{TIME_COLUMN}: the sum of case durations across workers (the wall time is above)"
 
 
+#: The outcomes that decide against a run, each given a line and a replay command.
+DECIDING = ("failed", "xpassed", "error", "inconclusive")
+#: The longest reason a console failure line shows (the line stays near 200 characters
+#: beside its case id and replay command; report.md shows the reason whole).
+CONSOLE_REASON_LIMIT = 100
 #: The longest reason a report line shows (a statistical failure's message fits whole).
 REASON_LIMIT = 400
 ELLIPSIS = "..."
@@ -244,8 +249,37 @@ def collection_error_lines(payload: dict[str, Any]) -> list[str]:
             for e in payload.get("collection_errors") or ()]
 
 
-def format_matrix(payload: dict[str, Any]) -> str:
-    """The text matrix printed by ``dspark-conformance run``."""
+def failed_statistics(record: dict[str, Any]) -> str | None:
+    """A record's first failed statistical assertion in a few words (its name after the case
+    id, statistic, p-value against alpha, effect), and how many more failed; None where none
+    failed."""
+    failed = [stat for stat in record.get("stats", ()) if not stat.get("passed", True)]
+    if not failed:
+        return None
+    stat = failed[0]
+    more = f" (and {len(failed) - 1} more failed assertions)" if len(failed) > 1 else ""
+    name = stat["name"].removeprefix(f"{record['case']}/")
+    return (f"{name}: {stat['statistic_name']} = {stat['statistic']:.4g}, p = {stat['p_value']:.3g} "
+            f"<= alpha = {stat['alpha']:.3g}; {stat['effect_name']} = {stat['effect']:.4g}{more}")
+
+
+def failure_line(record: dict[str, Any]) -> str:
+    """The console's one line for a record that decides against a run (:data:`DECIDING`):
+    ``FAILED <case id>: <reason>  replay: <command>``, the outcome in capitals. The reason
+    is :func:`failed_statistics` where a failed case's assertion failed, else :func:`short_reason` less
+    a leading ``AssertionError:`` (a failed check's; an engine's exception keeps its name)
+    :func:`clip`-ped to :data:`CONSOLE_REASON_LIMIT` between words. report.md holds each
+    reason whole, with a statistical failure's bins; junit.xml the traceback."""
+    reason = (failed_statistics(record) if record["outcome"] == "failed" else None) or clip(
+        short_reason(record, limit=len(record.get("reason", ""))).removeprefix("AssertionError: "),
+        CONSOLE_REASON_LIMIT)
+    return f"{record['outcome'].upper()} {record['case']}: {reason}  replay: {record['replay']}"
+
+
+def format_matrix(payload: dict[str, Any], *, details: bool = False) -> str:
+    """The text printed by ``dspark-conformance run``: the matrix, the lines beside the
+    verdict, then one :func:`failure_line` per failure; with ``details`` (``--tracebacks``)
+    each statistical failure's worst bins under its line too."""
     rows = run_rows(payload)
     cells = table(rows)
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
@@ -273,9 +307,8 @@ def format_matrix(payload: dict[str, Any]) -> str:
     lines.extend(collection_error_lines(payload))
     lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
-        if record["outcome"] in ("failed", "xpassed", "error", "inconclusive"):
-            shown = short_reason(record)
-            lines.append(f"  {record['outcome'].upper()}: {record['case']}: {shown}")
-            lines.extend(f"    {bins}" for bins in worst_bins(record, shown))
-            lines.append(f"    replay: {record['replay']}")
+        if record["outcome"] in DECIDING:
+            lines.append(failure_line(record))
+            if details:
+                lines.extend(f"    {bins}" for bins in worst_bins(record, lines[-1]))
     return "\n".join(lines)
