@@ -41,6 +41,7 @@ from conformance.contract import (
 )
 from conformance.seeds import derive_seed
 from conformance.suite.support import verify_oracle as oracle
+from conformance.suite.support.race_oracle import greedy_by_rule
 from conformance.inputs import NO_TOP_K_CUT, markov_head_state
 
 F64 = torch.float64
@@ -54,9 +55,7 @@ def _gen(case_seed: int) -> torch.Generator:
 
 
 def _declared_greedy(adapter, temps: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    if adapter.conventions.greedy_rule == "top_k":
-        return top_k <= 1
-    return temps < oracle.TEMPERATURE_FLOOR
+    return greedy_by_rule(adapter.conventions.greedy_rule, temps, top_k)
 
 
 def _chain_inputs(rows: int, l: int, vocab: int, gen: torch.Generator) -> dict[str, torch.Tensor]:

@@ -49,6 +49,7 @@ from conformance.suite.support.blocks import (
     sub_seed,
 )
 from conformance.inputs import markov_head_state
+from conformance.spec import TEMPERATURE_FLOOR
 from conformance.suite.support.truncation import NEUTRAL, tempered_law, truncated_law
 
 VOCAB, RANK, HIDDEN, GAMMA = 8, 4, 4, 3
@@ -440,7 +441,7 @@ def _q_bound(exact_logits, logit_bound, temperature, q):
     this is ~1e-6 relative, while a q rounded to bfloat16 errs by up to 2^-9 relative and a
     q that is not the draw law by O(q)."""
     u = UNIT_ROUNDOFF[torch.float32]
-    t = max(float(temperature), 1e-5)
+    t = max(float(temperature), TEMPERATURE_FLOOR)
     e = logit_bound.amax(dim=-1, keepdim=True) / t + u * (exact_logits / t).abs().amax(dim=-1, keepdim=True)
     return 2 * (q * (torch.expm1(2 * e) + (VOCAB + 8) * u)) + u
 

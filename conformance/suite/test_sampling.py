@@ -35,9 +35,9 @@ from conformance.budget import DEFAULT_MIN_TV, tier_of
 from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
 from conformance.inputs import NO_TOP_K_CUT, logit_rows
+from conformance.spec import GREEDY_TEMPERATURE_BELOW, GREEDY_TOP_K_AT_MOST, TEMPERATURE_FLOOR
 from conformance.suite.support.truncation import NEUTRAL, truncated_law
 
-TEMPERATURE_FLOOR = 1e-5  # SPEC S3: sampling temperatures are clamped to at least this
 NEAR_TIE = 1e-3  # exact cases keep the two best oracle keys at least this far apart (relative)
 TEMPERATURES = (0.3, 0.7, 1.0, 1.5, 2.0)
 TILE_EDGE_VOCABS = (1023, 1024, 1025)  # both sides of a 1024-column tile
@@ -65,8 +65,8 @@ def _lowest_argmax(logits: torch.Tensor) -> torch.Tensor:
 def _greedy_by_rule(rule: str, temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
     """SPEC S3 conventions: ``top_k <= 1`` (SGLang) or ``temperature < 1e-5`` (vLLM)."""
     if rule == "top_k":
-        return top_k.cpu() <= 1
-    return temperatures.cpu() < TEMPERATURE_FLOOR
+        return top_k.cpu() <= GREEDY_TOP_K_AT_MOST
+    return temperatures.cpu() < GREEDY_TEMPERATURE_BELOW
 
 
 def _race_keys64(logits, temperatures, noise) -> torch.Tensor:

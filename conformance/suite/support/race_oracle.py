@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["TEMPERATURE_FLOOR", "NEAR_TIE", "race_keys64", "lowest_argmax", "greedy_by_rule",
+from conformance.spec import GREEDY_TEMPERATURE_BELOW, GREEDY_TOP_K_AT_MOST, TEMPERATURE_FLOOR
+
+__all__ = ["NEAR_TIE", "race_keys64", "lowest_argmax", "greedy_by_rule",
            "expected_tokens", "separate"]
 
-TEMPERATURE_FLOOR = 1e-5  # SPEC S3: sampling temperatures are clamped to at least this
 NEAR_TIE = 1e-3  # exact cases keep the two best keys at least this far apart (relative)
 
 
@@ -41,7 +42,7 @@ def lowest_argmax(logits: torch.Tensor) -> torch.Tensor:
 
 def greedy_by_rule(rule: str, temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
     """``[B]`` bool greedy rows by a declared rule: ``top_k <= 1`` or ``temperature < 1e-5``."""
-    return top_k <= 1 if rule == "top_k" else temperatures < TEMPERATURE_FLOOR
+    return top_k <= GREEDY_TOP_K_AT_MOST if rule == "top_k" else temperatures < GREEDY_TEMPERATURE_BELOW
 
 
 def expected_tokens(rule: str, logits, temperatures, top_k, noise) -> torch.Tensor:

@@ -40,7 +40,7 @@ import torch
 
 from conformance.suite.support.blocks import oracle_block_logits
 from conformance.suite.support.prefix_schedule import algorithm_1, oracle_lengths
-from conformance.suite.support.verify_oracle import TEMPERATURE_FLOOR
+from conformance.spec import TEMPERATURE_FLOOR
 
 __all__ = ["DraftTree", "draft_tree", "acceptance_survival", "expected_tau", "sample_blocks", "block_survival",
            "round_expectations"]

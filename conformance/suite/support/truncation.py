@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from conformance.inputs import NO_TOP_K_CUT
+from conformance.spec import TEMPERATURE_FLOOR
 
 __all__ = ["NEUTRAL", "tempered_law", "truncated_law"]
 
@@ -29,7 +30,7 @@ NEUTRAL = {"top_k": NO_TOP_K_CUT, "top_p": 1.0, "min_p": 0.0}
 
 def tempered_law(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """``softmax(L / max(T, 1e-5))`` in float64 over the last axis."""
-    return torch.softmax(logits.to(torch.float64) / max(float(temperature), 1e-5), dim=-1)
+    return torch.softmax(logits.to(torch.float64) / max(float(temperature), TEMPERATURE_FLOOR), dim=-1)
 
 
 def _keep_top_k(p: torch.Tensor, k: int, ties: str) -> torch.Tensor:

@@ -32,9 +32,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from conformance.spec import RESIDUAL_MASS_FLOOR, TEMPERATURE_FLOOR
+
 __all__ = [
-    "TEMPERATURE_FLOOR",
-    "RESIDUAL_MASS_FLOOR",
     "step_law",
     "residual_law",
     "inverse_cdf",
@@ -48,11 +48,6 @@ __all__ = [
     "law_probs",
     "outcome_counts",
 ]
-
-TEMPERATURE_FLOOR = 1e-5  # SPEC S3: temperatures are clamped to at least 1e-5
-# SPEC S5 "if that mass is ~0, from p_j": the reading declared by the reference (its
-# docstring): a residual mass sum(max(p - q, 0)) <= 1e-12 counts as zero.
-RESIDUAL_MASS_FLOOR = 1e-12
 
 Law = Callable[[tuple[int, ...]], Sequence[Fraction]]
 
