@@ -50,7 +50,8 @@ from conformance.suite.support.blocks import (
 )
 from conformance.inputs import markov_head_state
 from conformance.spec import TEMPERATURE_FLOOR
-from conformance.suite.support.truncation import NEUTRAL, tempered_law, truncated_law
+from conformance.oracles.laws import tempered_softmax64
+from conformance.suite.support.truncation import NEUTRAL, truncated_law
 
 VOCAB, RANK, HIDDEN, GAMMA = 8, 4, 4, 3
 HEAD_SCALE = 0.6  # the Markov bias moves q by far more than the detectable TV
@@ -150,7 +151,7 @@ def _repeat(tensor, n):
 # ----------------------------------------------------------------------------- oracle laws
 def _target_law(target_row: torch.Tensor, spec: RowSpec, ties: str) -> torch.Tensor:
     """``[gamma + 1, V]`` float64 truncated target laws ``p_j`` of one row."""
-    return torch.stack([truncated_law(tempered_law(t, spec.temperature), spec.top_k, spec.top_p, spec.min_p, ties)
+    return torch.stack([truncated_law(tempered_softmax64(t, spec.temperature), spec.top_k, spec.top_p, spec.min_p, ties)
                         for t in target_row])
 
 
@@ -158,7 +159,7 @@ def _draft_law(corrected: torch.Tensor, spec: RowSpec, adapter) -> torch.Tensor:
     """``[..., V]`` float64 law the drafter draws from: ``softmax(L / T)``, truncated when the
     IUT declares a truncating drafter."""
     flat = corrected.reshape(-1, VOCAB)
-    laws = tempered_law(flat, spec.temperature)
+    laws = tempered_softmax64(flat, spec.temperature)
     if adapter.conventions.draft_truncates:
         laws = torch.stack([truncated_law(law, spec.top_k, spec.top_p, spec.min_p, adapter.conventions.top_k_ties)
                             for law in laws])
@@ -470,7 +471,7 @@ def _handoff_row(state, spec: RowSpec, gen: torch.Generator):
         base, _, hidden, _ = row
         every_prev = torch.arange(VOCAB)[:, None].expand(VOCAB, GAMMA)
         logits, _ = oracle_block_logits("gated", state, _repeat(base, VOCAB), every_prev, _repeat(hidden, VOCAB))
-        laws = tempered_law(logits.reshape(-1, VOCAB), spec.temperature)
+        laws = tempered_softmax64(logits.reshape(-1, VOCAB), spec.temperature)
         if all(_cut_is_clear(law, spec) for law in laws):
             return row
 

@@ -35,7 +35,8 @@ from conformance.budget import DEFAULT_MIN_TV, tier_of
 from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
 from conformance.inputs import NO_TOP_K_CUT, logit_rows
-from conformance.spec import GREEDY_TEMPERATURE_BELOW, GREEDY_TOP_K_AT_MOST, TEMPERATURE_FLOOR
+from conformance.oracles.laws import tempered_softmax64
+from conformance.spec import GREEDY_TEMPERATURE_BELOW, GREEDY_TOP_K_AT_MOST
 from conformance.suite.support.truncation import NEUTRAL, truncated_law
 
 NEAR_TIE = 1e-3  # exact cases keep the two best oracle keys at least this far apart (relative)
@@ -47,14 +48,6 @@ EIGHT_PROBS = (0.30, 0.22, 0.16, 0.12, 0.09, 0.06, 0.03, 0.02)
 
 
 # --------------------------------------------------------------------------- oracles
-def _softmax64(logits: torch.Tensor, temperatures) -> torch.Tensor:
-    """float64 ``softmax(L / max(T, 1e-5))`` on CPU; ``temperatures`` a float or ``[B]``."""
-    temps = torch.as_tensor(temperatures, dtype=torch.float64).clamp(min=TEMPERATURE_FLOOR)
-    scaled = logits.detach().cpu().double() / (temps[..., None] if temps.ndim else temps)
-    weights = torch.exp(scaled - scaled.max(dim=-1, keepdim=True).values)
-    return weights / weights.sum(dim=-1, keepdim=True)
-
-
 def _lowest_argmax(logits: torch.Tensor) -> torch.Tensor:
     """Row argmax of ``[B, V]``, lowest index among ties (exact comparison in float64)."""
     values = logits.detach().cpu().double()
@@ -71,7 +64,7 @@ def _greedy_by_rule(rule: str, temperatures: torch.Tensor, top_k: torch.Tensor) 
 
 def _race_keys64(logits, temperatures, noise) -> torch.Tensor:
     """float64 race keys ``p_v / E_v``; zero-probability tokens get -1 (never win)."""
-    probs = _softmax64(logits, temperatures.cpu())
+    probs = tempered_softmax64(logits, temperatures.cpu())
     return torch.where(probs > 0, probs / noise.cpu().double(), -1.0)
 
 
@@ -170,7 +163,7 @@ def test_S3_law(case, family, temperature, require, dspark_device, case_seed, ca
     sampler = require(StepSampler)
     vocab = 8
     row = logit_rows(family, 1, vocab, _inputs_generator(case_seed))[0]
-    probs = _softmax64(row, temperature)
+    probs = tempered_softmax64(row, temperature)
     n = stats.sample_size_for_tv(probs, min_tv=tier_min_tv)
     tokens = _draw(sampler, row, temperature, vocab, vocab, n, case_generator, dspark_device)
     stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab).cpu(), probs, name=case.id,
@@ -203,7 +196,7 @@ def test_S3_law_fine(case, family, require, dspark_device, case_seed, case_gener
     sampler = require(StepSampler)
     vocab = 8
     row = logit_rows(family, 1, vocab, _inputs_generator(case_seed))[0]
-    probs = _softmax64(row, 1.0)
+    probs = tempered_softmax64(row, 1.0)
     n = stats.sample_size_for_tv(probs, min_tv=FINE_MIN_TV)
     tokens = _draw(sampler, row, 1.0, vocab, vocab, n, case_generator, dspark_device)
     stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab).cpu(), probs, name=case.id,
@@ -390,7 +383,7 @@ def test_S3_greedy_rule_mixed(case, require, dspark_device, dspark_adapter, case
     laws = (("both-sample-T1", 3), ("rule-samples", disagree))
     for detail, k in laws:
         counts = torch.bincount(got[kind == k], minlength=vocab)
-        stat_check(stats.goodness_of_fit(counts, _softmax64(row, KINDS[k][1]), name=f"{case.id}/{detail}",
+        stat_check(stats.goodness_of_fit(counts, tempered_softmax64(row, KINDS[k][1]), name=f"{case.id}/{detail}",
                                          min_tv=tier_min_tv))
 
 
@@ -482,7 +475,7 @@ def test_S3_tiled_law(case, vocab, min_tv, require, dspark_device, case_seed, ca
     mass = _probs_row((0.4, 0.3, 0.2, 0.1), _inputs_generator(case_seed))
     row = torch.full((vocab,), float(mass.min()) - 30)
     row[places] = mass
-    probs = _softmax64(row, 1.0)
+    probs = tempered_softmax64(row, 1.0)
     binned = torch.cat([probs[places], (1 - probs[places].sum()).reshape(1)])
     n = stats.sample_size_for_tv(len(binned), min_tv=min_tv)
     tokens = _draw(sampler, row, 1.0, vocab, vocab, n, case_generator, dspark_device)
@@ -581,7 +574,7 @@ def test_S3_fresh_noise(case, require, dspark_device, case_seed, case_generator,
     sampler = require(StepSampler)
     vocab = 4
     row = _probs_row((0.4, 0.3, 0.2, 0.1), _inputs_generator(case_seed))
-    probs = _softmax64(row, 1.0)
+    probs = tempered_softmax64(row, 1.0)
     joint = torch.outer(probs, probs).flatten()
     n = stats.sample_size_for_tv(joint, min_tv=tier_min_tv)
     if case is FRESH_CASES[0]:
@@ -632,7 +625,7 @@ def test_S3_truncation(case, name, value, temperature, require, dspark_device, c
     sampler = require(TruncatedStepSampler)
     vocab = len(EIGHT_PROBS)
     row = _probs_row(EIGHT_PROBS, _inputs_generator(case_seed))
-    expected = _truncated64(_softmax64(row, temperature), name, value)
+    expected = _truncated64(tempered_softmax64(row, temperature), name, value)
     n = stats.sample_size_for_tv(expected, min_tv=tier_min_tv)
     cut = NEUTRAL | {"top_k": vocab, name.replace("-", "_"): value}
     tokens = _draw_truncated(sampler, row, temperature, cut, n, case_generator, dspark_device)
@@ -656,7 +649,7 @@ def test_S3_top_k_ties_follow_the_declared_rule(case, require, dspark_adapter, d
                                                 stat_check, tier_min_tv):
     sampler = require(TruncatedStepSampler)
     row, temperature = torch.tensor(TIED_AT_CUT), 0.8
-    expected = truncated_law(_softmax64(row, temperature), 3, 1.0, 0.0, dspark_adapter.conventions.top_k_ties)
+    expected = truncated_law(tempered_softmax64(row, temperature), 3, 1.0, 0.0, dspark_adapter.conventions.top_k_ties)
     n = stats.sample_size_for_tv(expected, min_tv=tier_min_tv)
     tokens = _draw_truncated(sampler, row, temperature, NEUTRAL | {"top_k": 3}, n, case_generator, dspark_device)
     _assert_ids_below(tokens, len(TIED_AT_CUT), case.id)
@@ -683,7 +676,7 @@ def test_S3_truncation_parameters_differ_by_row_in_one_batch(case, require, dspa
     sampler = require(TruncatedStepSampler)
     vocab, groups = len(EIGHT_PROBS), len(MIXED_TRUNCATION_GROUPS)
     row = _probs_row(EIGHT_PROBS, _inputs_generator(case_seed))
-    laws = [_truncated64(_softmax64(row, t), name, value) for name, value, t in MIXED_TRUNCATION_GROUPS]
+    laws = [_truncated64(tempered_softmax64(row, t), name, value) for name, value, t in MIXED_TRUNCATION_GROUPS]
     n = max(stats.sample_size_for_tv(law, min_tv=tier_min_tv) for law in laws)
     cuts = [NEUTRAL | {"top_k": vocab, name.replace("-", "_"): value} for name, value, _ in MIXED_TRUNCATION_GROUPS]
     group = torch.arange(n * groups) % groups  # row r belongs to group r % 3
@@ -755,7 +748,7 @@ def test_S3_noise_comes_from_the_generator(case, require, dspark_device, case_se
         f"{case.id}: generators of seed {seed} drew different tokens in rows {(first != again).nonzero().flatten().tolist()[:8]} "
         "(noise from the global RNG?)"
     )
-    coincide = float(_softmax64(logits, 1.0).max(dim=-1).values.prod())
+    coincide = float(tempered_softmax64(logits, 1.0).max(dim=-1).values.prod())
     assert coincide <= 1e-9, f"{case.id}: test design: independent draws coincide with probability {coincide:.3g}"
     assert not torch.equal(first, other), f"{case.id}: seeds {seed} and {seed + 1} drew the same tokens"
 
@@ -775,7 +768,7 @@ def test_S3_neutral_truncation_cuts_nothing_in_a_small_batch(case, require, dspa
     sampler = require(TruncatedStepSampler)
     rows, vocab = 2, FEW_ROWS_VOCAB
     logits = torch.linspace(0.0, 0.35, vocab).repeat(rows, 1)
-    miss = float(((1 - _softmax64(logits, 1.0)) ** FEW_ROWS_CALLS).sum())
+    miss = float(((1 - tempered_softmax64(logits, 1.0)) ** FEW_ROWS_CALLS).sum())
     assert miss <= 1e-9, f"{case.id}: test design: a correct sampler misses a token with probability {miss:.3g}"
     args = [logits, torch.ones(rows), torch.full((rows,), vocab), torch.ones(rows), torch.zeros(rows)]
     args = [t.to(dspark_device) for t in args]

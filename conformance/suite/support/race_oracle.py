@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from conformance.spec import GREEDY_TEMPERATURE_BELOW, GREEDY_TOP_K_AT_MOST, TEMPERATURE_FLOOR
+from conformance.oracles.laws import tempered_softmax64
+from conformance.spec import GREEDY_TEMPERATURE_BELOW, GREEDY_TOP_K_AT_MOST
 
 __all__ = ["NEAR_TIE", "race_keys64", "lowest_argmax", "greedy_by_rule",
            "expected_tokens", "separate"]
@@ -26,10 +27,7 @@ NEAR_TIE = 1e-3  # exact cases keep the two best keys at least this far apart (r
 
 def race_keys64(logits: torch.Tensor, temperatures: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """``[B, V]`` float64 race keys ``softmax(L / max(T, 1e-5))_v / E_v``; -1 where ``p = 0``."""
-    temps = temperatures.double().clamp(min=TEMPERATURE_FLOOR)
-    scaled = logits.double() / temps[:, None]
-    weights = torch.exp(scaled - scaled.max(dim=-1, keepdim=True).values)
-    probs = weights / weights.sum(dim=-1, keepdim=True)
+    probs = tempered_softmax64(logits, temperatures)
     return torch.where(probs > 0, probs / noise.double(), -1.0)
 
 

@@ -32,7 +32,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from conformance.spec import RESIDUAL_MASS_FLOOR, TEMPERATURE_FLOOR
+import torch
+
+from conformance.oracles.laws import tempered_softmax64
+from conformance.spec import RESIDUAL_MASS_FLOOR
 
 __all__ = [
     "step_law",
@@ -53,16 +56,15 @@ Law = Callable[[tuple[int, ...]], Sequence[Fraction]]
 
 
 def step_law(logits: Sequence[float], temperature: float, greedy: bool) -> np.ndarray:
-    """float64 law of one position: ``softmax(L / max(T, 1e-5))``, or the one-hot law of
-    the lowest-index argmax for a greedy row. ``-inf`` logits get probability 0."""
+    """float64 law of one position: ``softmax(L / max(T, 1e-5))``
+    (:func:`~conformance.oracles.laws.tempered_softmax64`), or the one-hot law of the
+    lowest-index argmax for a greedy row. ``-inf`` logits get probability 0."""
     logits = np.asarray(logits, dtype=np.float64)
     if greedy:
         law = np.zeros_like(logits)
         law[int(np.argmax(logits))] = 1.0  # np.argmax returns the first maximum
         return law
-    scaled = logits / max(float(temperature), TEMPERATURE_FLOOR)
-    weights = np.exp(scaled - scaled.max())
-    return weights / weights.sum()
+    return tempered_softmax64(torch.from_numpy(logits), temperature).numpy()
 
 
 def residual_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:
