@@ -22,7 +22,7 @@ import torch
 from conformance import numerics
 from conformance.cases import case, case_id
 from conformance.contract import Confidence
-from conformance.suite.support import sts_oracle
+from conformance.oracles import sts_oracle
 
 EPS32 = torch.finfo(torch.float32).eps
 ECE_BINS = 15

@@ -23,8 +23,8 @@ for handed-over q, ``GreedyVerifier``):
   the masked last token nor ``V``;
 * trailing -1 sentinel drafts: verified as a row with fewer drafts, never emitted.
 
-Every expectation is computed here in float64 (``support.race_oracle``,
-``support.verify_oracle``). To add a case: register it with ``case(...)`` next to its test.
+Every expectation is computed here in float64 (``oracles.race_oracle``,
+``oracles.verify_oracle``). To add a case: register it with ``case(...)`` next to its test.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from conformance.contract import (
 from conformance.inputs import NO_TOP_K_CUT
 from conformance.inputs.verify_rounds import laws_as_logits
 from conformance.seeds import derive_seed
-from conformance.suite.support import race_oracle as race
-from conformance.suite.support import verify_oracle as oracle
+from conformance.oracles import race_oracle as race
+from conformance.oracles import verify_oracle as oracle
 from conformance.suite.support.chain_verifier import check_committed, verify_explicit
 
 F64 = torch.float64

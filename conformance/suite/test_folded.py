@@ -8,7 +8,7 @@ Covers, through :class:`~conformance.contract.FoldedDraft` sessions (heads loade
   where the session can be spied on, ``sample_block_calls`` grows by one per replay;
 * folded vs eager (S4.6): greedy rows identical, corrected logits equal within the SPEC S0
   bound of two evaluations of the same block (float32 arithmetic in any order, one rounding
-  into a bf16 / fp16 result each: :func:`~conformance.suite.support.blocks.compare_block_logits`;
+  into a bf16 / fp16 result each: :func:`~conformance.oracles.markov_block.compare_block_logits`;
   bit identity recorded apart), and the joint law of ``(x_0, x_1)`` of the sampling rows
   equal to the exact Markov-chain law;
 * staging and noise (S4.2-S4.3, S10): the declared greedy rule and the temperature clamp,
@@ -63,12 +63,9 @@ from conformance.suite.support.blocks import (
     NO_TOP_K_CUT,
     check_block_shapes,
     check_greedy_rows,
-    compare_block_logits,
     input_generator,
-    joint_law,
     law_setup,
     load_random_head,
-    oracle_block_logits,
     pair_counts,
     prev_tokens,
     random_block_inputs,
@@ -76,6 +73,7 @@ from conformance.suite.support.blocks import (
     row_params,
     sub_seed,
 )
+from conformance.oracles.markov_block import compare_block_logits, joint_law, oracle_block_logits
 
 GIB = 2**30
 #: Largest false-failure probability an exact "must differ" check may carry.

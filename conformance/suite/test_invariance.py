@@ -40,8 +40,8 @@ from conformance.contract import (
     TruncatedChainVerifier,
 )
 from conformance.seeds import derive_seed
-from conformance.suite.support import verify_oracle as oracle
-from conformance.suite.support.race_oracle import greedy_by_rule
+from conformance.oracles import verify_oracle as oracle
+from conformance.oracles.race_oracle import greedy_by_rule
 from conformance.inputs import NO_TOP_K_CUT, markov_head_state
 
 F64 = torch.float64

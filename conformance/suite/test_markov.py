@@ -6,7 +6,7 @@ Covers, through :class:`~conformance.contract.MarkovBlock` only:
   (vanilla, gated, rnn) written below, within a derived float32 error bound;
 * ``sample_block`` against the IUT's own teacher forcing (one pass: tokens and logits
   agree): within the SPEC S0 bound of two float32 evaluations of the same block
-  (:func:`~conformance.suite.support.blocks.compare_block_logits`; bit identity recorded
+  (:func:`~conformance.oracles.markov_block.compare_block_logits`; bit identity recorded
   apart), and greedy rows take the argmax of the corrected logits they return;
 * the joint law of ``(x_0, x_1)`` of sampled blocks against the exact Markov-chain law
   (float64 enumeration over a small vocabulary), one chi-square per head;
@@ -41,11 +41,9 @@ from conformance.suite.support.blocks import (
     assert_within_oracle,
     check_block_shapes,
     check_greedy_rows,
-    compare_block_logits,
     input_generator,
     law_setup,
     load_random_head,
-    oracle_block_logits,
     pair_counts,
     prev_tokens,
     random_block_inputs,
@@ -53,6 +51,7 @@ from conformance.suite.support.blocks import (
     row_params,
     sub_seed,
 )
+from conformance.oracles.markov_block import compare_block_logits, oracle_block_logits
 
 ORACLE_CASES = {
     case("S2/oracle/vanilla", "teacher forcing = W2(W1[prev]) + U in float64, float32 bound",

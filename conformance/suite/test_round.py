@@ -4,8 +4,8 @@ verifier checks the block against given target logits (S3 and S5 truncation incl
 
 Capability: ``SpeculativeRound``. The suite supplies inputs and checks outputs; every draw
 is the IUT's own (from ``case_generator`` or its seeded rows). Oracles are float64 and
-written here from the SPEC (the corrected logits from ``support.blocks``, the truncated
-laws from ``support.truncation``); none imports ``dspark_ref``.
+written from the SPEC (the corrected logits from ``oracles.markov_block``, the truncated
+laws from ``oracles.truncation``); none imports ``dspark_ref``.
 
 What a round must do, whatever the draft quality (SPEC S5 "Lossless", with fixed target
 logits per verify position): the first committed token follows ``p_1``; given that draft
@@ -42,16 +42,12 @@ from conformance import numerics, stats
 from conformance.cases import case, case_id
 from conformance.contract import SpeculativeRound
 from conformance.suite.support import block_law
-from conformance.suite.support.blocks import (
-    UNIT_ROUNDOFF,
-    input_generator,
-    oracle_block_logits,
-    sub_seed,
-)
+from conformance.suite.support.blocks import input_generator, sub_seed
+from conformance.oracles.markov_block import UNIT_ROUNDOFF, oracle_block_logits
 from conformance.inputs import markov_head_state
 from conformance.spec import TEMPERATURE_FLOOR
 from conformance.oracles.laws import tempered_softmax64
-from conformance.suite.support.truncation import NEUTRAL, truncated_law
+from conformance.oracles.truncation import NEUTRAL, truncated_law
 
 VOCAB, RANK, HIDDEN, GAMMA = 8, 4, 4, 3
 HEAD_SCALE = 0.6  # the Markov bias moves q by far more than the detectable TV

@@ -37,7 +37,7 @@ from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSam
 from conformance.inputs import NO_TOP_K_CUT, logit_rows
 from conformance.oracles.laws import tempered_softmax64
 from conformance.spec import GREEDY_TEMPERATURE_BELOW, GREEDY_TOP_K_AT_MOST
-from conformance.suite.support.truncation import NEUTRAL, truncated_law
+from conformance.oracles.truncation import NEUTRAL, truncated_law
 
 NEAR_TIE = 1e-3  # exact cases keep the two best oracle keys at least this far apart (relative)
 TEMPERATURES = (0.3, 0.7, 1.0, 1.5, 2.0)

@@ -2,7 +2,7 @@
 
 SPEC S5 "Lossless: whatever q is, committed tokens follow the target's autoregressive law",
 and its corollaries, tested by goodness of fit (:mod:`conformance.stats`) against exact laws
-(:mod:`conformance.suite.support.verify_oracle`, enumerated in fractions), through
+(:mod:`conformance.oracles.verify_oracle`, enumerated in fractions), through
 :class:`~conformance.contract.ChainVerifier` and
 :class:`~conformance.contract.TruncatedChainVerifier`:
 
@@ -45,10 +45,10 @@ from conformance.inputs.verify_rounds import (
     table_drafts,
     verify_input_generator,
 )
-from conformance.suite.support import verify_oracle as oracle
+from conformance.oracles import verify_oracle as oracle
 from conformance.suite.support.chain_verifier import check_committed, iut_markov_drafts, verify, verify_seeded
 from conformance.oracles.laws import tempered_softmax64
-from conformance.suite.support.truncation import NEUTRAL, truncated_law
+from conformance.oracles.truncation import NEUTRAL, truncated_law
 
 F64 = torch.float64
 

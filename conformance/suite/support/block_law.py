@@ -10,7 +10,7 @@ case tests the drawn blocks against it with one chi-square. A drafter whose draw
 q it hands over fails, even where each step alone looks right.
 
 Faults this must see (issue 42, class 2), and the effect each has on a case's input, derived
-here exactly in float64 from the SPEC S2 oracle (``support.blocks``):
+here exactly in float64 from the SPEC S2 oracle (``oracles.markov_block``):
 
 * sampling from the corrected logits rounded to bfloat16 while handing over the float32 q:
   :func:`bfloat16_draw_tv`, the TV between the block law of the rounded logits and that of
@@ -38,7 +38,8 @@ import pytest
 import torch
 
 from conformance import stats
-from conformance.suite.support.blocks import input_generator, oracle_block_logits, repeat_rows, sub_seed
+from conformance.suite.support.blocks import input_generator, repeat_rows, sub_seed
+from conformance.oracles.markov_block import oracle_block_logits
 from conformance.inputs import markov_head_state
 
 #: Block of the law cases: ``V^gamma = 64`` enumerable outcomes.
@@ -139,7 +140,7 @@ def block_law_check(name: str, tokens: torch.Tensor, q: torch.Tensor) -> stats.S
 
 def path_logits(head_type, state, base, anchor, hidden, blocks):
     """SPEC S2 corrected logits ``[P, gamma, V]`` float64 along each block of ``blocks [P, gamma]``
-    (the float64 oracle of ``support.blocks``), from one row ``base [1, gamma, V]``, ``anchor
+    (the float64 oracle of ``oracles.markov_block``), from one row ``base [1, gamma, V]``, ``anchor
     [1]``, ``hidden [1, gamma, d]`` or None."""
     rows = blocks.shape[0]
     prev = torch.cat([anchor.expand(rows)[:, None], blocks[:, :-1]], dim=1)

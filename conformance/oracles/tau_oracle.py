@@ -16,7 +16,7 @@ P(A_k)``. ``q_j`` and ``p_j`` depend on the drafts before ``x_j`` (the Markov he
 previous token and rnn state; the target's context), so the sum runs over the draft tree:
 every prefix ``x_1..x_k`` (``V ** k`` of them per level, product order, ``x_1``
 slowest), with the draft's law of each step from the float64 SPEC S2 formula of
-:func:`conformance.suite.support.blocks.oracle_block_logits` and the target's law from its
+:func:`conformance.oracles.markov_block.oracle_block_logits` and the target's law from its
 next-token logits along the path. With the tiny S9 models (``V = 5``, ``gamma <= 4``: at
 most 156 nodes a row) this is exact up to float64 rounding, and no loop runs.
 
@@ -38,8 +38,8 @@ import itertools
 
 import torch
 
-from conformance.suite.support.blocks import oracle_block_logits
-from conformance.suite.support.prefix_schedule import algorithm_1, oracle_lengths
+from conformance.oracles.markov_block import oracle_block_logits
+from conformance.oracles.prefix_schedule import algorithm_1, oracle_lengths
 from conformance.oracles.laws import tempered_softmax64
 
 __all__ = ["DraftTree", "draft_tree", "acceptance_survival", "expected_tau", "sample_blocks", "block_survival",
