@@ -40,6 +40,7 @@ from conformance.spec import RESIDUAL_MASS_FLOOR
 __all__ = [
     "step_law",
     "residual_law",
+    "residual_laws",
     "inverse_cdf",
     "replay_round",
     "greedy_round",
@@ -72,6 +73,11 @@ def residual_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     excess = np.maximum(p - q, 0.0)
     mass = excess.sum()
     return p if mass <= RESIDUAL_MASS_FLOOR else excess / mass
+
+
+def residual_laws(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """:func:`residual_law` of each row: ``p``, ``q`` ``[B, V]`` float64 CPU tensors -> ``[B, V]``."""
+    return torch.stack([torch.from_numpy(residual_law(a.numpy(), b.numpy())) for a, b in zip(p, q)])
 
 
 def inverse_cdf(law: np.ndarray, u: float) -> int:

@@ -4,10 +4,12 @@ crop, zero-probability tokens and truncation.
 
 Capabilities: ``StepSampler`` (fresh noise: statistical and exact-greedy cases),
 ``NoiseStepSampler`` (explicit noise: exact parity with a float64 oracle),
-``TruncatedStepSampler`` (top-k / top-p / min-p). Every oracle below is written here in
-float64 and shares no code with ``dspark_ref``. Exact cases move the oracle's noise away
-from near-ties (:func:`_separate`), so float32 rounding cannot flip a winner. Exact edges: a
-one-token vocabulary, the noise's generator (same seed, same tokens), neutral truncation in
+``TruncatedStepSampler`` (top-k / top-p / min-p). The oracles are float64 and share no code
+with ``dspark_ref``: the race (:mod:`conformance.oracles.race_oracle`), the tempered law
+(:mod:`conformance.oracles.laws`) and truncation (:mod:`conformance.oracles.truncation`).
+Exact cases move the oracle's noise away from near-ties
+(:func:`~conformance.oracles.race_oracle.separate`), so float32 rounding cannot flip a
+winner. Exact edges: a one-token vocabulary, the noise's generator (same seed, same tokens), neutral truncation in
 a two-row batch, ``min_p = 1`` keeping the mode.
 
 Statistical cases draw all samples of one assertion by repeating one logits row in a batch
@@ -36,56 +38,14 @@ from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
 from conformance.inputs import NO_TOP_K_CUT, logit_rows
 from conformance.oracles.laws import tempered_softmax64
-from conformance.spec import GREEDY_TEMPERATURE_BELOW, GREEDY_TOP_K_AT_MOST
+from conformance.oracles.race_oracle import expected_tokens, greedy_by_rule, lowest_argmax, separate
 from conformance.oracles.truncation import NEUTRAL, truncated_law
 
-NEAR_TIE = 1e-3  # exact cases keep the two best oracle keys at least this far apart (relative)
 TEMPERATURES = (0.3, 0.7, 1.0, 1.5, 2.0)
 TILE_EDGE_VOCABS = (1023, 1024, 1025)  # both sides of a 1024-column tile
 PRODUCTION_VOCABS = (129_280, 151_936)  # DeepSeek-V4, Qwen3
 # A row with distinct probabilities far from every truncation cut-off used below.
 EIGHT_PROBS = (0.30, 0.22, 0.16, 0.12, 0.09, 0.06, 0.03, 0.02)
-
-
-# --------------------------------------------------------------------------- oracles
-def _lowest_argmax(logits: torch.Tensor) -> torch.Tensor:
-    """Row argmax of ``[B, V]``, lowest index among ties (exact comparison in float64)."""
-    values = logits.detach().cpu().double()
-    hits = values == values.max(dim=-1, keepdim=True).values
-    return torch.where(hits, torch.arange(values.shape[-1]), values.shape[-1]).min(dim=-1).values
-
-
-def _greedy_by_rule(rule: str, temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    """SPEC S3 conventions: ``top_k <= 1`` (SGLang) or ``temperature < 1e-5`` (vLLM)."""
-    if rule == "top_k":
-        return top_k.cpu() <= GREEDY_TOP_K_AT_MOST
-    return temperatures.cpu() < GREEDY_TEMPERATURE_BELOW
-
-
-def _race_keys64(logits, temperatures, noise) -> torch.Tensor:
-    """float64 race keys ``p_v / E_v``; zero-probability tokens get -1 (never win)."""
-    probs = tempered_softmax64(logits, temperatures.cpu())
-    return torch.where(probs > 0, probs / noise.cpu().double(), -1.0)
-
-
-def _expected_tokens(rule, logits, temperatures, top_k, noise) -> torch.Tensor:
-    """What a conforming IUT returns: greedy rows argmax, the others the race winner."""
-    greedy = _greedy_by_rule(rule, temperatures, top_k)
-    race = _race_keys64(logits, temperatures, noise).argmax(dim=-1)
-    return torch.where(greedy, _lowest_argmax(logits), race)
-
-
-def _separate(logits, temperatures, noise) -> torch.Tensor:
-    """Halve the winner's noise on rows whose two best oracle keys are within NEAR_TIE.
-
-    Exact parity then cannot hinge on float32 rounding (keys are rounded at ~1e-6).
-    """
-    noise = noise.clone()
-    top2 = _race_keys64(logits, temperatures, noise).topk(2, dim=-1)
-    close = top2.values[:, 1] > (1 - NEAR_TIE) * top2.values[:, 0]
-    rows = close.nonzero().flatten()
-    noise[rows, top2.indices[rows, 0]] *= 0.5
-    return noise
 
 
 def _inputs_generator(case_seed: int) -> torch.Generator:
@@ -220,9 +180,9 @@ def test_S3_race_exact(case, family, require, dspark_device, dspark_adapter, cas
     logits = logit_rows(family, per_t * len(TEMPERATURES), vocab, gen)
     temps = torch.tensor(TEMPERATURES).repeat_interleave(per_t)
     top_k = torch.full_like(temps, vocab, dtype=torch.int64)
-    noise = _separate(logits, temps, _exp_noise(logits.shape, gen))
+    noise = separate(logits, temps, _exp_noise(logits.shape, gen))
     got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
-    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    expected = expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
     _assert_tokens(got, expected, torch.ones_like(temps, dtype=torch.bool), case.id)
 
 
@@ -249,7 +209,7 @@ def test_S3_clamp_argmax(case, require, dspark_device, case_seed, case_generator
     top_k = torch.full((rows,), vocab, dtype=torch.int64)
     got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), vocab,
                          case_generator)
-    _assert_tokens(got, _lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
+    _assert_tokens(got, lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
 
 
 @pytest.mark.parametrize("case", [CLAMP_NOISE], ids=case_id)
@@ -260,9 +220,9 @@ def test_S3_clamp_noise(case, require, dspark_device, dspark_adapter, case_seed)
     logits = torch.stack([torch.randperm(vocab, generator=gen) for _ in range(rows)]).float() * 5e-6
     temps = torch.tensor([0.0, 1e-7, 1e-6]).repeat(rows // 3)
     top_k = torch.full((rows,), vocab, dtype=torch.int64)
-    noise = _separate(logits, temps, _exp_noise(logits.shape, gen))
+    noise = separate(logits, temps, _exp_noise(logits.shape, gen))
     got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
-    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    expected = expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
     _assert_tokens(got, expected, torch.ones(rows, dtype=torch.bool), case.id)
 
 
@@ -299,7 +259,7 @@ def test_S3_greedy_ties(case, require, dspark_device, case_seed, case_generator)
         got = require(StepSampler).sample(*args, vocab, case_generator)
     else:
         got = require(NoiseStepSampler).sample_with_noise(*args, _exp_noise(logits.shape, gen).to(dspark_device))
-    _assert_tokens(got, _lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
+    _assert_tokens(got, lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
 
 
 NEAR_TIE_CASES = [
@@ -377,8 +337,8 @@ def test_S3_greedy_rule_mixed(case, require, dspark_device, dspark_adapter, case
     got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), vocab,
                          case_generator).cpu()
     _assert_ids_below(got, vocab, case.id)
-    greedy = _greedy_by_rule(rule, temps, top_k)
-    _assert_tokens(got, _lowest_argmax(logits[:1]).expand(len(kind)), greedy, f"{case.id}: greedy rows ({rule} rule)")
+    greedy = greedy_by_rule(rule, temps, top_k)
+    _assert_tokens(got, lowest_argmax(logits[:1]).expand(len(kind)), greedy, f"{case.id}: greedy rows ({rule} rule)")
     disagree = 1 if rule == "top_k" else 0  # the kind this rule samples and the other makes greedy
     laws = (("both-sample-T1", 3), ("rule-samples", disagree))
     for detail, k in laws:
@@ -393,9 +353,9 @@ def test_S3_greedy_rule_mixed_noise(case, require, dspark_device, dspark_adapter
     gen, vocab = _inputs_generator(case_seed), 8
     kind, temps, top_k = _mixed_batch(vocab, 32)
     logits = torch.stack([_fine_row(vocab, gen) for _ in kind])
-    noise = _separate(logits, temps, _exp_noise(logits.shape, gen))
+    noise = separate(logits, temps, _exp_noise(logits.shape, gen))
     got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
-    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    expected = expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
     _assert_tokens(got, expected, torch.ones(len(kind), dtype=torch.bool), case.id)
 
 
@@ -428,7 +388,7 @@ def _tile_rows(vocab: int, gen: torch.Generator):
     logits[4, -2] = logits[4].max() + 2
     edge = min(1023, vocab - 2)
     logits[6:, [edge, edge + 1]] = logits[6:].max() + 1
-    return logits, temps, top_k, _separate(logits, temps, noise)
+    return logits, temps, top_k, separate(logits, temps, noise)
 
 
 @pytest.mark.parametrize("case, vocab", TILED_CASES)
@@ -436,7 +396,7 @@ def test_S3_tiled_exact(case, vocab, require, dspark_device, dspark_adapter, cas
     sampler = require(NoiseStepSampler)
     logits, temps, top_k, noise = _tile_rows(vocab, _inputs_generator(case_seed))
     got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
-    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    expected = expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
     _assert_tokens(got, expected, torch.ones(len(temps), dtype=torch.bool), case.id)
 
 
@@ -506,7 +466,7 @@ def test_S3_padded_vocab(case, vocab, require, dspark_device, case_seed, case_ge
     got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), vocab,
                          case_generator)
     _assert_ids_below(got, vocab, case.id)
-    _assert_tokens(got, _lowest_argmax(logits[:, :vocab]), top_k == 1, case.id)
+    _assert_tokens(got, lowest_argmax(logits[:, :vocab]), top_k == 1, case.id)
 
 
 ZERO_CASES = [
@@ -543,17 +503,17 @@ def test_S3_zero_probability(case, require, dspark_device, dspark_adapter, case_
         assert bool((drawn > -math.inf).all()), (
             f"{case.id}: -inf tokens drawn at rows {(drawn == -math.inf).nonzero().flatten()[:8].tolist()}"
         )
-        greedy = _greedy_by_rule(dspark_adapter.conventions.greedy_rule, temps, top_k)
-        _assert_tokens(got, _lowest_argmax(logits), greedy, f"{case.id}: greedy rows")
+        greedy = greedy_by_rule(dspark_adapter.conventions.greedy_rule, temps, top_k)
+        _assert_tokens(got, lowest_argmax(logits), greedy, f"{case.id}: greedy rows")
         return
     sampler = require(NoiseStepSampler)
     logits, temps, top_k = _sparse_rows(200, gen)
     noise = _exp_noise(logits.shape, gen)
     dead = logits == -math.inf
     noise[dead] = torch.where(torch.rand(int(dead.sum()), generator=gen) < 0.5, 0.0, 1e-30)
-    noise = _separate(logits, temps, noise)
+    noise = separate(logits, temps, noise)
     got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
-    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    expected = expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
     _assert_tokens(got, expected, torch.ones(len(temps), dtype=torch.bool), case.id)
 
 
@@ -795,7 +755,7 @@ def test_S3_min_p_one_keeps_the_mode(case, require, dspark_device, case_seed, ca
     logits = torch.randn(rows, vocab, generator=gen) + 0.5 * torch.arange(vocab).flip(0)[torch.randperm(vocab, generator=gen)]
     args = [logits, torch.ones(rows), torch.full((rows,), vocab), torch.ones(rows), torch.ones(rows)]
     tokens = sampler.sample_truncated(*[t.to(dspark_device) for t in args], case_generator).cpu()
-    expected = _lowest_argmax(logits)
+    expected = lowest_argmax(logits)
     assert torch.equal(tokens, expected), (
         f"{case.id}: min_p = 1 must keep only the mode: drew {tokens.tolist()}, argmax {expected.tolist()}"
     )
