@@ -39,13 +39,12 @@ from conformance.suite.support.blocks import (
     check_block_shapes,
     check_greedy_rows,
     draft_vocab_head_state,
-    input_generator,
     load_random_head,
     prev_tokens,
     random_block_inputs,
     row_params,
-    sub_seed,
 )
+from conformance.inputs.seeding import input_generator, sub_seed
 from conformance.oracles.markov_block import oracle_block_logits
 
 BATCH, GAMMA, VOCAB, RANK, HIDDEN = 4, 5, 97, 4, 6

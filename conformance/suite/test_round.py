@@ -45,8 +45,9 @@ from conformance.oracles.laws import tempered_softmax64
 from conformance.oracles.markov_block import oracle_block_logits
 from conformance.oracles.round_oracle import accepted_law, all_paths, draft_law, path_corrected, q_bound, target_law
 from conformance.oracles.truncation import NEUTRAL
-from conformance.suite.support import block_law
-from conformance.suite.support.blocks import input_generator, sub_seed
+from conformance.oracles import block_law
+from conformance.suite.support.blocks import block_law_rows, load_block_law_head
+from conformance.inputs.seeding import input_generator, sub_seed
 
 VOCAB, RANK, HIDDEN, GAMMA = 8, 4, 4, 3
 HEAD_SCALE = 0.6  # the Markov bias moves q by far more than the detectable TV
@@ -359,7 +360,7 @@ def test_S9_round_block_follows_the_q_it_hands_over(case, require, case_seed, ca
     iut = require(SpeculativeRound)
     head_type = "vanilla"
     inputs = block_law.block_law_inputs(head_type, case_seed, case.id)
-    handle = block_law.load_head("SpeculativeRound", iut, inputs, head_type, dspark_device, torch.float32)
+    handle = load_block_law_head("SpeculativeRound", iut, inputs, head_type, dspark_device, torch.float32)
     n = stats.sample_size_for_tv(inputs.law, min_tv=block_law.MIN_TV)
     gen = torch.Generator().manual_seed(sub_seed(case_seed, "requests"))
     target = torch.cat([inputs.base, inputs.base[:, -1:]], dim=1)
@@ -369,7 +370,7 @@ def test_S9_round_block_follows_the_q_it_hands_over(case, require, case_seed, ca
         randomness = {"seeds": torch.randint(0, 2**62, (n,), generator=gen),
                       "positions": torch.randint(0, 10**6, (n,), generator=gen)}
 
-    drafts, _, _, q = _round(iut, handle, *block_law.rows_of(inputs, n, "cpu"), _repeat(target, n),
+    drafts, _, _, q = _round(iut, handle, *block_law_rows(inputs, n, "cpu"), _repeat(target, n),
                              [RowSpec(head_type, block_law.BLOCK_TEMPERATURE)] * n, dspark_device, **randomness)
 
     if q is None:

@@ -33,7 +33,7 @@ import torch
 
 from conformance.cases import case, case_id
 from conformance.contract import TensorParallelRound
-from conformance.suite.support.blocks import input_generator, sub_seed
+from conformance.inputs.seeding import input_generator, sub_seed
 from conformance.inputs import markov_head_state
 from conformance.suite.support.tp_ranks import RankFailure, run_ranks
 

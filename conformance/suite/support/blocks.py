@@ -1,8 +1,8 @@
 """Markov-block harness of the S1, S2, S4 and S9-round tests: random heads in the reference
 layout (:func:`conformance.inputs.markov_head_state`) loaded into the IUT, block inputs, row
 parameters, shape and greedy checks, the assertion against the float64 SPEC S2 oracle
-(:mod:`conformance.oracles.markov_block`) and the law cases' setup. It shares no code with
-``dspark_ref``.
+(:mod:`conformance.oracles.markov_block`), the law cases' setup and the block-law cases'
+head and rows (:mod:`conformance.oracles.block_law`). It shares no code with ``dspark_ref``.
 """
 
 from __future__ import annotations
@@ -12,22 +12,13 @@ import torch
 
 from conformance.inputs import MARKOV_HEAD_TYPES as HEAD_TYPES
 from conformance.inputs import NO_TOP_K_CUT, markov_head_state
+from conformance.inputs.seeding import input_generator, sub_seed
+from conformance.oracles import block_law
 from conformance.oracles.markov_block import UNIT_ROUNDOFF, joint_law
-from conformance.seeds import derive_seed
 
 
 
 # ----------------------------------------------------------------------------- helpers
-def sub_seed(case_seed: int, label: str) -> int:
-    """An independent seed for one use inside a case (inputs, weights, a session)."""
-    return derive_seed(case_seed, label)
-
-
-def input_generator(case_seed: int) -> torch.Generator:
-    """CPU generator for a case's inputs, independent of the IUT's ``case_generator`` stream."""
-    return torch.Generator().manual_seed(sub_seed(case_seed, "inputs"))
-
-
 def load_random_head(iut, head_type, *, vocab, rank, hidden_size, seed, device, scale=0.5):
     """A random head in the reference layout, loaded into the IUT: ``(handle, state_dict)``.
     An IUT that does not ship ``head_type`` (``load_head`` raises ``NotImplementedError``)
@@ -133,3 +124,23 @@ def law_setup(iut, head_type, case_seed, device):
 def pair_counts(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
     """Counts of ``x_0 * V + x_1`` over the rows of ``tokens[n, >= 2]``."""
     return torch.bincount((tokens[:, 0] * vocab + tokens[:, 1]).cpu(), minlength=vocab * vocab)
+
+
+# ----------------------------------------------------------------------------- block-law cases
+def load_block_law_head(capability: str, iut, inputs: block_law.BlockLawInputs, head_type: str, device, *args):
+    """``inputs.state`` loaded through ``iut.load_head(head_type, state, V, r, d, device,
+    *args)`` (a :class:`~conformance.contract.MarkovBlock` or, with the dtype in ``args``, a
+    :class:`~conformance.contract.SpeculativeRound`); a head the IUT does not ship is a skip
+    naming ``capability`` and the head."""
+    state = {name: tensor.to(device) for name, tensor in inputs.state.items()}
+    try:
+        return iut.load_head(head_type, state, block_law.BLOCK_VOCAB, block_law.BLOCK_RANK, block_law.BLOCK_HIDDEN,
+                             device, *args)
+    except NotImplementedError as exc:
+        pytest.skip(f"{capability}: {head_type} head not supported by this IUT ({exc})")
+
+
+def block_law_rows(inputs: block_law.BlockLawInputs, n: int, device) -> list:
+    """``[base [n, gamma, V], anchor [n], hidden [n, gamma, d] | None]``: ``n`` copies of the
+    row on ``device``."""
+    return [repeat_rows(None if t is None else t.to(device), n) for t in (inputs.base, inputs.anchor, inputs.hidden)]
