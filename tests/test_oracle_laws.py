@@ -43,3 +43,11 @@ def test_a_scalar_temperature_is_one_law_for_every_row():
     scalar = tempered_softmax64(logits, 1.3)
     assert torch.equal(scalar, tempered_softmax64(logits, torch.tensor(1.3, dtype=torch.float64)))
     assert torch.equal(scalar[0], tempered_softmax64(logits[0], torch.full((2,), 1.3, dtype=torch.float64)))
+
+
+def test_each_row_is_shifted_by_its_own_max():
+    """Softmax is shift-invariant per row: rows 1000 nats apart keep their laws (a shift by
+    the batch's max would underflow the lower row to 0 / 0)."""
+    got = tempered_softmax64(torch.tensor([[0.0, 1.0], [1000.0, 1001.0]], dtype=torch.float64), 1.0)
+    assert got[0].tolist() == pytest.approx(_softmax([0.0, 1.0], 1.0), rel=1e-12)
+    assert torch.equal(got[0], got[1])
