@@ -38,9 +38,9 @@ import itertools
 
 import torch
 
+from conformance.oracles.laws import tempered_softmax64
 from conformance.oracles.markov_block import oracle_block_logits
 from conformance.oracles.prefix_schedule import algorithm_1, oracle_lengths
-from conformance.oracles.laws import tempered_softmax64
 
 __all__ = ["DraftTree", "draft_tree", "acceptance_survival", "expected_tau", "sample_blocks", "block_survival",
            "round_expectations"]

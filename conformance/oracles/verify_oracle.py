@@ -31,7 +31,6 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 import numpy as np
-
 import torch
 
 from conformance.oracles.laws import tempered_softmax64

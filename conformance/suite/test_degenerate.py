@@ -46,10 +46,10 @@ from conformance.contract import (
 )
 from conformance.inputs import NO_TOP_K_CUT
 from conformance.inputs.verify_rounds import laws_as_logits
-from conformance.seeds import derive_seed
 from conformance.oracles import race_oracle as race
-from conformance.oracles.laws import tempered_softmax64
 from conformance.oracles import verify_oracle as oracle
+from conformance.oracles.laws import tempered_softmax64
+from conformance.seeds import derive_seed
 from conformance.suite.support.chain_verifier import check_committed, verify_explicit
 
 F64 = torch.float64

@@ -39,10 +39,10 @@ from conformance.contract import (
     StepSampler,
     TruncatedChainVerifier,
 )
-from conformance.seeds import derive_seed
+from conformance.inputs import NO_TOP_K_CUT, markov_head_state
 from conformance.oracles import verify_oracle as oracle
 from conformance.oracles.race_oracle import greedy_by_rule
-from conformance.inputs import NO_TOP_K_CUT, markov_head_state
+from conformance.seeds import derive_seed
 
 F64 = torch.float64
 CHUNK = 7

@@ -41,13 +41,13 @@ from conformance import numerics, stats
 from conformance.cases import case, case_id
 from conformance.contract import SpeculativeRound
 from conformance.inputs import markov_head_state
+from conformance.inputs.seeding import input_generator, sub_seed
+from conformance.oracles import block_law
 from conformance.oracles.laws import tempered_softmax64
 from conformance.oracles.markov_block import oracle_block_logits
 from conformance.oracles.round_oracle import accepted_law, all_paths, draft_law, path_corrected, q_bound, target_law
 from conformance.oracles.truncation import NEUTRAL
-from conformance.oracles import block_law
 from conformance.suite.support.blocks import block_law_rows, load_block_law_head
-from conformance.inputs.seeding import input_generator, sub_seed
 
 VOCAB, RANK, HIDDEN, GAMMA = 8, 4, 4, 3
 HEAD_SCALE = 0.6  # the Markov bias moves q by far more than the detectable TV

@@ -32,7 +32,6 @@ import pytest
 import torch
 
 from conformance import stats
-from conformance.seeds import derive_seed
 from conformance.budget import DEFAULT_MIN_TV, tier_of
 from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
@@ -40,6 +39,7 @@ from conformance.inputs import NO_TOP_K_CUT, logit_rows
 from conformance.oracles.laws import tempered_softmax64
 from conformance.oracles.race_oracle import expected_tokens, greedy_by_rule, lowest_argmax, separate
 from conformance.oracles.truncation import NEUTRAL, truncated_law
+from conformance.seeds import derive_seed
 
 TEMPERATURES = (0.3, 0.7, 1.0, 1.5, 2.0)
 TILE_EDGE_VOCABS = (1023, 1024, 1025)  # both sides of a 1024-column tile

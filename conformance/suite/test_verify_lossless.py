@@ -46,9 +46,9 @@ from conformance.inputs.verify_rounds import (
     verify_input_generator,
 )
 from conformance.oracles import verify_oracle as oracle
-from conformance.suite.support.chain_verifier import check_committed, iut_markov_drafts, verify, verify_seeded
 from conformance.oracles.laws import tempered_softmax64
 from conformance.oracles.truncation import NEUTRAL, truncated_law
+from conformance.suite.support.chain_verifier import check_committed, iut_markov_drafts, verify, verify_seeded
 
 F64 = torch.float64
 

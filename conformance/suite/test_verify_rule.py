@@ -45,8 +45,8 @@ from conformance.inputs.verify_rounds import (
     parity_inputs,
     verify_input_generator,
 )
-from conformance.seeds import derive_seed
 from conformance.oracles import verify_oracle as oracle
+from conformance.seeds import derive_seed
 from conformance.suite.support.chain_verifier import (
     assert_rows,
     check_committed,
