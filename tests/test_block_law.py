@@ -1,4 +1,4 @@
-"""The derivations behind the block-law cases (``conformance/suite/support/block_law.py``):
+"""The derivations behind the block-law cases (``conformance/oracles/block_law.py``):
 the handed-over block law, the bfloat16 effect, the shared-noise bound, the premise."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from conformance.suite.support import block_law as bl
+from conformance.oracles import block_law as bl
 
 
 def _step_laws(inputs: bl.BlockLawInputs, head_type: str) -> tuple[torch.Tensor, torch.Tensor]:

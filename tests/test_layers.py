@@ -9,11 +9,14 @@ run), giving a graph of module -> module edges. Checked:
 * the judge shares no code with the judged (STYLE habit 17): no module of ``conformance``
   but the reference adapter imports ``dspark_ref``, save the imports of
   :data:`DSPARK_REF_IMPORTS`, each with its reason; that list only shrinks;
+* the judge's rooms (``conformance.spec``, ``oracles``, ``inputs``, ``stats``, ``report``)
+  import nothing from ``dspark_ref``, and the constants, oracles and inputs nothing of the
+  suite, the adapters or the run's wiring above them;
 * no test module imports another test module;
 * no cycle between modules, and none between the packages of ``conformance``: the core
   (top-level modules) never imports ``suite``, ``report``, ``power`` or ``drift`` except
   from the CLI;
-* docs/architecture.md's map links every input, oracle, test and mutant module.
+* docs/architecture.md's map links every constant, input, oracle, test and mutant module.
 """
 
 from __future__ import annotations
@@ -125,6 +128,45 @@ def test_the_checker_sees_an_import_of_dspark_ref():
     assert _dspark_ref_imports(graph) == {("conformance.oracles.probe", "dspark_ref._checks")}
 
 
+#: The judge's rooms: the SPEC's constants, its oracles, the seeded inputs, the statistics and
+#: the reports. None imports ``dspark_ref``, whatever :data:`DSPARK_REF_IMPORTS` allows.
+JUDGE_ROOMS = ("conformance.spec", "conformance.oracles", "conformance.inputs", "conformance.stats",
+               "conformance.report")
+#: What the rooms below the suite (constants, oracles, inputs) never import: the tests and
+#: their harness, the adapters, the wiring of a run and everything above it.
+ABOVE_THE_ROOMS = ("conformance.suite", "conformance.adapters", "conformance.plugin", "conformance.session",
+                   "conformance.report", "conformance.power", "conformance.drift", "conformance.cli")
+
+
+def _in(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any((name + ".").startswith(prefix + ".") for prefix in prefixes)
+
+
+def _room_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """Edges out of a judge's room into ``dspark_ref``, and out of the constants, oracles and
+    inputs into the suite or above."""
+    below = ("conformance.spec", "conformance.oracles", "conformance.inputs")
+    return sorted(f"{a} -> {b}" for a, bs in graph.items() for b in bs
+                  if (_in(a, JUDGE_ROOMS) and b.split(".")[0] == "dspark_ref")
+                  or (_in(a, below) and _in(b, ABOVE_THE_ROOMS)))
+
+
+def test_the_judges_rooms_import_neither_the_reference_nor_the_suite():
+    assert all(any(_in(name, (room,)) for name in GRAPH) for room in JUDGE_ROOMS)
+    assert _room_breaches(GRAPH) == []
+
+
+def test_the_checker_sees_a_room_breach():
+    """A planted import of ``dspark_ref`` by an oracle (even one the allow-list named), and of
+    the suite's harness by an input builder, are found; the suite importing an oracle is not."""
+    planted = "import torch\nfrom dspark_ref.sampling import TEMPERATURE_FLOOR\n"
+    graph = {"conformance.oracles.race_oracle": _imports_of(planted, "conformance.oracles.race_oracle", False) & set(GRAPH),
+             "conformance.inputs.logits": {"conformance.suite.support.blocks", "conformance.spec"},
+             "conformance.suite.test_sampling": {"conformance.oracles.laws", "conformance.spec"}}
+    assert _room_breaches(graph) == ["conformance.inputs.logits -> conformance.suite.support.blocks",
+                                     "conformance.oracles.race_oracle -> dspark_ref.sampling"]
+
+
 def test_no_test_module_imports_another():
     def is_test(name: str) -> bool:
         return name.rsplit(".", 1)[-1].startswith("test_")
@@ -209,7 +251,8 @@ def test_the_checker_sees_a_cycle_and_a_layer_breach():
 
 
 #: The folders whose every module the suite's map in docs/architecture.md links.
-MAPPED_FOLDERS = ("conformance/inputs", "conformance/suite", "conformance/suite/support", "fixtures/mutants")
+MAPPED_FOLDERS = ("conformance/spec", "conformance/inputs", "conformance/oracles", "conformance/suite",
+                  "conformance/suite/support", "fixtures/mutants")
 
 
 def test_the_architecture_map_links_every_input_oracle_test_and_mutant_module():

@@ -3,7 +3,7 @@
 Paper Appendix A exactly, hand cases (multi-request, ties, jagged SPS), the asynchronous
 top-K variant, the production variant (brute force over budgets, bounds, stale inputs only),
 properties (hypothesis) against the suite's plain-Python oracle of Algorithm 1's admission
-path (``conformance.suite.support.prefix_schedule``, the one home of that oracle), then bad
+path (``conformance.oracles.prefix_schedule``, the one home of that oracle), then bad
 inputs. Add a case as ``test_S8_<what>``.
 """
 
@@ -25,7 +25,7 @@ from dspark_ref.scheduler import (
     schedule_prefixes_retrospective,
     ProductionRule,
 )
-from conformance.suite.support import prefix_schedule
+from conformance.oracles import prefix_schedule
 
 APPENDIX_A_SPS = (1.0, 0.5, 0.45)
 

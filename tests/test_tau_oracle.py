@@ -1,4 +1,4 @@
-"""The expected-tau oracle of the S9 tau case (``conformance/suite/support/tau_oracle.py``)
+"""The expected-tau oracle of the S9 tau case (``conformance/oracles/tau_oracle.py``)
 against a brute force over every whole block, written here the plain way: each block's draft
 law from the float64 SPEC S2 oracle on that block alone, the target's laws from one forward
 pass over the context and the block, and SPEC S5's accept probability ``min(1, p / q)``
@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from conformance import stats
-from conformance.suite.support import tau_oracle
-from conformance.suite.support.blocks import oracle_block_logits
+from conformance.oracles import tau_oracle
+from conformance.oracles.markov_block import oracle_block_logits
 from dspark_ref.tiny_models import TinyDSparkDraft, TinyTargetLM
 
 VOCAB, HIDDEN, GAMMA, ROWS = 3, 4, 3, 2

@@ -3,7 +3,7 @@ and the tiny models of the S5 law cases.
 
 The S5 cases draw these from a CPU generator seeded with the raw case seed
 (:func:`verify_input_generator`), as they always have, so their inputs stay bit for bit;
-the other sections derive an ``"inputs"`` sub-seed (``support.blocks.input_generator``).
+the other sections derive an ``"inputs"`` sub-seed (``conformance.inputs.seeding.input_generator``).
 The draft samplers (:func:`inverse_cdf_draws`, :func:`table_drafts`) run on the device of
 their arguments: the S5 law cases draw drafts from the IUT's ``case_generator``.
 """

@@ -23,8 +23,8 @@ for handed-over q, ``GreedyVerifier``):
   the masked last token nor ``V``;
 * trailing -1 sentinel drafts: verified as a row with fewer drafts, never emitted.
 
-Every expectation is computed here in float64 (``support.race_oracle``,
-``support.verify_oracle``). To add a case: register it with ``case(...)`` next to its test.
+Every expectation is computed here in float64 (``oracles.race_oracle``,
+``oracles.verify_oracle``). To add a case: register it with ``case(...)`` next to its test.
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ from conformance.contract import (
 )
 from conformance.inputs import NO_TOP_K_CUT
 from conformance.inputs.verify_rounds import laws_as_logits
+from conformance.oracles import race_oracle as race
+from conformance.oracles import verify_oracle as oracle
+from conformance.oracles.laws import tempered_softmax64
 from conformance.seeds import derive_seed
-from conformance.suite.support import race_oracle as race
-from conformance.suite.support import verify_oracle as oracle
 from conformance.suite.support.chain_verifier import check_committed, verify_explicit
 
 F64 = torch.float64
@@ -390,15 +391,6 @@ def _assert_in_support(what: str, emitted: torch.Tensor, laws: torch.Tensor) -> 
     )
 
 
-def _law64(logits: torch.Tensor) -> torch.Tensor:
-    """float64 ``softmax`` at T = 1 over the last axis (-inf -> 0)."""
-    return torch.softmax(logits.double(), dim=-1)
-
-
-def _residual64(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    return torch.stack([torch.from_numpy(oracle.residual_law(a.numpy(), b.numpy())) for a, b in zip(p, q)])
-
-
 # --------------------------------------------------------------------------- q(x) = 0 drafts
 ZERO_Q_EXPLICIT = case("S5/degenerate/zero-q-draft-explicit", "explicit uniforms, q_1(x_1) = 0 with p_1(x_1) > 0 "
                        "or = 0, coins 0 / 0.5 / 1 - 2^-24: the declared zero_q_drafts choice, exact",
@@ -458,8 +450,8 @@ def test_S5_zero_q_draft_handed_over(case, require, dspark_adapter, dspark_devic
         f"{case.id}: declared {rule!r}: expected accepted {expect_accept.long()[:4].tolist()}... (1 iff q(x) = 0 and "
         f"p(x) > 0 under 'accept'), got {accepted[:8].tolist()} (rows 0..7)"
     )
-    p = _law64(target[0])
-    laws = torch.where(expect_accept[:, None], p[1], _residual64(p[:1], q[0].double())[0])
+    p = tempered_softmax64(target[0], 1.0)
+    laws = torch.where(expect_accept[:, None], p[1], oracle.residual_laws(p[:1], q[0].double())[0])
     _assert_in_support(case.id, _emitted(accepted, tokens), laws)
 
 
@@ -489,7 +481,7 @@ def test_S5_q_above_one_read_as_one(case, require, dspark_device, case_seed, cas
         f"(q not read as 1), e.g. rows {rejected.nonzero().flatten()[:8].tolist()}"
     )
     assert torch.equal(tokens[:, 0], drafts[:, 0]), f"{case.id}: the accepted draft is not the committed token"
-    _assert_in_support(case.id, tokens[:, 1], _law64(target[:, 1]))
+    _assert_in_support(case.id, tokens[:, 1], tempered_softmax64(target[:, 1], 1.0))
 
 
 # --------------------------------------------------------------------------- coins
@@ -553,8 +545,8 @@ def test_S5_final_uniform_endpoints_wide_vocab(case, require, dspark_device, cas
     accepted, tokens = verify_explicit(iut, dspark_device, drafts, target, draft_logits, torch.ones(rows),
                                        torch.full((rows,), NO_TOP_K_CUT), coins, finals)
     assert accepted.tolist() == [1, 1, 1, 0, 0, 0], f"{case.id}: expected accepted [1, 1, 1, 0, 0, 0], got {accepted.tolist()}"
-    p, q = _law64(base), _law64(draft_logits[0, 0])
-    laws = torch.stack([p[1]] * 3 + [_residual64(p[:1], q[None])[0]] * 3)
+    p, q = tempered_softmax64(base, 1.0), tempered_softmax64(draft_logits[0, 0], 1.0)
+    laws = torch.stack([p[1]] * 3 + [oracle.residual_laws(p[:1], q[None])[0]] * 3)
     _assert_in_support(case.id, _emitted(accepted, tokens), laws)
 
 
@@ -688,4 +680,4 @@ def test_S5_sentinel_drafts_generator(case, require, dspark_device, case_seed, c
     bad = ~(prefix_ok & pad_ok)
     assert not bool(bad.any()), f"{case.id}: rows {bad.nonzero().flatten()[:8].tolist()} are not '<real drafts>, " \
         f"<bonus>, -1...': e.g. {tokens[bad][:2].tolist()}"
-    _assert_in_support(case.id, _emitted(accepted, tokens), _law64(target[row_ids, real]))
+    _assert_in_support(case.id, _emitted(accepted, tokens), tempered_softmax64(target[row_ids, real], 1.0))

@@ -8,7 +8,7 @@ Covers, through :class:`~conformance.contract.FoldedDraft` sessions (heads loade
   where the session can be spied on, ``sample_block_calls`` grows by one per replay;
 * folded vs eager (S4.6): greedy rows identical, corrected logits equal within the SPEC S0
   bound of two evaluations of the same block (float32 arithmetic in any order, one rounding
-  into a bf16 / fp16 result each: :func:`~conformance.suite.support.blocks.compare_block_logits`;
+  into a bf16 / fp16 result each: :func:`~conformance.oracles.markov_block.compare_block_logits`;
   bit identity recorded apart), and the joint law of ``(x_0, x_1)`` of the sampling rows
   equal to the exact Markov-chain law;
 * staging and noise (S4.2-S4.3, S10): the declared greedy rule and the temperature clamp,
@@ -52,7 +52,7 @@ import torch
 from conformance import stats
 from conformance.cases import case, case_id
 from conformance.contract import FoldedDraft, FoldGate, FoldRouting, Inconclusive, MarkovBlock
-from conformance.suite.support import block_law
+from conformance.oracles import block_law
 from conformance.suite.support.blocks import (
     HEAD_TYPES,
     LAW_HEAD_SCALE,
@@ -61,21 +61,20 @@ from conformance.suite.support.blocks import (
     LAW_TEMPERATURE,
     LAW_VOCAB,
     NO_TOP_K_CUT,
+    block_law_rows,
     check_block_shapes,
     check_greedy_rows,
-    compare_block_logits,
-    input_generator,
-    joint_law,
     law_setup,
+    load_block_law_head,
     load_random_head,
-    oracle_block_logits,
     pair_counts,
     prev_tokens,
     random_block_inputs,
     repeat_rows,
     row_params,
-    sub_seed,
 )
+from conformance.inputs.seeding import input_generator, sub_seed
+from conformance.oracles.markov_block import compare_block_logits, joint_law, oracle_block_logits
 
 GIB = 2**30
 #: Largest false-failure probability an exact "must differ" check may carry.
@@ -275,14 +274,14 @@ def test_S4_folded_block_follows_the_q_it_returns(case, require, case_seed, dspa
     markov, folded = require(MarkovBlock), require(FoldedDraft)
     head_type = HANDED_OVER_LAW_CASES[case]
     inputs = block_law.block_law_inputs(head_type, case_seed, case.id)
-    head = block_law.load_head("MarkovBlock", markov, inputs, head_type, dspark_device)
+    head = load_block_law_head("MarkovBlock", markov, inputs, head_type, dspark_device)
     n = stats.sample_size_for_tv(inputs.law, min_tv=block_law.MIN_TV)
     temps = torch.full((n,), block_law.BLOCK_TEMPERATURE, device=dspark_device)
     top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
     session = open_session(folded, head, case_seed, dspark_device, max_bs=n, gamma=block_law.BLOCK_GAMMA,
                            vocab=block_law.BLOCK_VOCAB)
 
-    tokens, corrected = first_proposal(session, *block_law.rows_of(inputs, n, dspark_device), temps, top_k)
+    tokens, corrected = first_proposal(session, *block_law_rows(inputs, n, dspark_device), temps, top_k)
 
     require_graph(case, session, dspark_device)
     stat_check(block_law.block_law_check(case.id, tokens, block_law.q_of_corrected(corrected)))

@@ -39,9 +39,10 @@ from conformance.contract import (
     StepSampler,
     TruncatedChainVerifier,
 )
-from conformance.seeds import derive_seed
-from conformance.suite.support import verify_oracle as oracle
 from conformance.inputs import NO_TOP_K_CUT, markov_head_state
+from conformance.oracles import verify_oracle as oracle
+from conformance.oracles.race_oracle import greedy_by_rule
+from conformance.seeds import derive_seed
 
 F64 = torch.float64
 CHUNK = 7
@@ -54,9 +55,7 @@ def _gen(case_seed: int) -> torch.Generator:
 
 
 def _declared_greedy(adapter, temps: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    if adapter.conventions.greedy_rule == "top_k":
-        return top_k <= 1
-    return temps < oracle.TEMPERATURE_FLOOR
+    return greedy_by_rule(adapter.conventions.greedy_rule, temps, top_k)
 
 
 def _chain_inputs(rows: int, l: int, vocab: int, gen: torch.Generator) -> dict[str, torch.Tensor]:

@@ -6,7 +6,7 @@ Covers, through :class:`~conformance.contract.MarkovBlock` only:
   (vanilla, gated, rnn) written below, within a derived float32 error bound;
 * ``sample_block`` against the IUT's own teacher forcing (one pass: tokens and logits
   agree): within the SPEC S0 bound of two float32 evaluations of the same block
-  (:func:`~conformance.suite.support.blocks.compare_block_logits`; bit identity recorded
+  (:func:`~conformance.oracles.markov_block.compare_block_logits`; bit identity recorded
   apart), and greedy rows take the argmax of the corrected logits they return;
 * the joint law of ``(x_0, x_1)`` of sampled blocks against the exact Markov-chain law
   (float64 enumeration over a small vocabulary), one chi-square per head;
@@ -32,27 +32,27 @@ import torch
 from conformance import stats
 from conformance.cases import case, case_id
 from conformance.contract import MarkovBlock
-from conformance.suite.support import block_law
+from conformance.oracles import block_law
 from conformance.suite.support.blocks import (
     HEAD_TYPES,
     LAW_TEMPERATURE,
     LAW_VOCAB,
     NO_TOP_K_CUT,
     assert_within_oracle,
+    block_law_rows,
     check_block_shapes,
     check_greedy_rows,
-    compare_block_logits,
-    input_generator,
     law_setup,
+    load_block_law_head,
     load_random_head,
-    oracle_block_logits,
     pair_counts,
     prev_tokens,
     random_block_inputs,
     repeat_rows,
     row_params,
-    sub_seed,
 )
+from conformance.inputs.seeding import input_generator, sub_seed
+from conformance.oracles.markov_block import compare_block_logits, oracle_block_logits
 
 ORACLE_CASES = {
     case("S2/oracle/vanilla", "teacher forcing = W2(W1[prev]) + U in float64, float32 bound",
@@ -179,12 +179,12 @@ def test_S2_block_follows_the_q_it_returns(case, require, case_seed, case_genera
     iut = require(MarkovBlock)
     head_type = HANDED_OVER_LAW_CASES[case]
     inputs = block_law.block_law_inputs(head_type, case_seed, case.id)
-    head = block_law.load_head("MarkovBlock", iut, inputs, head_type, dspark_device)
+    head = load_block_law_head("MarkovBlock", iut, inputs, head_type, dspark_device)
     n = stats.sample_size_for_tv(inputs.law, min_tv=block_law.MIN_TV)
     temps = torch.full((n,), block_law.BLOCK_TEMPERATURE, device=dspark_device)
     top_k = torch.full((n,), NO_TOP_K_CUT, dtype=torch.int64, device=dspark_device)
 
-    tokens, corrected = iut.sample_block(head, *block_law.rows_of(inputs, n, dspark_device), temps, top_k,
+    tokens, corrected = iut.sample_block(head, *block_law_rows(inputs, n, dspark_device), temps, top_k,
                                          case_generator)
 
     stat_check(block_law.block_law_check(case.id, tokens, block_law.q_of_corrected(corrected)))

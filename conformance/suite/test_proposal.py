@@ -20,7 +20,7 @@ the base logits and the hidden states, ``gamma = block - 1``), a padded draft vo
 (draws mapped before they are stored and before they condition the next step; the block
 lifted to target columns, ``-inf`` elsewhere; ``d2t`` validated), and a one-token vocabulary
 (``V = V_d = 1``, valid input: every draw is token 0). Their corrected logits
-are checked against the float64 S2 oracle of :mod:`conformance.suite.support.blocks` run on
+are checked against the float64 S2 oracle of :mod:`conformance.oracles.markov_block` run on
 the IUT's own draws, within its derived float32 bound; ``-inf`` columns and greedy argmaxes
 exactly.
 
@@ -39,14 +39,13 @@ from conformance.suite.support.blocks import (
     check_block_shapes,
     check_greedy_rows,
     draft_vocab_head_state,
-    input_generator,
     load_random_head,
-    oracle_block_logits,
     prev_tokens,
     random_block_inputs,
     row_params,
-    sub_seed,
 )
+from conformance.inputs.seeding import input_generator, sub_seed
+from conformance.oracles.markov_block import oracle_block_logits
 
 BATCH, GAMMA, VOCAB, RANK, HIDDEN = 4, 5, 97, 4, 6
 GREEDY = [True, False, True, False]

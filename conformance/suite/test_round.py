@@ -4,8 +4,8 @@ verifier checks the block against given target logits (S3 and S5 truncation incl
 
 Capability: ``SpeculativeRound``. The suite supplies inputs and checks outputs; every draw
 is the IUT's own (from ``case_generator`` or its seeded rows). Oracles are float64 and
-written here from the SPEC (the corrected logits from ``support.blocks``, the truncated
-laws from ``support.truncation``); none imports ``dspark_ref``.
+written from the SPEC (the corrected logits from ``oracles.markov_block``, the truncated
+laws from ``oracles.truncation``); none imports ``dspark_ref``.
 
 What a round must do, whatever the draft quality (SPEC S5 "Lossless", with fixed target
 logits per verify position): the first committed token follows ``p_1``; given that draft
@@ -33,7 +33,6 @@ To add a case: register it with ``case(...)`` in its family's dict and give the 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import pytest
 import torch
@@ -41,15 +40,14 @@ import torch
 from conformance import numerics, stats
 from conformance.cases import case, case_id
 from conformance.contract import SpeculativeRound
-from conformance.suite.support import block_law
-from conformance.suite.support.blocks import (
-    UNIT_ROUNDOFF,
-    input_generator,
-    oracle_block_logits,
-    sub_seed,
-)
 from conformance.inputs import markov_head_state
-from conformance.suite.support.truncation import NEUTRAL, tempered_law, truncated_law
+from conformance.inputs.seeding import input_generator, sub_seed
+from conformance.oracles import block_law
+from conformance.oracles.laws import tempered_softmax64
+from conformance.oracles.markov_block import oracle_block_logits
+from conformance.oracles.round_oracle import accepted_law, all_paths, draft_law, path_corrected, q_bound, target_law
+from conformance.oracles.truncation import NEUTRAL
+from conformance.suite.support.blocks import block_law_rows, load_block_law_head
 
 VOCAB, RANK, HIDDEN, GAMMA = 8, 4, 4, 3
 HEAD_SCALE = 0.6  # the Markov bias moves q by far more than the detectable TV
@@ -146,50 +144,6 @@ def _repeat(tensor, n):
     return None if tensor is None else tensor.expand(n, *tensor.shape[1:]).contiguous()
 
 
-# ----------------------------------------------------------------------------- oracle laws
-def _target_law(target_row: torch.Tensor, spec: RowSpec, ties: str) -> torch.Tensor:
-    """``[gamma + 1, V]`` float64 truncated target laws ``p_j`` of one row."""
-    return torch.stack([truncated_law(tempered_law(t, spec.temperature), spec.top_k, spec.top_p, spec.min_p, ties)
-                        for t in target_row])
-
-
-def _draft_law(corrected: torch.Tensor, spec: RowSpec, adapter) -> torch.Tensor:
-    """``[..., V]`` float64 law the drafter draws from: ``softmax(L / T)``, truncated when the
-    IUT declares a truncating drafter."""
-    flat = corrected.reshape(-1, VOCAB)
-    laws = tempered_law(flat, spec.temperature)
-    if adapter.conventions.draft_truncates:
-        laws = torch.stack([truncated_law(law, spec.top_k, spec.top_p, spec.min_p, adapter.conventions.top_k_ties)
-                            for law in laws])
-    return laws.reshape(corrected.shape)
-
-
-def _path_corrected(head_type, state, base, anchor, hidden, paths: torch.Tensor) -> torch.Tensor:
-    """Corrected logits ``[P, gamma, V]`` (float64) along every draft path ``paths[P, gamma]``."""
-    prev = torch.cat([anchor.expand(paths.shape[0])[:, None], paths[:, :-1]], dim=1)
-    logits, _ = oracle_block_logits(head_type, state, _repeat(base, paths.shape[0]), prev,
-                                    _repeat(hidden, paths.shape[0]))
-    return logits
-
-
-def _accepted_law(p: torch.Tensor, q_paths: torch.Tensor, paths: torch.Tensor) -> torch.Tensor:
-    """Law ``[gamma + 1]`` of the accepted count: ``P(>= j) = sum_{x_1..x_j} prod_{i<=j}
-    min(p_i(x_i), q_i(x_i | x_{<i}))`` over all ``V^gamma`` enumerated ``paths``."""
-    gamma = paths.shape[1]
-    steps = torch.arange(gamma)
-    m = torch.minimum(p[steps, paths], q_paths[:, steps].gather(-1, paths[..., None])[..., 0])
-    at_least = [torch.tensor(1.0, dtype=torch.float64)]
-    for j in range(1, gamma + 1):  # each j-prefix appears V^(gamma - j) times among the paths
-        at_least.append(m[:, :j].prod(dim=1).sum() / VOCAB ** (gamma - j))
-    at_least.append(torch.tensor(0.0, dtype=torch.float64))
-    survival = torch.stack(at_least)
-    return (survival[:-1] - survival[1:]).clamp(min=0)
-
-
-def _all_paths() -> torch.Tensor:
-    return torch.tensor(list(itertools.product(range(VOCAB), repeat=GAMMA)))
-
-
 # ----------------------------------------------------------------------------- laws
 LAW_CASES = {
     case("S9/round/law-vanilla-T1.0", "vanilla head, T = 1: first token ~ p_1; (x_1 accepted, 2nd token) ~ "
@@ -217,10 +171,10 @@ def test_S9_round_commits_the_target_law(case, require, dspark_adapter, case_see
     ties = dspark_adapter.conventions.top_k_ties
 
     def laws(base, anchor, hidden, target):  # the first token's and the joint law
-        p = _target_law(target[0], spec, ties)
+        p = target_law(target[0], spec, ties)
         first_corrected, _ = oracle_block_logits(spec.head_type, state, base[:, :1], anchor[:, None],
                                                  None if hidden is None else hidden[:, :1])
-        q1 = _draft_law(first_corrected[0, 0], spec, dspark_adapter)
+        q1 = draft_law(first_corrected[0, 0], spec, dspark_adapter.conventions)
         joint = torch.cat([(torch.minimum(p[0], q1)[:, None] * p[1][None]).flatten(), torch.zeros(1)])
         joint[-1] = (1 - joint[:-1].sum()).clamp(min=0)
         return p[0], joint
@@ -252,11 +206,12 @@ def test_S9_round_acceptance_follows_p_and_q(case, require, dspark_adapter, case
     iut = require(SpeculativeRound)
     spec = ACCEPTANCE_CASES[case]
     handle, state = _load(iut, spec.head_type, case_seed, dspark_device, spec.head_dtype)
-    paths = _all_paths()
+    paths = all_paths(VOCAB, GAMMA)
 
     def laws(base, anchor, hidden, target):  # the accepted count's law
-        q_paths = _draft_law(_path_corrected(spec.head_type, state, base, anchor, hidden, paths), spec, dspark_adapter)
-        return (_accepted_law(_target_law(target[0], spec, dspark_adapter.conventions.top_k_ties), q_paths, paths),)
+        q_paths = draft_law(path_corrected(spec.head_type, state, base, anchor, hidden, paths), spec,
+                            dspark_adapter.conventions)
+        return (accepted_law(target_law(target[0], spec, dspark_adapter.conventions.top_k_ties), q_paths, paths),)
 
     (base, anchor, hidden, target), (law,) = _spread_row(spec.head_type, input_generator(case_seed), laws, case.id)
     n = stats.sample_size_for_tv(law)
@@ -326,7 +281,7 @@ def test_S9_round_mixed_batch(case, require, dspark_adapter, case_seed, case_gen
     greedy = _greedy_rows("vanilla", state, 24, gen)
     kinds = [RowSpec(temperature=0.7), RowSpec(temperature=1.3, top_p=0.8)]
     (base, anchor, hidden, target), laws = _spread_row(
-        "vanilla", gen, lambda *inputs: [_target_law(inputs[3][0], spec, dspark_adapter.conventions.top_k_ties)[0]
+        "vanilla", gen, lambda *inputs: [target_law(inputs[3][0], spec, dspark_adapter.conventions.top_k_ties)[0]
                                          for spec in kinds], case.id)
     n = max(stats.sample_size_for_tv(law) for law in laws)
     g = len(greedy)
@@ -405,7 +360,7 @@ def test_S9_round_block_follows_the_q_it_hands_over(case, require, case_seed, ca
     iut = require(SpeculativeRound)
     head_type = "vanilla"
     inputs = block_law.block_law_inputs(head_type, case_seed, case.id)
-    handle = block_law.load_head("SpeculativeRound", iut, inputs, head_type, dspark_device, torch.float32)
+    handle = load_block_law_head("SpeculativeRound", iut, inputs, head_type, dspark_device, torch.float32)
     n = stats.sample_size_for_tv(inputs.law, min_tv=block_law.MIN_TV)
     gen = torch.Generator().manual_seed(sub_seed(case_seed, "requests"))
     target = torch.cat([inputs.base, inputs.base[:, -1:]], dim=1)
@@ -415,7 +370,7 @@ def test_S9_round_block_follows_the_q_it_hands_over(case, require, case_seed, ca
         randomness = {"seeds": torch.randint(0, 2**62, (n,), generator=gen),
                       "positions": torch.randint(0, 10**6, (n,), generator=gen)}
 
-    drafts, _, _, q = _round(iut, handle, *block_law.rows_of(inputs, n, "cpu"), _repeat(target, n),
+    drafts, _, _, q = _round(iut, handle, *block_law_rows(inputs, n, "cpu"), _repeat(target, n),
                              [RowSpec(head_type, block_law.BLOCK_TEMPERATURE)] * n, dspark_device, **randomness)
 
     if q is None:
@@ -429,20 +384,6 @@ HANDOFF_CASES = {
          "teacher-forced oracle, truncated if the drafter truncates, one-hot on greedy rows) within the S0 bound",
          ["S9.round-handoff", "S0.numerically-equal"]): None,
 }
-
-
-def _q_bound(exact_logits, logit_bound, temperature, q):
-    """SPEC S0 bound on a float32 evaluation of ``q = softmax(L / T)`` (renormalised over a
-    kept set): logits within ``B`` of the exact ``L`` move every ``L / T`` by at most
-    ``e = max B / T + u max |L / T|``, which scales each probability by a factor in
-    ``[exp(-2e), exp(2e)]``; the float32 softmax itself (exp to a few ulps, a V-term sum, a
-    division) adds ``(V + 8) u`` relative; doubled for second-order terms. With ``B`` ~1e-6
-    this is ~1e-6 relative, while a q rounded to bfloat16 errs by up to 2^-9 relative and a
-    q that is not the draw law by O(q)."""
-    u = UNIT_ROUNDOFF[torch.float32]
-    t = max(float(temperature), 1e-5)
-    e = logit_bound.amax(dim=-1, keepdim=True) / t + u * (exact_logits / t).abs().amax(dim=-1, keepdim=True)
-    return 2 * (q * (torch.expm1(2 * e) + (VOCAB + 8) * u)) + u
 
 
 #: Handoff rows keep every truncation decision this far (in probability) from its cut, so a
@@ -469,7 +410,7 @@ def _handoff_row(state, spec: RowSpec, gen: torch.Generator):
         base, _, hidden, _ = row
         every_prev = torch.arange(VOCAB)[:, None].expand(VOCAB, GAMMA)
         logits, _ = oracle_block_logits("gated", state, _repeat(base, VOCAB), every_prev, _repeat(hidden, VOCAB))
-        laws = tempered_law(logits.reshape(-1, VOCAB), spec.temperature)
+        laws = tempered_softmax64(logits.reshape(-1, VOCAB), spec.temperature)
         if all(_cut_is_clear(law, spec) for law in laws):
             return row
 
@@ -489,9 +430,9 @@ def test_S9_round_hands_over_the_draw_law(case, require, dspark_adapter, case_se
         pytest.skip("SpeculativeRound: this IUT does not expose the draft distribution it hands over")
     prev = torch.cat([batch[1][:, None], drafts[:, :-1]], dim=1)
     exact, bound = oracle_block_logits("gated", state, batch[0], prev, batch[2])
-    expected = torch.stack([_draft_law(exact[i], spec, dspark_adapter) for i, spec in enumerate(specs)])
+    expected = torch.stack([draft_law(exact[i], spec, dspark_adapter.conventions) for i, spec in enumerate(specs)])
     greedy = torch.tensor([spec == _greedy_spec(dspark_adapter) for spec in specs])
     expected[greedy] = torch.nn.functional.one_hot(drafts[greedy], VOCAB).to(torch.float64)
-    bounds = torch.stack([_q_bound(exact[i], bound[i], spec.temperature, expected[i]) for i, spec in enumerate(specs)])
+    bounds = torch.stack([q_bound(exact[i], bound[i], spec.temperature, expected[i]) for i, spec in enumerate(specs)])
     bounds[greedy] = 0.0
     numeric_check(numerics.compare(f"{case.id}: draft_probs vs the draw law", q, expected, bounds))

@@ -4,10 +4,12 @@ crop, zero-probability tokens and truncation.
 
 Capabilities: ``StepSampler`` (fresh noise: statistical and exact-greedy cases),
 ``NoiseStepSampler`` (explicit noise: exact parity with a float64 oracle),
-``TruncatedStepSampler`` (top-k / top-p / min-p). Every oracle below is written here in
-float64 and shares no code with ``dspark_ref``. Exact cases move the oracle's noise away
-from near-ties (:func:`_separate`), so float32 rounding cannot flip a winner. Exact edges: a
-one-token vocabulary, the noise's generator (same seed, same tokens), neutral truncation in
+``TruncatedStepSampler`` (top-k / top-p / min-p). The oracles are float64 and share no code
+with ``dspark_ref``: the race (:mod:`conformance.oracles.race_oracle`), the tempered law
+(:mod:`conformance.oracles.laws`) and truncation (:mod:`conformance.oracles.truncation`).
+Exact cases move the oracle's noise away from near-ties
+(:func:`~conformance.oracles.race_oracle.separate`), so float32 rounding cannot flip a
+winner. Exact edges: a one-token vocabulary, the noise's generator (same seed, same tokens), neutral truncation in
 a two-row batch, ``min_p = 1`` keeping the mode.
 
 Statistical cases draw all samples of one assertion by repeating one logits row in a batch
@@ -30,69 +32,20 @@ import pytest
 import torch
 
 from conformance import stats
-from conformance.seeds import derive_seed
 from conformance.budget import DEFAULT_MIN_TV, tier_of
 from conformance.cases import case, case_id
 from conformance.contract import NoiseStepSampler, StepSampler, TruncatedStepSampler
 from conformance.inputs import NO_TOP_K_CUT, logit_rows
-from conformance.suite.support.truncation import NEUTRAL, truncated_law
+from conformance.oracles.laws import tempered_softmax64
+from conformance.oracles.race_oracle import expected_tokens, greedy_by_rule, lowest_argmax, separate
+from conformance.oracles.truncation import NEUTRAL, truncated_law
+from conformance.seeds import derive_seed
 
-TEMPERATURE_FLOOR = 1e-5  # SPEC S3: sampling temperatures are clamped to at least this
-NEAR_TIE = 1e-3  # exact cases keep the two best oracle keys at least this far apart (relative)
 TEMPERATURES = (0.3, 0.7, 1.0, 1.5, 2.0)
 TILE_EDGE_VOCABS = (1023, 1024, 1025)  # both sides of a 1024-column tile
 PRODUCTION_VOCABS = (129_280, 151_936)  # DeepSeek-V4, Qwen3
 # A row with distinct probabilities far from every truncation cut-off used below.
 EIGHT_PROBS = (0.30, 0.22, 0.16, 0.12, 0.09, 0.06, 0.03, 0.02)
-
-
-# --------------------------------------------------------------------------- oracles
-def _softmax64(logits: torch.Tensor, temperatures) -> torch.Tensor:
-    """float64 ``softmax(L / max(T, 1e-5))`` on CPU; ``temperatures`` a float or ``[B]``."""
-    temps = torch.as_tensor(temperatures, dtype=torch.float64).clamp(min=TEMPERATURE_FLOOR)
-    scaled = logits.detach().cpu().double() / (temps[..., None] if temps.ndim else temps)
-    weights = torch.exp(scaled - scaled.max(dim=-1, keepdim=True).values)
-    return weights / weights.sum(dim=-1, keepdim=True)
-
-
-def _lowest_argmax(logits: torch.Tensor) -> torch.Tensor:
-    """Row argmax of ``[B, V]``, lowest index among ties (exact comparison in float64)."""
-    values = logits.detach().cpu().double()
-    hits = values == values.max(dim=-1, keepdim=True).values
-    return torch.where(hits, torch.arange(values.shape[-1]), values.shape[-1]).min(dim=-1).values
-
-
-def _greedy_by_rule(rule: str, temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    """SPEC S3 conventions: ``top_k <= 1`` (SGLang) or ``temperature < 1e-5`` (vLLM)."""
-    if rule == "top_k":
-        return top_k.cpu() <= 1
-    return temperatures.cpu() < TEMPERATURE_FLOOR
-
-
-def _race_keys64(logits, temperatures, noise) -> torch.Tensor:
-    """float64 race keys ``p_v / E_v``; zero-probability tokens get -1 (never win)."""
-    probs = _softmax64(logits, temperatures.cpu())
-    return torch.where(probs > 0, probs / noise.cpu().double(), -1.0)
-
-
-def _expected_tokens(rule, logits, temperatures, top_k, noise) -> torch.Tensor:
-    """What a conforming IUT returns: greedy rows argmax, the others the race winner."""
-    greedy = _greedy_by_rule(rule, temperatures, top_k)
-    race = _race_keys64(logits, temperatures, noise).argmax(dim=-1)
-    return torch.where(greedy, _lowest_argmax(logits), race)
-
-
-def _separate(logits, temperatures, noise) -> torch.Tensor:
-    """Halve the winner's noise on rows whose two best oracle keys are within NEAR_TIE.
-
-    Exact parity then cannot hinge on float32 rounding (keys are rounded at ~1e-6).
-    """
-    noise = noise.clone()
-    top2 = _race_keys64(logits, temperatures, noise).topk(2, dim=-1)
-    close = top2.values[:, 1] > (1 - NEAR_TIE) * top2.values[:, 0]
-    rows = close.nonzero().flatten()
-    noise[rows, top2.indices[rows, 0]] *= 0.5
-    return noise
 
 
 def _inputs_generator(case_seed: int) -> torch.Generator:
@@ -170,7 +123,7 @@ def test_S3_law(case, family, temperature, require, dspark_device, case_seed, ca
     sampler = require(StepSampler)
     vocab = 8
     row = logit_rows(family, 1, vocab, _inputs_generator(case_seed))[0]
-    probs = _softmax64(row, temperature)
+    probs = tempered_softmax64(row, temperature)
     n = stats.sample_size_for_tv(probs, min_tv=tier_min_tv)
     tokens = _draw(sampler, row, temperature, vocab, vocab, n, case_generator, dspark_device)
     stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab).cpu(), probs, name=case.id,
@@ -203,7 +156,7 @@ def test_S3_law_fine(case, family, require, dspark_device, case_seed, case_gener
     sampler = require(StepSampler)
     vocab = 8
     row = logit_rows(family, 1, vocab, _inputs_generator(case_seed))[0]
-    probs = _softmax64(row, 1.0)
+    probs = tempered_softmax64(row, 1.0)
     n = stats.sample_size_for_tv(probs, min_tv=FINE_MIN_TV)
     tokens = _draw(sampler, row, 1.0, vocab, vocab, n, case_generator, dspark_device)
     stat_check(stats.goodness_of_fit(torch.bincount(tokens, minlength=vocab).cpu(), probs, name=case.id,
@@ -227,9 +180,9 @@ def test_S3_race_exact(case, family, require, dspark_device, dspark_adapter, cas
     logits = logit_rows(family, per_t * len(TEMPERATURES), vocab, gen)
     temps = torch.tensor(TEMPERATURES).repeat_interleave(per_t)
     top_k = torch.full_like(temps, vocab, dtype=torch.int64)
-    noise = _separate(logits, temps, _exp_noise(logits.shape, gen))
+    noise = separate(logits, temps, _exp_noise(logits.shape, gen))
     got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
-    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    expected = expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
     _assert_tokens(got, expected, torch.ones_like(temps, dtype=torch.bool), case.id)
 
 
@@ -256,7 +209,7 @@ def test_S3_clamp_argmax(case, require, dspark_device, case_seed, case_generator
     top_k = torch.full((rows,), vocab, dtype=torch.int64)
     got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), vocab,
                          case_generator)
-    _assert_tokens(got, _lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
+    _assert_tokens(got, lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
 
 
 @pytest.mark.parametrize("case", [CLAMP_NOISE], ids=case_id)
@@ -267,9 +220,9 @@ def test_S3_clamp_noise(case, require, dspark_device, dspark_adapter, case_seed)
     logits = torch.stack([torch.randperm(vocab, generator=gen) for _ in range(rows)]).float() * 5e-6
     temps = torch.tensor([0.0, 1e-7, 1e-6]).repeat(rows // 3)
     top_k = torch.full((rows,), vocab, dtype=torch.int64)
-    noise = _separate(logits, temps, _exp_noise(logits.shape, gen))
+    noise = separate(logits, temps, _exp_noise(logits.shape, gen))
     got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
-    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    expected = expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
     _assert_tokens(got, expected, torch.ones(rows, dtype=torch.bool), case.id)
 
 
@@ -306,7 +259,7 @@ def test_S3_greedy_ties(case, require, dspark_device, case_seed, case_generator)
         got = require(StepSampler).sample(*args, vocab, case_generator)
     else:
         got = require(NoiseStepSampler).sample_with_noise(*args, _exp_noise(logits.shape, gen).to(dspark_device))
-    _assert_tokens(got, _lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
+    _assert_tokens(got, lowest_argmax(logits), torch.ones(rows, dtype=torch.bool), case.id)
 
 
 NEAR_TIE_CASES = [
@@ -384,13 +337,13 @@ def test_S3_greedy_rule_mixed(case, require, dspark_device, dspark_adapter, case
     got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), vocab,
                          case_generator).cpu()
     _assert_ids_below(got, vocab, case.id)
-    greedy = _greedy_by_rule(rule, temps, top_k)
-    _assert_tokens(got, _lowest_argmax(logits[:1]).expand(len(kind)), greedy, f"{case.id}: greedy rows ({rule} rule)")
+    greedy = greedy_by_rule(rule, temps, top_k)
+    _assert_tokens(got, lowest_argmax(logits[:1]).expand(len(kind)), greedy, f"{case.id}: greedy rows ({rule} rule)")
     disagree = 1 if rule == "top_k" else 0  # the kind this rule samples and the other makes greedy
     laws = (("both-sample-T1", 3), ("rule-samples", disagree))
     for detail, k in laws:
         counts = torch.bincount(got[kind == k], minlength=vocab)
-        stat_check(stats.goodness_of_fit(counts, _softmax64(row, KINDS[k][1]), name=f"{case.id}/{detail}",
+        stat_check(stats.goodness_of_fit(counts, tempered_softmax64(row, KINDS[k][1]), name=f"{case.id}/{detail}",
                                          min_tv=tier_min_tv))
 
 
@@ -400,9 +353,9 @@ def test_S3_greedy_rule_mixed_noise(case, require, dspark_device, dspark_adapter
     gen, vocab = _inputs_generator(case_seed), 8
     kind, temps, top_k = _mixed_batch(vocab, 32)
     logits = torch.stack([_fine_row(vocab, gen) for _ in kind])
-    noise = _separate(logits, temps, _exp_noise(logits.shape, gen))
+    noise = separate(logits, temps, _exp_noise(logits.shape, gen))
     got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
-    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    expected = expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
     _assert_tokens(got, expected, torch.ones(len(kind), dtype=torch.bool), case.id)
 
 
@@ -435,7 +388,7 @@ def _tile_rows(vocab: int, gen: torch.Generator):
     logits[4, -2] = logits[4].max() + 2
     edge = min(1023, vocab - 2)
     logits[6:, [edge, edge + 1]] = logits[6:].max() + 1
-    return logits, temps, top_k, _separate(logits, temps, noise)
+    return logits, temps, top_k, separate(logits, temps, noise)
 
 
 @pytest.mark.parametrize("case, vocab", TILED_CASES)
@@ -443,7 +396,7 @@ def test_S3_tiled_exact(case, vocab, require, dspark_device, dspark_adapter, cas
     sampler = require(NoiseStepSampler)
     logits, temps, top_k, noise = _tile_rows(vocab, _inputs_generator(case_seed))
     got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
-    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    expected = expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
     _assert_tokens(got, expected, torch.ones(len(temps), dtype=torch.bool), case.id)
 
 
@@ -482,7 +435,7 @@ def test_S3_tiled_law(case, vocab, min_tv, require, dspark_device, case_seed, ca
     mass = _probs_row((0.4, 0.3, 0.2, 0.1), _inputs_generator(case_seed))
     row = torch.full((vocab,), float(mass.min()) - 30)
     row[places] = mass
-    probs = _softmax64(row, 1.0)
+    probs = tempered_softmax64(row, 1.0)
     binned = torch.cat([probs[places], (1 - probs[places].sum()).reshape(1)])
     n = stats.sample_size_for_tv(len(binned), min_tv=min_tv)
     tokens = _draw(sampler, row, 1.0, vocab, vocab, n, case_generator, dspark_device)
@@ -513,7 +466,7 @@ def test_S3_padded_vocab(case, vocab, require, dspark_device, case_seed, case_ge
     got = sampler.sample(logits.to(dspark_device), temps.to(dspark_device), top_k.to(dspark_device), vocab,
                          case_generator)
     _assert_ids_below(got, vocab, case.id)
-    _assert_tokens(got, _lowest_argmax(logits[:, :vocab]), top_k == 1, case.id)
+    _assert_tokens(got, lowest_argmax(logits[:, :vocab]), top_k == 1, case.id)
 
 
 ZERO_CASES = [
@@ -550,17 +503,17 @@ def test_S3_zero_probability(case, require, dspark_device, dspark_adapter, case_
         assert bool((drawn > -math.inf).all()), (
             f"{case.id}: -inf tokens drawn at rows {(drawn == -math.inf).nonzero().flatten()[:8].tolist()}"
         )
-        greedy = _greedy_by_rule(dspark_adapter.conventions.greedy_rule, temps, top_k)
-        _assert_tokens(got, _lowest_argmax(logits), greedy, f"{case.id}: greedy rows")
+        greedy = greedy_by_rule(dspark_adapter.conventions.greedy_rule, temps, top_k)
+        _assert_tokens(got, lowest_argmax(logits), greedy, f"{case.id}: greedy rows")
         return
     sampler = require(NoiseStepSampler)
     logits, temps, top_k = _sparse_rows(200, gen)
     noise = _exp_noise(logits.shape, gen)
     dead = logits == -math.inf
     noise[dead] = torch.where(torch.rand(int(dead.sum()), generator=gen) < 0.5, 0.0, 1e-30)
-    noise = _separate(logits, temps, noise)
+    noise = separate(logits, temps, noise)
     got = sampler.sample_with_noise(*(x.to(dspark_device) for x in (logits, temps, top_k, noise)))
-    expected = _expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
+    expected = expected_tokens(dspark_adapter.conventions.greedy_rule, logits, temps, top_k, noise)
     _assert_tokens(got, expected, torch.ones(len(temps), dtype=torch.bool), case.id)
 
 
@@ -581,7 +534,7 @@ def test_S3_fresh_noise(case, require, dspark_device, case_seed, case_generator,
     sampler = require(StepSampler)
     vocab = 4
     row = _probs_row((0.4, 0.3, 0.2, 0.1), _inputs_generator(case_seed))
-    probs = _softmax64(row, 1.0)
+    probs = tempered_softmax64(row, 1.0)
     joint = torch.outer(probs, probs).flatten()
     n = stats.sample_size_for_tv(joint, min_tv=tier_min_tv)
     if case is FRESH_CASES[0]:
@@ -632,7 +585,7 @@ def test_S3_truncation(case, name, value, temperature, require, dspark_device, c
     sampler = require(TruncatedStepSampler)
     vocab = len(EIGHT_PROBS)
     row = _probs_row(EIGHT_PROBS, _inputs_generator(case_seed))
-    expected = _truncated64(_softmax64(row, temperature), name, value)
+    expected = _truncated64(tempered_softmax64(row, temperature), name, value)
     n = stats.sample_size_for_tv(expected, min_tv=tier_min_tv)
     cut = NEUTRAL | {"top_k": vocab, name.replace("-", "_"): value}
     tokens = _draw_truncated(sampler, row, temperature, cut, n, case_generator, dspark_device)
@@ -656,7 +609,7 @@ def test_S3_top_k_ties_follow_the_declared_rule(case, require, dspark_adapter, d
                                                 stat_check, tier_min_tv):
     sampler = require(TruncatedStepSampler)
     row, temperature = torch.tensor(TIED_AT_CUT), 0.8
-    expected = truncated_law(_softmax64(row, temperature), 3, 1.0, 0.0, dspark_adapter.conventions.top_k_ties)
+    expected = truncated_law(tempered_softmax64(row, temperature), 3, 1.0, 0.0, dspark_adapter.conventions.top_k_ties)
     n = stats.sample_size_for_tv(expected, min_tv=tier_min_tv)
     tokens = _draw_truncated(sampler, row, temperature, NEUTRAL | {"top_k": 3}, n, case_generator, dspark_device)
     _assert_ids_below(tokens, len(TIED_AT_CUT), case.id)
@@ -683,7 +636,7 @@ def test_S3_truncation_parameters_differ_by_row_in_one_batch(case, require, dspa
     sampler = require(TruncatedStepSampler)
     vocab, groups = len(EIGHT_PROBS), len(MIXED_TRUNCATION_GROUPS)
     row = _probs_row(EIGHT_PROBS, _inputs_generator(case_seed))
-    laws = [_truncated64(_softmax64(row, t), name, value) for name, value, t in MIXED_TRUNCATION_GROUPS]
+    laws = [_truncated64(tempered_softmax64(row, t), name, value) for name, value, t in MIXED_TRUNCATION_GROUPS]
     n = max(stats.sample_size_for_tv(law, min_tv=tier_min_tv) for law in laws)
     cuts = [NEUTRAL | {"top_k": vocab, name.replace("-", "_"): value} for name, value, _ in MIXED_TRUNCATION_GROUPS]
     group = torch.arange(n * groups) % groups  # row r belongs to group r % 3
@@ -755,7 +708,7 @@ def test_S3_noise_comes_from_the_generator(case, require, dspark_device, case_se
         f"{case.id}: generators of seed {seed} drew different tokens in rows {(first != again).nonzero().flatten().tolist()[:8]} "
         "(noise from the global RNG?)"
     )
-    coincide = float(_softmax64(logits, 1.0).max(dim=-1).values.prod())
+    coincide = float(tempered_softmax64(logits, 1.0).max(dim=-1).values.prod())
     assert coincide <= 1e-9, f"{case.id}: test design: independent draws coincide with probability {coincide:.3g}"
     assert not torch.equal(first, other), f"{case.id}: seeds {seed} and {seed + 1} drew the same tokens"
 
@@ -775,7 +728,7 @@ def test_S3_neutral_truncation_cuts_nothing_in_a_small_batch(case, require, dspa
     sampler = require(TruncatedStepSampler)
     rows, vocab = 2, FEW_ROWS_VOCAB
     logits = torch.linspace(0.0, 0.35, vocab).repeat(rows, 1)
-    miss = float(((1 - _softmax64(logits, 1.0)) ** FEW_ROWS_CALLS).sum())
+    miss = float(((1 - tempered_softmax64(logits, 1.0)) ** FEW_ROWS_CALLS).sum())
     assert miss <= 1e-9, f"{case.id}: test design: a correct sampler misses a token with probability {miss:.3g}"
     args = [logits, torch.ones(rows), torch.full((rows,), vocab), torch.ones(rows), torch.zeros(rows)]
     args = [t.to(dspark_device) for t in args]
@@ -802,7 +755,7 @@ def test_S3_min_p_one_keeps_the_mode(case, require, dspark_device, case_seed, ca
     logits = torch.randn(rows, vocab, generator=gen) + 0.5 * torch.arange(vocab).flip(0)[torch.randperm(vocab, generator=gen)]
     args = [logits, torch.ones(rows), torch.full((rows,), vocab), torch.ones(rows), torch.ones(rows)]
     tokens = sampler.sample_truncated(*[t.to(dspark_device) for t in args], case_generator).cpu()
-    expected = _lowest_argmax(logits)
+    expected = lowest_argmax(logits)
     assert torch.equal(tokens, expected), (
         f"{case.id}: min_p = 1 must keep only the mode: drew {tokens.tolist()}, argmax {expected.tolist()}"
     )

@@ -1,7 +1,7 @@
 """Conformance tests for SPEC S8: the hardware-aware prefix scheduler (paper Algorithm 1).
 
 Covers: the IUT's lengths against an oracle of Algorithm 1 in plain Python from the paper's
-text (:mod:`conformance.suite.support.prefix_schedule`), on generated cases (R in 1..8,
+text (:mod:`conformance.oracles.prefix_schedule`), on generated cases (R in 1..8,
 gamma in 1..7, confidences with ties and zeros, SPS tables decaying smoothly or jagged);
 ties admitted in prefix order; a tie in Theta is not an improvement; the early stop; and
 losslessness on the paper's Appendix A construction, exactly (enumeration with fractions)
@@ -9,7 +9,7 @@ and by sampling the process through the IUT. Everything reaches the implementati
 :class:`~conformance.contract.PrefixScheduler`.
 
 The production variant (SPEC S8's last paragraph, :class:`~conformance.contract.ProductionScheduler`)
-is checked against the exact oracle of :mod:`conformance.suite.support.production_schedule`:
+is checked against the exact oracle of :mod:`conformance.oracles.production_schedule`:
 the budget is a brute-force argmax of ``(R + admitted stale survivals) / cost(B)``, filled with
 the highest stale survivals, prefixes only, within per-request minimum and maximum lengths
 (the current block's confidences passed equal to the stale ones there, so a scheduler that
@@ -42,8 +42,8 @@ import torch
 from conformance import stats
 from conformance.cases import case, case_id
 from conformance.contract import PrefixScheduler, ProductionScheduler
-from conformance.suite.support import production_schedule as production
-from conformance.suite.support.prefix_schedule import algorithm_1, candidate_path, check_against_oracle, survival
+from conformance.oracles import production_schedule as production
+from conformance.oracles.prefix_schedule import algorithm_1, candidate_path, check_against_oracle, survival
 
 INSTANCES = 200
 SPS_QUANTUM = 4096

@@ -35,13 +35,13 @@ import numbers
 
 import numpy as np
 import pytest
-import scipy.stats
 import torch
 
 from conformance import stats
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
 from conformance.contract import SimulatedAcceptance, SimulatedAcceptanceBatch, SimulatedBonus
+from conformance.oracles.simulated_oracle import match_expected_support, multinomial_law
 from conformance.seeds import derive_seed
 
 METHODS = ("match-expected", "multinomial")
@@ -81,22 +81,6 @@ def _check_support(case_id_: str, values, allowed: set[int], what: str) -> None:
             )
 
 
-def _match_expected_support(value: float, max_len: int) -> tuple[int, int, float]:
-    """SPEC S6: clamp into [1, max_len]; lower = floor; upper = lower + 1 if lower < max_len
-    else lower; P(upper) = value - lower. Returns (lower, upper, P(upper))."""
-    clamped = min(max(value, 1.0), float(max_len))
-    lower = math.floor(clamped)
-    upper = lower + 1 if lower < max_len else lower
-    return lower, upper, clamped - lower
-
-
-def _multinomial_law(value: float, max_len: int) -> np.ndarray:
-    """P(k), k = 1..max_len, of round(clamp(N(value, 1), 1, max_len)): the clamp folds the
-    tails into 1 and max_len (ties at k + 1/2 have probability 0)."""
-    edges = np.array([-np.inf] + [k + 0.5 for k in range(1, max_len)] + [np.inf])
-    return np.diff(scipy.stats.norm.cdf(edges - value))
-
-
 # ----------------------------------------------------------------------------- match-expected
 # case -> (value, max_len)
 MATCH_EXPECTED_CASES = {
@@ -115,7 +99,7 @@ def test_S6_match_expected_law(case, law_draws, stat_check, case_seed):
     PER_ASSERTION_ALPHA, min effect 0.01 (a mean off by 0.01), n from
     sample_size_for_proportion for power 0.999. Support {lower, upper} is exact."""
     value, max_len = MATCH_EXPECTED_CASES[case]
-    lower, upper, p_upper = _match_expected_support(value, max_len)
+    lower, upper, p_upper = match_expected_support(value, max_len)
     n = stats.sample_size_for_proportion(p_upper, DEFAULT_MIN_TV)
 
     draws = law_draws(value, "match-expected", max_len, n, _cpu_generator(case_seed))
@@ -163,7 +147,7 @@ def test_S6_multinomial_law(case, law_draws, stat_check, case_seed):
     """H0: draws ~ round(clamp(N(value, 1), 1, max_len)) with the law from norm.cdf;
     chi-square, alpha = PER_ASSERTION_ALPHA, min TV 0.01, power 0.999 (sample_size_for_tv)."""
     value, max_len = MULTINOMIAL_CASES[case]
-    law = _multinomial_law(value, max_len)
+    law = multinomial_law(value, max_len)
     n = stats.sample_size_for_tv(law)
 
     draws = law_draws(value, "multinomial", max_len, n, _cpu_generator(case_seed))
@@ -259,7 +243,7 @@ def test_S6_executor_redraws_every_step(case, require, stat_check, case_seed, ds
     """
     iut = require(SimulatedAcceptance)
     value, gamma = EXECUTOR_MATCH_CASES[case]
-    lower, upper, p_upper = _match_expected_support(value, gamma + 1)
+    lower, upper, p_upper = match_expected_support(value, gamma + 1)
     p_change = 2 * p_upper * (1 - p_upper)
     pairs = max(math.ceil(stats.sample_size_for_proportion(p_upper, EXECUTOR_MIN_EFFECT) / 2),
                 stats.sample_size_for_proportion(p_change, EXECUTOR_MIN_EFFECT))
@@ -289,7 +273,7 @@ def test_S6_executor_multinomial_law(case, require, stat_check, case_seed, dspar
     is checked exactly on every row."""
     iut = require(SimulatedAcceptance)
     value, gamma = 3.3, 5
-    law = _multinomial_law(value, gamma + 1)
+    law = multinomial_law(value, gamma + 1)
     steps = stats.sample_size_for_tv(law, min_tv=EXECUTOR_MIN_EFFECT)
 
     lengths = _run_executor(iut, value, "multinomial", gamma, steps, case_seed, dspark_device)

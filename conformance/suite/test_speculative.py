@@ -12,7 +12,7 @@ Covers, through :class:`~conformance.contract.SpeculativeLoop` only:
   confidences the scheduler read in each round are the draft's confidences of that round's
   own block (recomputed here from the committed tokens and the recorded block), the
   block's accepted drafts are the committed tokens, and the round's verify lengths are
-  Algorithm 1 (SPEC S8, :mod:`conformance.suite.support.prefix_schedule`) on those
+  Algorithm 1 (SPEC S8, :mod:`conformance.oracles.prefix_schedule`) on those
   confidences over the unfinished rows, exactly; greedy and sampled;
 * the generator: two runs with generators of one seed give the same tokens and lengths
   whatever the global RNG's state, another seed other tokens;
@@ -21,7 +21,7 @@ Covers, through :class:`~conformance.contract.SpeculativeLoop` only:
   taus add up to the tokens generated after the prefill token;
 * expected tau (statistical): each round's accept length (and, scheduled, verify length)
   against its SPEC expectation given the round's contexts, from the models alone
-  (:mod:`conformance.suite.support.tau_oracle`: exact over the draft tree without a
+  (:mod:`conformance.oracles.tau_oracle`: exact over the draft tree without a
   scheduler, an unbiased oracle Monte Carlo over the batch's schedule with one); a loop
   that stops drafting, drafts by argmax or caps its budget fails while lossless;
 * law (statistical): the first 3 generated tokens of many rows sampled at T in {0.7, 1}
@@ -62,9 +62,9 @@ import torch
 from conformance import stats
 from conformance.cases import case, case_id
 from conformance.contract import Inconclusive, SpeculativeLoop, SpeculativeLoopRecord
+from conformance.oracles import tau_oracle
+from conformance.oracles.prefix_schedule import check_against_oracle
 from conformance.seeds import derive_seed
-from conformance.suite.support import tau_oracle
-from conformance.suite.support.prefix_schedule import check_against_oracle
 from dspark_ref.tiny_models import OracleDraft, TinyDSparkDraft, TinyTargetLM
 
 VOCAB, HIDDEN, MARKOV_RANK = 5, 8, 4
@@ -631,7 +631,7 @@ def test_S9_sampled_sequences_follow_the_target_law(case, require, case_seed, ca
 TAU_MIN_EFFECT = 0.25
 TAU_ROWS, TAU_MAX_NEW = 200, 16
 #: Independent oracle draws of every row's block per round in the scheduled case
-#: (:func:`~conformance.suite.support.tau_oracle.round_expectations`); 4 add at most a
+#: (:func:`~conformance.oracles.tau_oracle.round_expectations`); 4 add at most a
 #: quarter of the variance of one draw to the round's estimate, a fraction of tau's own.
 SCHEDULE_DRAWS = 4
 
@@ -663,7 +663,7 @@ def test_S9_mean_tau_matches_the_spec_expectation(case, require, case_seed, case
                                                   stat_check):
     """H0: every round's accept length (and, scheduled, verify length) has the SPEC
     expectation given the contexts the round started from
-    (:func:`~conformance.suite.support.tau_oracle.round_expectations`: from the models alone,
+    (:func:`~conformance.oracles.tau_oracle.round_expectations`: from the models alone,
     exact without a scheduler, never by running a loop).
 
     The per-round differences are martingale differences, so each row's sum of them has mean

@@ -2,7 +2,7 @@
 
 SPEC S5 "Lossless: whatever q is, committed tokens follow the target's autoregressive law",
 and its corollaries, tested by goodness of fit (:mod:`conformance.stats`) against exact laws
-(:mod:`conformance.suite.support.verify_oracle`, enumerated in fractions), through
+(:mod:`conformance.oracles.verify_oracle`, enumerated in fractions), through
 :class:`~conformance.contract.ChainVerifier` and
 :class:`~conformance.contract.TruncatedChainVerifier`:
 
@@ -45,9 +45,10 @@ from conformance.inputs.verify_rounds import (
     table_drafts,
     verify_input_generator,
 )
-from conformance.suite.support import verify_oracle as oracle
+from conformance.oracles import verify_oracle as oracle
+from conformance.oracles.laws import tempered_softmax64
+from conformance.oracles.truncation import NEUTRAL, truncated_law
 from conformance.suite.support.chain_verifier import check_committed, iut_markov_drafts, verify, verify_seeded
-from conformance.suite.support.truncation import NEUTRAL, tempered_law, truncated_law
 
 F64 = torch.float64
 
@@ -271,7 +272,7 @@ def test_S5_truncated_target_law(case, require, dspark_adapter, case_seed, case_
     q_row = torch.softmax(torch.randn(l, vocab, generator=gen) / temperature, dim=-1)
     params = NEUTRAL | {name: value}
     ties = dspark_adapter.conventions.top_k_ties
-    expected = truncated_law(tempered_law(first, temperature), params["top_k"], params["top_p"], params["min_p"], ties)
+    expected = truncated_law(tempered_softmax64(first, temperature), params["top_k"], params["top_p"], params["min_p"], ties)
     n = stats.sample_size_for_tv(expected)
     drafts = torch.multinomial(q_row, n, replacement=True, generator=gen).T.contiguous()
     dev = dspark_device

@@ -1,7 +1,7 @@
 """Conformance tests for SPEC S5, exact: the chain-verification rule and greedy verify, row for row.
 
 Every expectation here is exact: the float64 replay of the S5 rule from explicit uniforms
-(:mod:`conformance.suite.support.verify_oracle`), hand-computed rows, an argmax oracle, or
+(:mod:`conformance.oracles.verify_oracle`), hand-computed rows, an argmax oracle, or
 equalities between calls. Through :class:`~conformance.contract.ChainVerifier` and
 :class:`~conformance.contract.GreedyVerifier` only:
 
@@ -45,8 +45,8 @@ from conformance.inputs.verify_rounds import (
     parity_inputs,
     verify_input_generator,
 )
+from conformance.oracles import verify_oracle as oracle
 from conformance.seeds import derive_seed
-from conformance.suite.support import verify_oracle as oracle
 from conformance.suite.support.chain_verifier import (
     assert_rows,
     check_committed,
@@ -54,7 +54,7 @@ from conformance.suite.support.chain_verifier import (
     verify_explicit,
     verify_seeded,
 )
-from conformance.suite.support.race_oracle import greedy_by_rule
+from conformance.oracles.race_oracle import greedy_by_rule
 
 F64 = torch.float64
 

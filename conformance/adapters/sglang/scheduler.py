@@ -16,7 +16,7 @@ Smallest faithful inputs:
 * cost -> an ``SpsCostTable`` through SGLang's ``profile_sps_table`` with one probe per batch
   size, ``SPS(b) = 1 / cost[b - 1]``; the planner's ``tau * SPS`` is then ``tau / cost`` up
   to one more rounding (the suite's instances keep near-ties away, see
-  ``conformance/suite/support/production_schedule.py``).
+  ``conformance/oracles/production_schedule.py``).
 * bounds: SGLang's are batch-wide, in verify tokens with the anchor counted
   (``DSparkScheduleConfig(min_verify_len, max_verify_len)``): ``min + 1`` and ``max + 1``;
   per-request bounds raise ``NotImplementedError``. Lengths come back as ``verify_lens - 1``.

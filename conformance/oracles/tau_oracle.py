@@ -16,7 +16,7 @@ P(A_k)``. ``q_j`` and ``p_j`` depend on the drafts before ``x_j`` (the Markov he
 previous token and rnn state; the target's context), so the sum runs over the draft tree:
 every prefix ``x_1..x_k`` (``V ** k`` of them per level, product order, ``x_1``
 slowest), with the draft's law of each step from the float64 SPEC S2 formula of
-:func:`conformance.suite.support.blocks.oracle_block_logits` and the target's law from its
+:func:`conformance.oracles.markov_block.oracle_block_logits` and the target's law from its
 next-token logits along the path. With the tiny S9 models (``V = 5``, ``gamma <= 4``: at
 most 156 nodes a row) this is exact up to float64 rounding, and no loop runs.
 
@@ -38,9 +38,9 @@ import itertools
 
 import torch
 
-from conformance.suite.support.blocks import oracle_block_logits
-from conformance.suite.support.prefix_schedule import algorithm_1, oracle_lengths
-from conformance.suite.support.verify_oracle import TEMPERATURE_FLOOR
+from conformance.oracles.laws import tempered_softmax64
+from conformance.oracles.markov_block import oracle_block_logits
+from conformance.oracles.prefix_schedule import algorithm_1, oracle_lengths
 
 __all__ = ["DraftTree", "draft_tree", "acceptance_survival", "expected_tau", "sample_blocks", "block_survival",
            "round_expectations"]
@@ -75,14 +75,6 @@ class DraftTree:
     @property
     def vocab(self) -> int:
         return self.p[0].shape[-1]
-
-
-def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """SPEC S3 / S5: ``softmax(L / max(T, 1e-5))`` in float64 (written out: ``torch.softmax``
-    takes twice as long over the tree's 5-wide rows on one thread)."""
-    scaled = logits.double() / max(float(temperature), TEMPERATURE_FLOOR)
-    weights = (scaled - scaled.amax(dim=-1, keepdim=True)).exp()
-    return weights / weights.sum(dim=-1, keepdim=True)
 
 
 @torch.no_grad()
@@ -146,13 +138,13 @@ def draft_tree(target, draft, head_type: str, anchor_state: torch.Tensor, contex
             if k:  # every prefix of length k - 1 followed by each token
                 state = target.advance(state.repeat_interleave(vocab, dim=0),
                                        torch.arange(vocab).repeat(state.shape[0]))
-            p.append(_tempered(target.next_token_logits(state), temperature).reshape(rows, vocab**k, vocab))
+            p.append(tempered_softmax64(target.next_token_logits(state), temperature).reshape(rows, vocab**k, vocab))
         if head_type == "rnn":  # the paths through each prefix share its step-k logits: take the first
             on_prefixes = corrected.reshape(rows, vocab**k, vocab ** (gamma - 1 - k), gamma, vocab)[:, :, 0, k]
         else:  # the prefix's last token (the anchor at k = 0) picks the path
             last = torch.arange(vocab**k) % vocab if k else torch.zeros(1, dtype=torch.int64)
             on_prefixes = corrected[:, last, k]
-        q.append(_tempered(on_prefixes, temperature))
+        q.append(tempered_softmax64(on_prefixes, temperature))
     return DraftTree(tuple(p), tuple(q))
 
 

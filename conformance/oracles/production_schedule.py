@@ -26,11 +26,12 @@ import dataclasses
 import random
 from fractions import Fraction
 
+from conformance.oracles.prefix_schedule import survival
+
 __all__ = [
     "Instance",
     "COST_QUANTUM",
     "NEAR_TIE",
-    "survival",
     "objectives",
     "check_lengths",
     "instances",
@@ -59,25 +60,13 @@ class Instance:
                 f"cost {self.cost}")
 
 
-def survival(conf: list[list[float]]) -> list[list[Fraction]]:
-    """``a[r][j] = prod_{i<=j} c[r][i]`` as exact fractions."""
-    out = []
-    for row in conf:
-        acc, prefix = Fraction(1), []
-        for c in row:
-            acc *= Fraction(c)
-            prefix.append(acc)
-        out.append(prefix)
-    return out
-
-
 def _candidates(inst: Instance, a: list[list[Fraction]]) -> list[tuple[int, int]]:
     return [(r, j) for r in range(len(a)) for j in range(inst.min_lengths[r], inst.max_lengths[r]) if a[r][j] > 0]
 
 
 def objectives(inst: Instance) -> list[Fraction]:
     """Exact ``tau / cost(B)`` after admitting ``k = 0 .. #candidates`` extra positions."""
-    a = survival(inst.stale)
+    a = survival(inst.stale, exact=True)
     rows = len(a)
     forced = sum(inst.min_lengths)
     tau = rows + sum(a[r][j] for r in range(rows) for j in range(inst.min_lengths[r]))
@@ -90,7 +79,7 @@ def objectives(inst: Instance) -> list[Fraction]:
 
 def check_lengths(where: str, inst: Instance, lengths: list[int]) -> None:
     """Assert that ``lengths`` are a correct production schedule of ``inst`` (module note)."""
-    a = survival(inst.stale)
+    a = survival(inst.stale, exact=True)
     objective = objectives(inst)
     best = max(objective)
     maximisers = [k for k, value in enumerate(objective) if value == best]

@@ -21,15 +21,10 @@ import torch
 
 from conformance.inputs import NO_TOP_K_CUT
 
-__all__ = ["NEUTRAL", "tempered_law", "truncated_law"]
+__all__ = ["NEUTRAL", "truncated_law"]
 
 #: Parameters that keep every token (``top_k`` at or above any vocabulary).
 NEUTRAL = {"top_k": NO_TOP_K_CUT, "top_p": 1.0, "min_p": 0.0}
-
-
-def tempered_law(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``softmax(L / max(T, 1e-5))`` in float64 over the last axis."""
-    return torch.softmax(logits.to(torch.float64) / max(float(temperature), 1e-5), dim=-1)
 
 
 def _keep_top_k(p: torch.Tensor, k: int, ties: str) -> torch.Tensor:
@@ -55,7 +50,7 @@ def truncated_law(p: torch.Tensor, top_k: int, top_p: float, min_p: float, ties:
     """The renormalised truncated law of one row.
 
     Args:
-        p: ``[V]`` float64 tempered law (:func:`tempered_law`).
+        p: ``[V]`` float64 tempered law (:func:`conformance.oracles.laws.tempered_softmax64`).
         top_k, top_p, min_p: the request's parameters (:data:`NEUTRAL` keeps all).
         ties: the top-k tie rule, ``"all"`` or ``"lowest"`` (``Conventions.top_k_ties``).
     Returns:

@@ -31,12 +31,15 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 import numpy as np
+import torch
+
+from conformance.oracles.laws import tempered_softmax64
+from conformance.spec import RESIDUAL_MASS_FLOOR
 
 __all__ = [
-    "TEMPERATURE_FLOOR",
-    "RESIDUAL_MASS_FLOOR",
     "step_law",
     "residual_law",
+    "residual_laws",
     "inverse_cdf",
     "replay_round",
     "greedy_round",
@@ -49,25 +52,19 @@ __all__ = [
     "outcome_counts",
 ]
 
-TEMPERATURE_FLOOR = 1e-5  # SPEC S3: temperatures are clamped to at least 1e-5
-# SPEC S5 "if that mass is ~0, from p_j": the reading declared by the reference (its
-# docstring): a residual mass sum(max(p - q, 0)) <= 1e-12 counts as zero.
-RESIDUAL_MASS_FLOOR = 1e-12
-
 Law = Callable[[tuple[int, ...]], Sequence[Fraction]]
 
 
 def step_law(logits: Sequence[float], temperature: float, greedy: bool) -> np.ndarray:
-    """float64 law of one position: ``softmax(L / max(T, 1e-5))``, or the one-hot law of
-    the lowest-index argmax for a greedy row. ``-inf`` logits get probability 0."""
+    """float64 law of one position: ``softmax(L / max(T, 1e-5))``
+    (:func:`~conformance.oracles.laws.tempered_softmax64`), or the one-hot law of the
+    lowest-index argmax for a greedy row. ``-inf`` logits get probability 0."""
     logits = np.asarray(logits, dtype=np.float64)
     if greedy:
         law = np.zeros_like(logits)
         law[int(np.argmax(logits))] = 1.0  # np.argmax returns the first maximum
         return law
-    scaled = logits / max(float(temperature), TEMPERATURE_FLOOR)
-    weights = np.exp(scaled - scaled.max())
-    return weights / weights.sum()
+    return tempered_softmax64(torch.from_numpy(logits), temperature).numpy()
 
 
 def residual_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -75,6 +72,11 @@ def residual_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     excess = np.maximum(p - q, 0.0)
     mass = excess.sum()
     return p if mass <= RESIDUAL_MASS_FLOOR else excess / mass
+
+
+def residual_laws(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """:func:`residual_law` of each row: ``p``, ``q`` ``[B, V]`` float64 CPU tensors -> ``[B, V]``."""
+    return torch.stack([torch.from_numpy(residual_law(a.numpy(), b.numpy())) for a, b in zip(p, q)])
 
 
 def inverse_cdf(law: np.ndarray, u: float) -> int:

@@ -8,18 +8,22 @@ left to right. It shares no code with ``dspark_ref``.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import torch
 
 __all__ = ["survival", "candidate_path", "algorithm_1", "theta_trace", "oracle_lengths", "check_against_oracle"]
 
 
-def survival(conf: list[list[float]]) -> list[list[float]]:
-    """Algorithm 1 lines 1-3: ``a[r][j] = prod_{i<=j} c[r][i]``, multiplied left to right."""
+def survival(conf: list[list[float]], exact: bool = False) -> list[list[float]] | list[list[Fraction]]:
+    """Algorithm 1 lines 1-3 (SPEC S8): ``a[r][j] = prod_{i<=j} c[r][i]``, multiplied left to
+    right, in float64 or, with ``exact``, as :class:`~fractions.Fraction` (each ``c`` read
+    exactly; the production oracle's survivals)."""
     rows = []
     for row in conf:
-        acc, prefix = 1.0, []
+        acc, prefix = (Fraction(1) if exact else 1.0), []
         for c in row:
-            acc *= c
+            acc *= Fraction(c) if exact else c
             prefix.append(acc)
         rows.append(prefix)
     return rows

@@ -16,19 +16,18 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["TEMPERATURE_FLOOR", "NEAR_TIE", "race_keys64", "lowest_argmax", "greedy_by_rule",
+from conformance.oracles.laws import tempered_softmax64
+from conformance.spec import GREEDY_TEMPERATURE_BELOW, GREEDY_TOP_K_AT_MOST
+
+__all__ = ["NEAR_TIE", "race_keys64", "lowest_argmax", "greedy_by_rule",
            "expected_tokens", "separate"]
 
-TEMPERATURE_FLOOR = 1e-5  # SPEC S3: sampling temperatures are clamped to at least this
 NEAR_TIE = 1e-3  # exact cases keep the two best keys at least this far apart (relative)
 
 
 def race_keys64(logits: torch.Tensor, temperatures: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """``[B, V]`` float64 race keys ``softmax(L / max(T, 1e-5))_v / E_v``; -1 where ``p = 0``."""
-    temps = temperatures.double().clamp(min=TEMPERATURE_FLOOR)
-    scaled = logits.double() / temps[:, None]
-    weights = torch.exp(scaled - scaled.max(dim=-1, keepdim=True).values)
-    probs = weights / weights.sum(dim=-1, keepdim=True)
+    probs = tempered_softmax64(logits, temperatures)
     return torch.where(probs > 0, probs / noise.double(), -1.0)
 
 
@@ -41,7 +40,7 @@ def lowest_argmax(logits: torch.Tensor) -> torch.Tensor:
 
 def greedy_by_rule(rule: str, temperatures: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
     """``[B]`` bool greedy rows by a declared rule: ``top_k <= 1`` or ``temperature < 1e-5``."""
-    return top_k <= 1 if rule == "top_k" else temperatures < TEMPERATURE_FLOOR
+    return top_k <= GREEDY_TOP_K_AT_MOST if rule == "top_k" else temperatures < GREEDY_TEMPERATURE_BELOW
 
 
 def expected_tokens(rule: str, logits, temperatures, top_k, noise) -> torch.Tensor:

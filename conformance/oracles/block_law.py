@@ -10,7 +10,7 @@ case tests the drawn blocks against it with one chi-square. A drafter whose draw
 q it hands over fails, even where each step alone looks right.
 
 Faults this must see (issue 42, class 2), and the effect each has on a case's input, derived
-here exactly in float64 from the SPEC S2 oracle (``support.blocks``):
+here exactly in float64 from the SPEC S2 oracle (``oracles.markov_block``):
 
 * sampling from the corrected logits rounded to bfloat16 while handing over the float32 q:
   :func:`bfloat16_draw_tv`, the TV between the block law of the rounded logits and that of
@@ -26,7 +26,8 @@ Inputs: :func:`block_law_inputs` draws a head and one row until both effects rea
 (premise by construction; so ``n`` rows see every prefix, with its q, at overwhelming
 probability); cases size ``n`` with ``stats.sample_size_for_tv(law, min_tv=MIN_TV)`` (power
 >= 0.999 at the default alpha against every alternative at that TV, the faults' included).
-It shares no code with ``dspark_ref``.
+The IUT's side of a case (its head loaded, the rows repeated on its device) is the suite's
+harness (``conformance/suite/support/blocks.py``). It shares no code with ``dspark_ref``.
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-import pytest
 import torch
 
 from conformance import stats
-from conformance.suite.support.blocks import input_generator, oracle_block_logits, repeat_rows, sub_seed
 from conformance.inputs import markov_head_state
+from conformance.inputs.seeding import input_generator, sub_seed
+from conformance.oracles.markov_block import oracle_block_logits
 
 #: Block of the law cases: ``V^gamma = 64`` enumerable outcomes.
 BLOCK_VOCAB, BLOCK_GAMMA, BLOCK_RANK, BLOCK_HIDDEN = 4, 3, 4, 4
@@ -106,24 +107,6 @@ def block_labels(vocab: int = BLOCK_VOCAB, gamma: int = BLOCK_GAMMA) -> list[str
     return [f"block {tuple(block)}" for block in all_blocks(vocab, gamma).tolist()]
 
 
-def load_head(capability: str, iut, inputs: BlockLawInputs, head_type: str, device, *args):
-    """``inputs.state`` loaded through ``iut.load_head(head_type, state, V, r, d, device,
-    *args)`` (a :class:`~conformance.contract.MarkovBlock` or, with the dtype in ``args``, a
-    :class:`~conformance.contract.SpeculativeRound`); a head the IUT does not ship is a skip
-    naming ``capability`` and the head."""
-    state = {name: tensor.to(device) for name, tensor in inputs.state.items()}
-    try:
-        return iut.load_head(head_type, state, BLOCK_VOCAB, BLOCK_RANK, BLOCK_HIDDEN, device, *args)
-    except NotImplementedError as exc:
-        pytest.skip(f"{capability}: {head_type} head not supported by this IUT ({exc})")
-
-
-def rows_of(inputs: BlockLawInputs, n: int, device) -> list:
-    """``[base [n, gamma, V], anchor [n], hidden [n, gamma, d] | None]``: ``n`` copies of the
-    row on ``device``."""
-    return [repeat_rows(None if t is None else t.to(device), n) for t in (inputs.base, inputs.anchor, inputs.hidden)]
-
-
 def q_of_corrected(corrected: torch.Tensor) -> torch.Tensor:
     """The q a block sampler hands over with its corrected logits ``[n, gamma, V]`` (SPEC S5):
     ``softmax(L / BLOCK_TEMPERATURE)`` in float64 on the CPU."""
@@ -139,7 +122,7 @@ def block_law_check(name: str, tokens: torch.Tensor, q: torch.Tensor) -> stats.S
 
 def path_logits(head_type, state, base, anchor, hidden, blocks):
     """SPEC S2 corrected logits ``[P, gamma, V]`` float64 along each block of ``blocks [P, gamma]``
-    (the float64 oracle of ``support.blocks``), from one row ``base [1, gamma, V]``, ``anchor
+    (the float64 oracle of ``oracles.markov_block``), from one row ``base [1, gamma, V]``, ``anchor
     [1]``, ``hidden [1, gamma, d]`` or None."""
     rows = blocks.shape[0]
     prev = torch.cat([anchor.expand(rows)[:, None], blocks[:, :-1]], dim=1)
