@@ -245,7 +245,6 @@ def _stat_pvalues(cli: list[str], cwd: Path, report: Path) -> list[float]:
     return [s["p_value"] for s in tests[0]["stats"]]
 
 
-@pytest.mark.slow
 def _lend_site_packages(python: str) -> None:
     """Put this interpreter's site-packages on the path of the venv of ``python``, after its
     own: ``system_site_packages`` lends the base interpreter's, which lacks this venv's torch.
@@ -257,6 +256,7 @@ def _lend_site_packages(python: str) -> None:
     Path(own, "_lent_by_the_test.pth").write_text("".join(f"{path}\n" for path in sorted(lent)))
 
 
+@pytest.mark.slow
 def test_an_installed_wheel_has_the_same_case_ids_and_seeds(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
