@@ -229,6 +229,10 @@ class Adapter:
             release should offer it (a module it needs did not import): the reason names the
             module and the install line that fixes it. A case that requires such a capability
             is INCONCLUSIVE, never a "not offered" skip, and the verdict names it.
+        replay_env: environment settings that change what this run checks and that a replay
+            must repeat, e.g. ``{"DSPARK_VLLM_LEDGER": "off"}`` while the ledger is off
+            (:func:`conformance.adapters.ledgers.replay_env`); every replay line starts
+            with them and the console's header shows them.
     """
 
     name: str
@@ -238,6 +242,7 @@ class Adapter:
     description: str = ""
     requirements: Mapping[type, Requirement] = dataclasses.field(default_factory=dict)
     unavailable: Mapping[type, str] = dataclasses.field(default_factory=dict)
+    replay_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for cap, impl in self.capabilities.items():

@@ -78,9 +78,11 @@ class RunSession:
 
     def replay_command(self, case_id: str) -> str:
         """One line that reruns the case ``case_id`` with the same implementation, device, seed
-        and budget (sample sizes follow it), from any directory where the suite is installed."""
+        and budget (sample sizes follow it), from any directory where the suite is installed;
+        it starts with the adapter's ``replay_env`` settings (a ledger turned off)."""
         budget = "" if self.budget == 1.0 else f" --budget {self.budget!r}"
-        return (f"dspark-conformance run --impl {shlex.quote(self.impl)} --device {self.device} "
+        env = "".join(f"{name}={shlex.quote(value)} " for name, value in sorted(self.adapter.replay_env.items()))
+        return (f"{env}dspark-conformance run --impl {shlex.quote(self.impl)} --device {self.device} "
                 f"--seed {self.base_seed}{budget} --case {shlex.quote(case_id)}")
 
     # ------------------------------------------------------------------ hooks
@@ -131,6 +133,7 @@ class RunSession:
         payload = {
             "impl": adapter.name,
             "description": adapter.description,
+            "replay_env": dict(sorted(adapter.replay_env.items())),
             "conventions": {k: str(v) for k, v in vars(adapter.conventions).items()},
             "capabilities": sorted(cap.__name__ for cap in adapter.capabilities),
             "unavailable": {cap.__name__: why for cap, why in sorted(adapter.unavailable.items(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.adapters.ledgers import Entry, Ledger, Scope, applied, enabled
+from conformance.adapters.ledgers import Entry, Ledger, Scope, applied, enabled, replay_env
 
 _LEDGER = Ledger(
     "docs/findings.md",
@@ -82,6 +82,15 @@ def test_the_switch_turns_the_ledger_off_for_the_adapter(monkeypatch, value, on)
         assert failures == _LEDGER.expected_failures("1.4") and failures and note == ""
     else:
         assert failures == () and note == f"; expected-failure ledger off ({_SWITCH}=off)"
+
+
+def test_a_replay_repeats_the_switch_while_the_ledger_is_off(monkeypatch):
+    # A new user's trial: with the ledger off a case failed, and its replay line (ledger on)
+    # passed as an expected failure.
+    monkeypatch.setenv(_SWITCH, "off")
+    assert replay_env(_SWITCH) == {_SWITCH: "off"}
+    monkeypatch.setenv(_SWITCH, "on")
+    assert replay_env(_SWITCH) == {}
 
 
 def test_the_switch_rejects_other_values(monkeypatch):

@@ -193,6 +193,7 @@ def test_the_console_gives_one_line_per_failure_with_its_replay_command(tmp_path
         assert line.endswith(f"  replay: {record['replay']}"), line
         assert len(line) <= 200, line
     assert "ERROR S5/e: RuntimeError: CUDA error: an illegal memory access  replay: " in after[1]
+    assert after[3].startswith("INCONCLUSIVE S6/i: p = 3e-06 between the thresholds  replay: "), after[3]
     assert after[0].startswith("FAILED S6/f: law: chi-square (Pearson) = 240, p = 9.28e-51 <= alpha = 5e-06; "
                                "TV(observed, probs) = 0.15  replay: "), after[0]
     assert f"COLLECTION ERROR: {error['module']}: {error['error']} (none of its cases ran)" in lines
@@ -232,3 +233,21 @@ def test_a_suite_module_that_did_not_collect_is_an_error_named_in_every_report(t
     assert merged["collection_errors"] == [error]
     clean = dict(payload, collection_errors=[], exit_status=0)
     assert (matrix.overall(matrix.run_rows(clean), clean), cli.exit_code(0, clean)) == ("PASS", cli.EXIT_PASS)
+
+
+def test_a_replay_line_and_the_header_carry_the_settings_the_run_depends_on():
+    # A new user's trial: a run with the ledger off printed replay lines without the switch,
+    # and those replays passed (the ledger expected the failure).
+    import types
+
+    from conformance import contract as c
+    from conformance.report import matrix
+    from conformance.session import RunSession
+
+    options = {"--dspark-impl": "toy", "--dspark-device": "cpu", "--dspark-seed": 7, "--dspark-budget": 1.0}
+    session = RunSession(types.SimpleNamespace(getoption=options.get))
+    session._adapter = c.Adapter("toy", c.Conventions(), {}, replay_env={"DSPARK_TOY_LEDGER": "off"})
+    assert session.replay_command("S5/a") == ("DSPARK_TOY_LEDGER=off dspark-conformance run --impl toy "
+                                              "--device cpu --seed 7 --case S5/a")
+    payload = _payload(_record("S5/a"), replay_env={"DSPARK_TOY_LEDGER": "off"})
+    assert matrix.format_matrix(payload).splitlines()[0].endswith(" wall=1.0s DSPARK_TOY_LEDGER=off")

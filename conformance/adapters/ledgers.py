@@ -33,7 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from conformance.contract import ExpectedFailure
 
-__all__ = ["Entry", "Ledger", "Scope", "applied", "enabled"]
+__all__ = ["Entry", "Ledger", "Scope", "applied", "enabled", "replay_env"]
 
 _DEVICES = ("cpu", "cuda")
 
@@ -63,6 +63,17 @@ def applied(ledger: Ledger, variable: str, version: str) -> tuple[tuple[Expected
     if not enabled(variable):
         return (), f"; expected-failure ledger off ({variable}=off)"
     return ledger.expected_failures(version), ""
+
+
+def replay_env(variable: str) -> dict[str, str]:
+    """``{variable: "off"}`` while the switch ``variable`` turns the ledger off, else ``{}``:
+    the adapter's ``Adapter.replay_env``, so that a replay line runs with the ledger off too
+    (without it, a failure the ledger expects replays as an expected failure and passes).
+
+    Raises:
+        ValueError: ``variable`` holds neither on nor off (:func:`enabled`).
+    """
+    return {} if enabled(variable) else {variable: "off"}
 
 
 def _version(text: str, what: str) -> Version:

@@ -268,11 +268,11 @@ def failure_line(record: dict[str, Any]) -> str:
     ``FAILED <case id>: <reason>  replay: <command>``, the outcome in capitals. The reason
     is :func:`failed_statistics` where a failed case's assertion failed, else :func:`short_reason` less
     a leading ``AssertionError:`` (a failed check's; an engine's exception keeps its name)
-    :func:`clip`-ped to :data:`CONSOLE_REASON_LIMIT` between words. report.md holds each
+    and a leading case id (the line starts with it), :func:`clip`-ped to :data:`CONSOLE_REASON_LIMIT` between words. report.md holds each
     reason whole, with a statistical failure's bins; junit.xml the traceback."""
+    said = short_reason(record, limit=len(record.get("reason", ""))).removeprefix("AssertionError: ")
     reason = (failed_statistics(record) if record["outcome"] == "failed" else None) or clip(
-        short_reason(record, limit=len(record.get("reason", ""))).removeprefix("AssertionError: "),
-        CONSOLE_REASON_LIMIT)
+        said.removeprefix(f"{record['case']}: "), CONSOLE_REASON_LIMIT)
     return f"{record['outcome'].upper()} {record['case']}: {reason}  replay: {record['replay']}"
 
 
@@ -283,9 +283,10 @@ def format_matrix(payload: dict[str, Any], *, details: bool = False) -> str:
     rows = run_rows(payload)
     cells = table(rows)
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    settings = "".join(f" {name}={value}" for name, value in payload.get("replay_env", {}).items())
     lines = [
         f"DSpark conformance: impl={payload['impl']} device={payload['device']} "
-        f"seed={payload['base_seed']} wall={payload['wall_s']}s",
+        f"seed={payload['base_seed']} wall={payload['wall_s']}s{settings}",
     ]
     for i, r in enumerate(cells):
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths)))

@@ -111,4 +111,5 @@ def make_adapter() -> c.Adapter:
         capabilities=capabilities(engine),
         expected_failures=failures,
         description=description + off_note,
+        replay_env=ledgers.replay_env(ledger.LEDGER_ENV),
     )

@@ -163,6 +163,7 @@ def make_adapter() -> c.Adapter:
         requirements=requirements(modules),
         expected_failures=failures,
         description=description + off_note,
+        replay_env=ledgers.replay_env(ledger.LEDGER_ENV),
     )
 
 

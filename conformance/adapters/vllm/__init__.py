@@ -179,5 +179,6 @@ def make_adapter() -> c.Adapter:
         unavailable=unavailable(modules),
         expected_failures=failures,
         description=description + off_note,
+        replay_env=ledgers.replay_env(ledger.LEDGER_ENV),
     )
 
