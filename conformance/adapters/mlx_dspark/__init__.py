@@ -110,7 +110,7 @@ def make_adapter() -> c.Adapter:
     """The adapter for the installed mlx-dspark, named ``mlx-dspark==<version>``.
 
     Raises:
-        AdapterLoadError: mlx-dspark or MLX missing, older than the release the adapter reads,
+        AdapterLoadError: mlx-dspark or MLX missing, older than the first release shipping the functions it calls (0.8.0),
             or a DSpark module failed to import (the message gives the install line).
     """
     engine = load_mlx_dspark()
