@@ -40,10 +40,11 @@ __all__ = ["DIST", "MIN_VERSION", "INSTALL", "INSTALL_EXTRAS", "installed_versio
 
 DIST = "mlx-dspark"
 PACKAGE = "mlx_dspark"
-#: The first release that ships every function the adapter calls (read from each release's code:
-#: 0.1.0-0.7.0 lack ``DSparkDrafter.head_slice`` / ``set_draft_vocab_map`` / ``to_target_ids`` /
-#: ``widen_to_target`` and ``DSparkConfig.logits_start`` / ``draft_vocab_size``, 0.0.x the samplers
-#: and the verifier too); runs confirmed 0.8.0, 0.14.0 and 0.20.3 (docs/conformance/mlx-dspark-findings.md).
+#: The first release that ships every function the adapter calls, read from the code of each of
+#: the 43 releases 0.0.1-0.20.3: before 0.8.0 ``DSparkDrafter.head_slice`` / ``set_draft_vocab_map`` /
+#: ``to_target_ids`` / ``widen_to_target`` and ``DSparkConfig.logits_start`` / ``draft_vocab_size``
+#: are missing (before 0.2.0 ``generate._sample_arr`` too); all 28 releases 0.8.0-0.20.3 ship them
+#: with the same signatures. Runs confirmed 0.8.0, 0.14.0 and 0.20.3 (docs/conformance/mlx-dspark-findings.md).
 MIN_VERSION = (0, 8, 0)
 #: What the adapter needs beside ``pip install --no-deps`` of the engine: MLX and its CPU build
 #: (the drift check, ``conformance.drift``, installs them with the engine).
