@@ -110,8 +110,9 @@ def make_adapter() -> c.Adapter:
     """The adapter for the installed mlx-dspark, named ``mlx-dspark==<version>``.
 
     Raises:
-        AdapterLoadError: mlx-dspark or MLX missing, older than the first release shipping the functions it calls (0.8.0),
-            or a DSpark module failed to import (the message gives the install line).
+        AdapterLoadError: mlx-dspark or MLX missing, older than 0.8.0 (the first release shipping
+            every function the adapter calls), or a DSpark module failed to import (the message
+            gives the install line).
     """
     engine = load_mlx_dspark()
     description = (f"mlx-dspark {engine.version} DSpark drafter and verifier on MLX {engine.mx.__version__} "
