@@ -178,6 +178,18 @@ COMMANDS: dict[str, Check] = {
     "CI/gate.sh --impl reference --device cuda --report reports/gate": Check(HELP, _GPU, help="CI/gate.sh --help"),
     "pip install .": Check(DRY_RUN, "installs torch and the test tools from the index"),
     "dspark-conformance engines --report drift-report": Check(PARSE, "installs each engine's newest release"),
+    "pip install --no-deps --target engine dspark-mlx==0.1.0 mlx==0.32.4 mlx-cpu==0.32.4": Check(INDEX, _ENGINE),
+    "PYTHONPATH=engine python -m pytest -q -p no:cacheprovider tests/test_mlx_adapters.py -k dspark_mlx": Check(
+        HELP, "needs dspark-mlx and MLX", help="python -m pytest -p no:cacheprovider tests/test_mlx_adapters.py "
+        "-k dspark_mlx --collect-only -q"),
+    "PYTHONPATH=engine CI/gate.sh --impl dspark-mlx==0.1.0 --report reports/dspark-mlx-gate": Check(
+        HELP, "needs dspark-mlx and MLX; the whole suite: minutes", help="CI/gate.sh --help"),
+    "pip install --no-deps --target engine mlx-dspark==0.20.3 mlx==0.32.4 mlx-cpu==0.32.4": Check(INDEX, _ENGINE),
+    "PYTHONPATH=engine python -m pytest -q -p no:cacheprovider tests/test_mlx_adapters.py -k mlx_dspark": Check(
+        HELP, "needs mlx-dspark and MLX", help="python -m pytest -p no:cacheprovider tests/test_mlx_adapters.py "
+        "-k mlx_dspark --collect-only -q"),
+    "PYTHONPATH=engine python -m conformance.cli run --impl mlx-dspark==0.20.3 --workers 2 "
+    "--report reports/mlx-dspark-gate -- -m \"not statistical\"": Check(PARSE, "needs mlx-dspark and MLX; minutes"),
     # CI/*.sh header comments
     "CI/gate.sh --impl NAME [--device cpu|cuda] [--report DIR] [--seed N]": Check(
         HELP, "a synopsis", help="CI/gate.sh --help"),

@@ -52,18 +52,18 @@ def mlx_dspark():
 
 
 # --------------------------------------------------------------------------- no engine needed
-#: Per engine: its loader, its cached load function, the release its install line pins, and a
-#: release older than the one it accepts with the requirement the error names.
+#: Per engine: its loader, its cached load function, the release its install line pins, the
+#: oldest release it accepts, the release just before it, and the requirement the error names.
 _LOADERS = [
-    pytest.param(dspark_mlx_loader, dspark_mlx_loader.load_dspark_mlx, "0.1.0", "0.0.9", "DSpark needs",
+    pytest.param(dspark_mlx_loader, dspark_mlx_loader.load_dspark_mlx, "0.1.0", "0.1.0", "0.0.9", "DSpark needs",
                  id="dspark_mlx"),
-    pytest.param(mlx_dspark_loader, mlx_dspark_loader.load_mlx_dspark, "0.20.3", "0.19.0", "the adapter reads",
-                 id="mlx_dspark"),
+    pytest.param(mlx_dspark_loader, mlx_dspark_loader.load_mlx_dspark, "0.20.3", "0.8.0", "0.7.0",
+                 "the functions the adapter calls need", id="mlx_dspark"),
 ]
 
 
-@pytest.mark.parametrize("loader, load, pinned, old, requirement", _LOADERS)
-def test_missing_engine_names_the_install_line(loader, load, pinned, old, requirement, monkeypatch):
+@pytest.mark.parametrize("loader, load, pinned, oldest, old, requirement", _LOADERS)
+def test_missing_engine_names_the_install_line(loader, load, pinned, oldest, old, requirement, monkeypatch):
     def missing(name):
         raise versions.PackageNotFoundError(name)
 
@@ -78,12 +78,18 @@ def test_missing_engine_names_the_install_line(loader, load, pinned, old, requir
         load.cache_clear()
 
 
-@pytest.mark.parametrize("loader, load, pinned, old, requirement", _LOADERS)
-def test_engine_older_than_accepted_is_rejected(loader, load, pinned, old, requirement, monkeypatch):
+@pytest.mark.parametrize("loader, load, pinned, oldest, old, requirement", _LOADERS)
+def test_engine_older_than_accepted_is_rejected(loader, load, pinned, oldest, old, requirement, monkeypatch):
     monkeypatch.setattr(versions, "version", lambda name: old)
     with pytest.raises(AdapterLoadError, match=rf"{loader.DIST}=={re.escape(old)}: {requirement} {loader.DIST} >= "
-                                                rf"{re.escape(pinned)}; pip install"):
+                                                rf"{re.escape(oldest)}; pip install"):
         loader.installed_version()
+
+
+@pytest.mark.parametrize("loader, load, pinned, oldest, old, requirement", _LOADERS)
+def test_oldest_accepted_release_loads_its_version(loader, load, pinned, oldest, old, requirement, monkeypatch):
+    monkeypatch.setattr(versions, "version", lambda name: oldest)
+    assert loader.installed_version() == oldest
 
 
 def test_verified_counts_stop_at_the_sentinel_and_the_cap():

@@ -42,8 +42,8 @@ def installed_release(dist: str, minimum: tuple[int, int, int], install: str, *,
         minimum: the oldest release accepted, e.g. ``(0, 1, 0)``.
         install: the install line ending each message.
         requirement: who asks for ``minimum``, read before ``"<dist> >= <minimum>"`` in the
-            message: ``"DSpark needs"`` (the first release with DSpark) or ``"the adapter reads"``
-            (the oldest release whose code the adapter was written against).
+            message: ``"DSpark needs"`` (the first release with DSpark) or ``"the functions the
+            adapter calls need"`` (the first release shipping all of them).
 
     Raises:
         AdapterLoadError: ``dist`` is not installed, or older than ``minimum``.

@@ -24,8 +24,16 @@ draft vocabulary beyond what ``MarkovBlock`` covers), ``FoldedDraft`` / ``FoldGa
 ``FoldRouting`` (no folded sampler), ``PrefixScheduler`` / ``ProductionScheduler`` (the
 loop gates the block on a confidence threshold, not Algorithm 1 or a budget),
 ``SimulatedAcceptance*`` / ``SimulatedBonus`` (no benchmark mode), ``TensorParallelRound``
-(single device), ``SpeculativeLoop`` (the loops need a host model behind dspark-mlx's
-``BaseModelAdapter`` and a full drafter architecture; see the report).
+(single device), ``SpeculativeLoop``: ``loop.generate_eager`` and ``generate.generate`` are
+greedy only (``verify.greedy_accept``, no temperature or RNG) for one request, and call a
+drafter of one of dspark-mlx's architectures (``arch.qwen3`` / ``arch.gemma4``: ``draft``,
+``extend_context``, ``reset``; ``model.drafter.DSparkDrafter.forward_spec``), stacks of decoder
+layers attending to the host's projected hidden states. The suite's ``TinyDSparkDraft`` (one
+bidirectional attention layer over the target state before the anchor) has no counterpart
+there: the adapter would have to write the drafter the loop calls, so the loop's drafts would
+be the adapter's, not dspark-mlx's. Its first round also drafts from the last prompt token and
+emits the prefill draw inside that round (``greedy_accept``'s row 0), where the contract's
+``accept_lengths`` count the rounds after the prefill draw.
 
 Randomness: MLX's RNG is global (``mx.random``, no generator argument), so before every
 engine call that draws the adapter seeds it with ``mx.random.seed`` from a draw of the suite's

@@ -23,8 +23,15 @@ accept is inline in ``speculative_generate``, no function), ``NoiseStepSampler``
 ``mx.random.categorical``'s own), ``FoldedDraft`` / ``FoldGate`` / ``FoldRouting`` (no folded
 sampler), ``PrefixScheduler`` / ``ProductionScheduler`` (a confidence-threshold cut and a cost
 controller, not Algorithm 1 or the budget variant), ``SimulatedAcceptance*`` /
-``SimulatedBonus``, ``TensorParallelRound`` (single device), ``SpeculativeLoop`` (the loop
-drives an mlx-lm target with its tokenizer, KV cache and verify forward).
+``SimulatedBonus``, ``TensorParallelRound`` (single device), ``SpeculativeLoop``:
+``generate.speculative_generate`` (one request, greedy and sampled; prefill draw first, then
+rounds, as the contract counts them) drives an mlx-lm target through its KV cache
+(``make_cache``, ``verify``, ``rollback``) and a tokenizer, and drafts with the drafter's own
+attention backbone over its context caches (``drafter.backbone(noise, n_cached,
+ctx_caches)``), with n-gram lookup drafts and a 2-token cap on by default. The suite's tiny
+GRU target and ``TinyDSparkDraft`` backbone have no counterpart in mlx-dspark: running the
+loop on them means replacing the drafter's backbone and writing the target and its cache in
+the adapter, so the drafts under test would be the adapter's, not mlx-dspark's.
 
 Randomness: MLX's RNG is global (``mx.random``), so before every engine call that draws the
 adapter seeds it with ``mx.random.seed`` from a draw of the suite's ``torch.Generator``; rows of
@@ -103,8 +110,9 @@ def make_adapter() -> c.Adapter:
     """The adapter for the installed mlx-dspark, named ``mlx-dspark==<version>``.
 
     Raises:
-        AdapterLoadError: mlx-dspark or MLX missing, older than the release the adapter reads,
-            or a DSpark module failed to import (the message gives the install line).
+        AdapterLoadError: mlx-dspark or MLX missing, older than 0.8.0 (the first release shipping
+            every function the adapter calls), or a DSpark module failed to import (the message
+            gives the install line).
     """
     engine = load_mlx_dspark()
     description = (f"mlx-dspark {engine.version} DSpark drafter and verifier on MLX {engine.mx.__version__} "

@@ -21,13 +21,16 @@ _D2T = ("M4: a reduced vocabulary's d2t is not validated (set_draft_vocab_map): 
         "ids outside [0, V) and duplicates are accepted")
 _GREEDY_RULE = "M5: only T <= 0 is greedy (_sample_arr: T > 0.0 samples, unclamped), not the declared T < 1e-5"
 
-_CPU = ledgers.Scope("==0.20.3", ("cpu",))
+#: M1-M4 by the exact cases, ledger off, on 0.8.0 (the oldest release the adapter loads), 0.14.0
+#: (strict xfails of the gate) and 0.20.3 (results/conformance/mlx-dspark/); M5 by the greedy-rule
+#: statistical case run alone (--case) on 0.8.0 and 0.20.3.
+_CPU = ledgers.Scope(">=0.8.0,<=0.20.3", ("cpu",))
 
 #: Each entry's scope: the releases and devices on which a run confirmed it (MLX 0.32.4's CPU
-#: build on Linux; the exact cases, ledger off: results/conformance/mlx-dspark/mlx-dspark-0.20.3-cpu.md; M5 by the greedy-rule
-#: statistical case run alone with --case).
+#: build on Linux).
 _ENTRIES: tuple[ledgers.Entry, ...] = (
-    ledgers.Entry("test_S2_nonpositive_rank_is_a_configuration_error[S2/edge/rank-nonpositive]", "S2", _RANK, (_CPU,)),
+    ledgers.Entry("test_S2_nonpositive_rank_is_a_configuration_error[S2/edge/rank-nonpositive]", "S2", _RANK,
+                  (_CPU,)),
     ledgers.Entry("test_S3_nan_and_dead_rows[S3/degenerate/nan-rows-StepSampler]", "S3", _NAN_ROW, (_CPU,)),
     ledgers.Entry("test_S5_q_above_one_read_as_one[S5/degenerate/q-above-one]", "S5", _Q_ABOVE_ONE, (_CPU,)),
     ledgers.Entry("test_S1_d2t_is_validated[S1/vocab/d2t-validated]", "S1", _D2T, (_CPU,)),

@@ -40,7 +40,12 @@ __all__ = ["DIST", "MIN_VERSION", "INSTALL", "INSTALL_EXTRAS", "installed_versio
 
 DIST = "mlx-dspark"
 PACKAGE = "mlx_dspark"
-MIN_VERSION = (0, 20, 3)  # the release whose code the adapter was written against (older ones unread)
+#: The first release that ships every function the adapter calls, read from the code of each of
+#: the 43 releases 0.0.1-0.20.3: before 0.8.0 ``DSparkDrafter.head_slice`` / ``set_draft_vocab_map`` /
+#: ``to_target_ids`` / ``widen_to_target`` and ``DSparkConfig.logits_start`` / ``draft_vocab_size``
+#: are missing (before 0.2.0 ``generate._sample_arr`` too); all 28 releases 0.8.0-0.20.3 ship them
+#: with the same signatures. Runs confirmed 0.8.0, 0.14.0 and 0.20.3 (docs/conformance/mlx-dspark-findings.md).
+MIN_VERSION = (0, 8, 0)
 #: What the adapter needs beside ``pip install --no-deps`` of the engine: MLX and its CPU build
 #: (the drift check, ``conformance.drift``, installs them with the engine).
 INSTALL_EXTRAS: tuple[str, ...] = ("mlx", "mlx-cpu")
@@ -81,7 +86,7 @@ def installed_version() -> str:
         AdapterLoadError: not installed, or older than :data:`MIN_VERSION` (the message gives
             the install line).
     """
-    return installed_release(DIST, MIN_VERSION, INSTALL, requirement="the adapter reads")
+    return installed_release(DIST, MIN_VERSION, INSTALL, requirement="the functions the adapter calls need")
 
 
 def _install_stubs() -> None:
