@@ -146,6 +146,8 @@ def test_every_verdict_has_a_coverage_line_with_skips_by_class_and_a_warning_whe
     half = _payload(_record("S6/p"), _record("S6/s", "skipped"))
     assert "WARNING" not in matrix.format_matrix(half)  # half is not most
     assert "coverage: 1 of 2 cases ran; 1 skipped (0 not offered" in matrix.format_matrix(half)
+    none_ran = _payload(_record("S6/p"), _record("S5/s", "skipped"), _record("S5/t", "skipped"))
+    assert "WARNING" not in matrix.format_matrix(none_ran)  # S5 reads SKIP: no "few that ran"
 
 
 def test_a_failed_frequency_test_names_its_worst_bins_in_the_reports_and_on_the_console_with_tracebacks(tmp_path):

@@ -160,14 +160,16 @@ def skip_class(reason: str) -> str:
 def coverage_lines(rows: list[SectionRow], tests: list[dict[str, Any]]) -> list[str]:
     """What a verdict covers, said beside every rendering of it: the cases that ran (every
     record not skipped) of those recorded, the skips by :func:`skip_class`, and a warning
-    naming each section where most (more than :data:`MOSTLY_SKIPPED`) of the cases skipped.
+    naming each section where most (more than :data:`MOSTLY_SKIPPED`), but not all, of the
+    cases skipped (a section where all skipped reads SKIP).
     It changes no verdict."""
     skipped = Counter(skip_class(t.get("reason", "")) for t in tests if t["outcome"] == "skipped")
     total = sum(skipped.values())
     classes = ", ".join(f"{skipped[name]} {name}" for name in SKIP_CLASS_ORDER)
     lines = [f"coverage: {len(tests) - total} of {len(tests)} cases ran; {total} skipped ({classes})"]
+    # A section where every case skipped reads SKIP; the warning is for a verdict on a few cases.
     mostly = [f"{row.section} ({row.counts['skipped']} of {sum(row.counts.values())})" for row in rows
-              if row.counts["skipped"] > MOSTLY_SKIPPED * sum(row.counts.values())]
+              if MOSTLY_SKIPPED * sum(row.counts.values()) < row.counts["skipped"] < sum(row.counts.values())]
     if mostly:
         lines.append(f"WARNING: most cases skipped in {', '.join(mostly)}: the verdict there rests on the few "
                      "that ran")
