@@ -3,13 +3,16 @@
 Accepted forms:
 
 * a built-in name: ``reference`` (the bundled ``dspark_ref``), ``sglang``, ``vllm``,
-  ``speculators``, ``dspark-mlx`` and ``mlx-dspark`` (the installed PyPI packages; ``NAME==X`` also checks the installed version), ``mutant:<id>``
+  ``speculators``, ``dspark-mlx`` and ``mlx-dspark`` (the installed PyPI packages), ``mutant:<id>``
   (a known-bug variant from ``fixtures/mutants`` of a checkout: the mutants are not part of the wheel, and are found by module name, like any
   third-party adapter, so the suite never imports them statically);
 * ``package.module:attr``, where ``attr`` is an ``Adapter`` or a zero-argument callable
   returning one;
 * the name of an entry point in the group ``dspark_conformance.adapters`` (how an engine
   ships its adapter as a plugin, like a pytest plugin).
+
+``NAME==X`` (a built-in engine or an entry point) also checks that the loaded adapter is
+named ``...==X``, i.e. that release ``X`` is the one installed.
 """
 
 from __future__ import annotations
@@ -97,6 +100,25 @@ def mutants_module():
             "conformance/ would shadow the wheel's) on PYTHONPATH") from exc
 
 
+def _with_version(spec: str, version: str, obj: object) -> object:
+    """``obj`` (the loaded adapter) once ``NAME==version`` holds, i.e. its name ends in
+    ``==version``; ``obj`` whatever its name when no version was asked.
+
+    Raises:
+        AdapterLoadError: the adapter's name carries no version, or another one.
+    """
+    if not version:
+        return obj
+    installed = getattr(obj, "name", "")
+    name = spec.partition("==")[0]
+    if "==" not in installed:
+        raise AdapterLoadError(f"--dspark-impl {spec!r}: {name!r} has no version to check (its adapter is named "
+                               f"{installed!r}); use {name!r}")
+    if installed.split("==")[-1] != version:
+        raise AdapterLoadError(f"--dspark-impl {spec!r}: installed version is {installed!r}")
+    return obj
+
+
 def load_adapter(spec: str) -> Adapter:
     """Load the adapter named by ``spec`` (see the module docstring for the forms).
 
@@ -109,18 +131,12 @@ def load_adapter(spec: str) -> Adapter:
         except (AdapterLoadError, ValueError) as exc:
             raise AdapterLoadError(f"--dspark-impl {spec!r}: {exc}") from exc
         return _checked(spec, adapter)
-    if spec.split("==")[0] in _BUILTINS:
-        name, _, version = spec.partition("==")
-        obj = _resolve_object(_BUILTINS[name])
-        installed = getattr(obj, "name", "")
-        if version and "==" not in installed:
-            raise AdapterLoadError(f"--dspark-impl {spec!r}: {name!r} has no version to check; use {name!r}")
-        if version and installed.split("==")[-1] != version:
-            raise AdapterLoadError(f"--dspark-impl {spec!r}: installed version is {installed!r}")
-        return _checked(spec, obj)
     if ":" in spec:
         return _checked(spec, _resolve_object(spec))
-    found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
+    name, _, version = spec.partition("==")
+    if name in _BUILTINS:
+        return _checked(spec, _with_version(spec, version, _resolve_object(_BUILTINS[name])))
+    found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
     if found:
         ep = found[0]
         try:
@@ -128,7 +144,7 @@ def load_adapter(spec: str) -> Adapter:
         except Exception as exc:  # noqa: BLE001 - an installed plugin's broken entry point is a load error
             raise AdapterLoadError(f"--dspark-impl {spec!r}: the entry point {ep.name} = {ep.value} of "
                                    f"{ENTRY_POINT_GROUP} does not load: {type(exc).__name__}: {exc}") from exc
-        return _checked(spec, _called(spec, ep.attr or ep.value, obj))
+        return _checked(spec, _with_version(spec, version, _called(spec, ep.attr or ep.value, obj)))
     known = sorted(_BUILTINS) + ["mutant:<id>"] + sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
     raise AdapterLoadError(
         f"--dspark-impl {spec!r}: unknown implementation; expected one of {known} or 'module:attr'"

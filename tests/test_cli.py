@@ -324,6 +324,24 @@ def test_unknown_impl_is_a_clear_error():
         load_adapter("reference==1")
 
 
+def test_an_entry_point_adapter_takes_a_version_check_too(tmp_path, monkeypatch):
+    # A new user's trial: --impl my-engine==0.0.1 was refused as unknown while the same
+    # message listed my-engine among the known names.
+    dist = tmp_path / "toy_versioned-0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-versioned\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("[dspark_conformance.adapters]\ntoy-versioned = toy_versioned:make\n")
+    (tmp_path / "toy_versioned.py").write_text(
+        "from conformance import contract as c\n"
+        "def make():\n    return c.Adapter('toy-versioned==1.2', c.Conventions(), {})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_adapter("toy-versioned==1.2").name == "toy-versioned==1.2"
+    assert load_adapter("toy-versioned").name == "toy-versioned==1.2"
+    with pytest.raises(AdapterLoadError, match=r"^--dspark-impl 'toy-versioned==1.3': installed version is "
+                                                r"'toy-versioned==1.2'$"):
+        load_adapter("toy-versioned==1.3")
+
+
 def test_mutants_outside_a_checkout_are_a_clear_error(monkeypatch):
     from conformance import loading
 
