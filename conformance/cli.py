@@ -321,17 +321,19 @@ _REPORT_FILES = ("results.json", "results-serial.json", "report.md", "report.htm
 
 
 def _infra_error(report_dir: Path, payload: dict | None, message: str, *, cause: str | None = None,
-                 command: list[str] | None = None) -> int:
+                 command: list[str] | None = None, exit_status: int | None = None) -> int:
     """End a run that produced no verdict: print ``message``, write results.json with
     ``overall`` ERROR, ``exit_code`` 3 and ``error`` (pytest's payload kept where there is
     one), remove the sessions' partial JUnit files; returns EXIT_INFRA. ``command``: the
     pytest command that ended without results, and ``cause``: the error it printed (on the
-    terminal already, so printed once), both kept in results.json (``error``, ``command``)."""
+    terminal already, so printed once), both kept in results.json (``error``, ``command``),
+    with pytest's ``exit_status`` where pytest ran and wrote no payload (None: no pytest ran)."""
     where = " (pytest's output above; the pytest command is in results.json)" if command else ""
     print(f"dspark-conformance: {message}{where}", file=sys.stderr)
     record = dict(payload or {"tests": []}, overall="ERROR", exit_code=EXIT_INFRA,
                   error=f"{message} ({cause})" if cause else message,
-                  **({"command": " ".join(command)} if command else {}))
+                  **({"command": " ".join(command)} if command else {}),
+                  **({"exit_status": int(exit_status)} if exit_status is not None and not payload else {}))
     try:
         (report_dir / "results.json").write_text(json.dumps(record, indent=1))
         for partial in report_dir.glob("junit-*.xml"):
@@ -404,7 +406,7 @@ def run(args: argparse.Namespace) -> int:
         # finished case is recorded (in the plugin's report hook), and the verdict is INTERRUPTED.
         if payload is None or (not payload["tests"] and not interrupts.cut):
             return _infra_error(report_dir, payload, f"pytest exited {returncode} without results",
-                                cause=errors[-1] if errors else None, command=cmd)
+                                cause=errors[-1] if errors else None, command=cmd, exit_status=returncode)
         if not report.interrupted(payload) and lost_cases(payload["tests"]):
             payload = rerun_lost_cases(payload, command, report_dir)
             # pytest's exit 1 came from the not-run records, which the fresh runs replaced:

@@ -466,6 +466,7 @@ def test_a_run_without_verdict_replaces_the_previous_reports(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"], out
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["overall"] == "ERROR" and payload["exit_code"] == cli.EXIT_INFRA and payload["tests"] == []
+    assert payload["exit_status"] == pytest.ExitCode.USAGE_ERROR  # pytest's own, as the README says
     # The cause pytest printed is in the file too (a trial found only "pytest exited 4").
     assert "without results (ERROR: --dspark-impl 'no_such_module_anywhere:make'" in payload["error"], payload["error"]
     assert "ERROR: --dspark-impl" in out  # and still on the terminal
