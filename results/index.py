@@ -38,10 +38,13 @@ from conformance.report.matrix import overall, run_rows  # noqa: E402
 
 INDEX = HERE / "README.md"
 #: A run's files: ``ENGINE-RELEASE-DEVICE[-CARD][-KIND]`` plus one of these suffixes.
-SUFFIXES = (".json", ".md", ".junit.xml")
+SUFFIXES = (".json", ".md", ".junit.xml", ".log")
 _KINDS = ("gate-rerun", "gate", "executor")
 _OVERALL = re.compile(r"overall \*\*([A-Z]+)\*\*")
 _HEADER = re.compile(r"^# DSpark conformance: `([^`]+)` on (\S+)", re.M)
+#: A console log's matrix header and verdict (a run whose report files did not come back).
+_LOG_HEADER = re.compile(r"^DSpark conformance: impl=(\S+) device=(\S+)", re.M)
+_LOG_OVERALL = re.compile(r"^overall: ([A-Z]+)", re.M)
 
 
 def _stem(path: Path) -> str:
@@ -57,7 +60,7 @@ def conformance_rows(root: Path = HERE) -> list[list[str]]:
     verdict, files (links relative to ``root``).
 
     Raises:
-        ValueError: a run with neither ``results.json`` nor a report header to read.
+        ValueError: a run with neither ``results.json`` nor a report or console header to read.
     """
     runs: dict[Path, list[Path]] = {}
     for path in sorted((root / "conformance").glob("*/*")):
@@ -67,6 +70,7 @@ def conformance_rows(root: Path = HERE) -> list[list[str]]:
     for stem, files in runs.items():
         engine = stem.parent.name
         json_file, md_file = stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".md")
+        log_file = stem.with_name(stem.name + ".log")
         if json_file.exists():
             payload = json.loads(json_file.read_text())
             impl, device = payload["impl"], payload["device"]
@@ -75,8 +79,13 @@ def conformance_rows(root: Path = HERE) -> list[list[str]]:
             impl, device = header.groups()
             found = _OVERALL.search(md_file.read_text())
             verdict = f"{found.group(1)} (report.md)" if found else "not recorded"
+        elif log_file.exists() and (header := _LOG_HEADER.search(log_file.read_text())):
+            impl, device = header.groups()
+            found = _LOG_OVERALL.search(log_file.read_text())
+            verdict = f"{found.group(1)} (console log)" if found else "not recorded"
         else:
-            raise ValueError(f"{stem}: neither {json_file.name} nor a report header to read the run from")
+            raise ValueError(f"{stem}: neither {json_file.name} nor a report or console header to read the run "
+                             "from")
         release = impl.partition("==")[2]
         label = stem.name.removeprefix(f"{engine}-{release}-" if release else f"{engine}-")
         kind = next((k for k in _KINDS if label.endswith("-" + k)), "")

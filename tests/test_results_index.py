@@ -41,3 +41,14 @@ def test_index_follows_the_files(tmp_path: Path):
         assert "speculators-0.9.1-cpu" in str(e)
     else:
         raise AssertionError("a run with nothing to read passed")
+
+
+def test_a_run_that_left_only_its_console_log_is_listed_with_the_logs_verdict(tmp_path: Path):
+    # A device call returns a limited number of files: a run may come back as its console log.
+    root = tmp_path / "results"
+    (root / "conformance" / "vllm").mkdir(parents=True)
+    (root / "conformance" / "vllm" / "vllm-0.34.0-cuda-h100.log").write_text(
+        "S2 Markov heads: 25/25 done\nDSpark conformance: impl=vllm==0.34.0 device=cuda seed=1 wall=2.0s\n"
+        "section ...\noverall: FAIL\nFAILED S2/x: boom  replay: ...\n")
+    assert [r[:5] for r in index.conformance_rows(root)] == [["vllm", "0.34.0", "cuda (h100)", "run", "FAIL (console log)"]]
+
