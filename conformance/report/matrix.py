@@ -270,11 +270,14 @@ def failure_line(record: dict[str, Any]) -> str:
     ``FAILED <case id>: <reason>  replay: <command>``, the outcome in capitals. The reason
     is :func:`failed_statistics` where a failed case's assertion failed, else :func:`short_reason` less
     a leading ``AssertionError:`` (a failed check's; an engine's exception keeps its name)
-    and a leading case id (the line starts with it), :func:`clip`-ped to :data:`CONSOLE_REASON_LIMIT` between words. report.md holds each
+    and a leading case id (the line starts with it), :func:`clip`-ped (a strict XPASS's whole) to :data:`CONSOLE_REASON_LIMIT` between words. report.md holds each
     reason whole, with a statistical failure's bins; junit.xml the traceback."""
     said = short_reason(record, limit=len(record.get("reason", ""))).removeprefix("AssertionError: ")
+    # A strict XPASS's reason is the ledger entry it names, with "carried forward from X, not
+    # confirmed on Y" where it applies (issue 40): shown whole.
+    limit = len(said) if record["outcome"] == "xpassed" or said.startswith("[XPASS(strict)]") else CONSOLE_REASON_LIMIT
     reason = (failed_statistics(record) if record["outcome"] == "failed" else None) or clip(
-        said.removeprefix(f"{record['case']}: "), CONSOLE_REASON_LIMIT)
+        said.removeprefix(f"{record['case']}: "), limit)
     return f"{record['outcome'].upper()} {record['case']}: {reason}  replay: {record['replay']}"
 
 
