@@ -56,6 +56,24 @@ StepSampler = Callable[[Tensor, int], Tensor]
 DEFAULT_INIT_SCALE = 0.02
 
 
+class _UninitialisedEmbedding(nn.Embedding):
+    """``nn.Embedding`` whose weight is left uninitialised: ``_finish_init`` draws every
+    parameter. (``torch.nn.utils.skip_init`` leaves it so too, but through the meta device,
+    whose first default-init kernel imports about 900 modules: 3 to 4 s in every process
+    that builds its first head.)"""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class _UninitialisedLinear(nn.Linear):
+    """``nn.Linear`` whose weight and bias are left uninitialised, as
+    :class:`_UninitialisedEmbedding`."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 class MarkovHead(nn.Module):
     """Base class: embedding ``W1[V, r]`` and bias-free projection ``W2: r -> V`` (SPEC S2).
 
@@ -81,8 +99,8 @@ class MarkovHead(nn.Module):
         self.prev_vocab_size = vocab_size if prev_vocab_size is None else prev_vocab_size
         self.rank = rank
         self.hidden_size = hidden_size
-        self.W1 = nn.utils.skip_init(nn.Embedding, self.prev_vocab_size, rank)
-        self.W2 = nn.utils.skip_init(nn.Linear, rank, vocab_size, bias=False)
+        self.W1 = _UninitialisedEmbedding(self.prev_vocab_size, rank)
+        self.W2 = _UninitialisedLinear(rank, vocab_size, bias=False)
 
     def _finish_init(self, scale: float, generator: torch.Generator | None, device, dtype) -> None:
         with torch.no_grad():
@@ -209,7 +227,7 @@ class GatedMarkovHead(_HiddenConditionedHead):
     """
 
     def _add_layers(self, rank: int, hidden_size: int) -> None:
-        self.Wg = nn.utils.skip_init(nn.Linear, hidden_size + rank, rank)
+        self.Wg = _UninitialisedLinear(hidden_size + rank, rank)
 
     def gate_input(self, hidden_k: Tensor, embedded: Tensor) -> Tensor:
         """The gate's input ``[h_k ; W1[prev]]``, ``[B, d + r]`` in the head's dtype, from
@@ -238,7 +256,7 @@ class RNNMarkovHead(_HiddenConditionedHead):
     """
 
     def _add_layers(self, rank: int, hidden_size: int) -> None:
-        self.Wz = nn.utils.skip_init(nn.Linear, 2 * rank + hidden_size, 3 * rank)
+        self.Wz = _UninitialisedLinear(2 * rank + hidden_size, 3 * rank)
 
     def init_state(self, batch, device):
         return torch.zeros(batch, self.rank, dtype=self.W1.weight.dtype, device=device)
