@@ -52,14 +52,14 @@ def _resolve_object(target: str) -> object:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise AdapterLoadError(f"--dspark-impl {target!r}: cannot import {module_name!r}: {exc}") from exc
+        raise AdapterLoadError(f"implementation {target!r}: cannot import {module_name!r}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - any failure of a third-party module's import is a load error
-        raise AdapterLoadError(f"--dspark-impl {target!r}: importing {module_name!r} raised "
+        raise AdapterLoadError(f"implementation {target!r}: importing {module_name!r} raised "
                                f"{type(exc).__name__}: {exc}") from exc
     try:
         obj = getattr(module, attr)
     except AttributeError as exc:
-        raise AdapterLoadError(f"--dspark-impl {target!r}: {module_name} has no attribute {attr!r}") from exc
+        raise AdapterLoadError(f"implementation {target!r}: {module_name} has no attribute {attr!r}") from exc
     return _called(target, attr, obj)
 
 
@@ -70,13 +70,13 @@ def _called(spec: str, attr: str, obj: object) -> object:
     try:
         return obj()
     except Exception as exc:  # noqa: BLE001 - any failure of a third-party factory is a load error
-        raise AdapterLoadError(f"--dspark-impl {spec!r}: {attr}() raised {type(exc).__name__}: {exc}") from exc
+        raise AdapterLoadError(f"implementation {spec!r}: {attr}() raised {type(exc).__name__}: {exc}") from exc
 
 
 def _checked(spec: str, obj: object) -> Adapter:
     if not isinstance(obj, Adapter):
         raise AdapterLoadError(
-            f"--dspark-impl {spec!r}: expected a conformance.contract.Adapter, got {type(obj).__name__}"
+            f"implementation {spec!r}: expected a conformance.contract.Adapter, got {type(obj).__name__}"
         )
     return obj
 
@@ -112,10 +112,10 @@ def _with_version(spec: str, version: str, obj: object) -> object:
     installed = getattr(obj, "name", "")
     name = spec.partition("==")[0]
     if "==" not in installed:
-        raise AdapterLoadError(f"--dspark-impl {spec!r}: {name!r} has no version to check (its adapter is named "
+        raise AdapterLoadError(f"implementation {spec!r}: {name!r} has no version to check (its adapter is named "
                                f"{installed!r}); use {name!r}")
     if installed.split("==")[-1] != version:
-        raise AdapterLoadError(f"--dspark-impl {spec!r}: installed version is {installed!r}")
+        raise AdapterLoadError(f"implementation {spec!r}: installed version is {installed!r}")
     return obj
 
 
@@ -129,7 +129,7 @@ def load_adapter(spec: str) -> Adapter:
         try:
             adapter = mutants_module().make_mutant(spec.removeprefix("mutant:"))
         except (AdapterLoadError, ValueError) as exc:
-            raise AdapterLoadError(f"--dspark-impl {spec!r}: {exc}") from exc
+            raise AdapterLoadError(f"implementation {spec!r}: {exc}") from exc
         return _checked(spec, adapter)
     if ":" in spec:
         return _checked(spec, _resolve_object(spec))
@@ -142,10 +142,10 @@ def load_adapter(spec: str) -> Adapter:
         try:
             obj = ep.load()
         except Exception as exc:  # noqa: BLE001 - an installed plugin's broken entry point is a load error
-            raise AdapterLoadError(f"--dspark-impl {spec!r}: the entry point {ep.name} = {ep.value} of "
+            raise AdapterLoadError(f"implementation {spec!r}: the entry point {ep.name} = {ep.value} of "
                                    f"{ENTRY_POINT_GROUP} does not load: {type(exc).__name__}: {exc}") from exc
         return _checked(spec, _with_version(spec, version, _called(spec, ep.attr or ep.value, obj)))
     known = sorted(_BUILTINS) + ["mutant:<id>"] + sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
     raise AdapterLoadError(
-        f"--dspark-impl {spec!r}: unknown implementation; expected one of {known} or 'module:attr'"
+        f"implementation {spec!r}: unknown implementation; expected one of {known} or 'module:attr'"
     )

@@ -321,7 +321,7 @@ def test_unknown_impl_is_a_clear_error():
         load_adapter("no_such_module:make")
     with pytest.raises(AdapterLoadError, match="unknown id 'no-such-mutant'; known: .*simulated-rounded-once"):
         load_adapter("mutant:no-such-mutant")
-    with pytest.raises(AdapterLoadError, match=r"^--dspark-impl 'reference==1': 'reference' has no version to check"):
+    with pytest.raises(AdapterLoadError, match=r"^implementation 'reference==1': 'reference' has no version to check"):
         load_adapter("reference==1")
 
 
@@ -338,7 +338,7 @@ def test_an_entry_point_adapter_takes_a_version_check_too(tmp_path, monkeypatch)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert load_adapter("toy-versioned==1.2").name == "toy-versioned==1.2"
     assert load_adapter("toy-versioned").name == "toy-versioned==1.2"
-    with pytest.raises(AdapterLoadError, match=r"^--dspark-impl 'toy-versioned==1.3': installed version is "
+    with pytest.raises(AdapterLoadError, match=r"^implementation 'toy-versioned==1.3': installed version is "
                                                 r"'toy-versioned==1.2'$"):
         load_adapter("toy-versioned==1.3")
 
@@ -469,8 +469,8 @@ def test_a_run_without_verdict_replaces_the_previous_reports(tmp_path):
     assert payload["overall"] == "ERROR" and payload["exit_code"] == cli.EXIT_INFRA and payload["tests"] == []
     assert payload["exit_status"] == pytest.ExitCode.USAGE_ERROR  # pytest's own, as the README says
     # The cause pytest printed is in the file too (a trial found only "pytest exited 4").
-    assert "without results (ERROR: --dspark-impl 'no_such_module_anywhere:make'" in payload["error"], payload["error"]
-    assert "ERROR: --dspark-impl" in out  # and still on the terminal
+    assert "without results (ERROR: implementation 'no_such_module_anywhere:make'" in payload["error"], payload["error"]
+    assert "ERROR: implementation " in out  # and still on the terminal
 
 
 def test_a_selection_that_matches_nothing_records_the_error(tmp_path):
@@ -838,15 +838,15 @@ _EP = "of dspark_conformance.adapters does not load"
 
 
 @pytest.mark.parametrize("impl, message, workers", [
-    ("json:loads", "--dspark-impl 'json:loads': loads() raised TypeError", "0"),
+    ("json:loads", "implementation 'json:loads': loads() raised TypeError", "0"),
     ("broken_at_import:make",
-     "--dspark-impl 'broken_at_import:make': importing 'broken_at_import' raised RuntimeError: broken at import", "0"),
+     "implementation 'broken_at_import:make': importing 'broken_at_import' raised RuntimeError: broken at import", "0"),
     ("broken_at_import:make", "importing 'broken_at_import' raised RuntimeError: broken at import", "2"),
-    ("unresolved", f"--dspark-impl 'unresolved': the entry point unresolved = no_such_module_anywhere:make {_EP}: "
+    ("unresolved", f"implementation 'unresolved': the entry point unresolved = no_such_module_anywhere:make {_EP}: "
      "ModuleNotFoundError: No module named 'no_such_module_anywhere'", "0"),
     ("missing-attr", f"the entry point missing-attr = failing_factory:no_such_attr {_EP}: AttributeError", "0"),
     ("broken", f"the entry point broken = broken_at_import:make {_EP}: RuntimeError: broken at import", "0"),
-    ("failing", "--dspark-impl 'failing': make() raised RuntimeError: factory failed", "0"),
+    ("failing", "implementation 'failing': make() raised RuntimeError: factory failed", "0"),
 ], ids=["factory", "module-raises", "module-raises-xdist", "entry-point-unresolved", "entry-point-attr",
         "entry-point-module-raises", "entry-point-factory"])
 def test_an_adapter_that_fails_to_load_is_one_usage_error_naming_it(tmp_path, impl, message, workers):
@@ -860,7 +860,7 @@ def test_an_adapter_that_fails_to_load_is_one_usage_error_naming_it(tmp_path, im
     # pytest's one usage error, printed once (a fresh-user trial saw it twice, the second time
     # with a 600-character pytest command); the command and the cause are in results.json.
     [line] = [line for line in out.splitlines() if message in line]
-    assert line.startswith("ERROR: --dspark-impl "), out
+    assert line.startswith("ERROR: implementation "), out
     assert " -m pytest " not in out, out
     payload = json.loads((tmp_path / "report" / "results.json").read_text())
     assert message in payload["error"] and " -m pytest " in payload["command"], payload

@@ -202,7 +202,7 @@ def test_adapter_builds_with_its_capabilities(vllm):
 
 
 def test_adapter_version_pin_mismatch_names_the_installed_version(vllm):
-    with pytest.raises(AdapterLoadError, match=rf"--dspark-impl 'vllm==0\.0\.1': installed version is 'vllm=={vllm.version}'"):
+    with pytest.raises(AdapterLoadError, match=rf"implementation 'vllm==0\.0\.1': installed version is 'vllm=={vllm.version}'"):
         load_adapter("vllm==0.0.1")
 
 
