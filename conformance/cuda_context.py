@@ -75,6 +75,17 @@ def _context_usable() -> bool:
     return True
 
 
+def release_cached_memory() -> None:
+    """Return the memory PyTorch's caching allocator holds in this process to the device
+    (``torch.cuda.empty_cache``), so that the other workers of a run can allocate it: each
+    xdist worker otherwise keeps the peak of its largest case cached until it exits. A no-op
+    where CUDA is not initialised."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def synchronize() -> None:
     """Wait for every kernel this process launched, so that an asynchronous CUDA error is
     raised here, by the case that launched the kernel. A no-op where CUDA is not initialised.

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from . import budget
-from .cuda_context import CudaContextLost, is_context_error, synchronize
+from .cuda_context import CudaContextLost, is_context_error, release_cached_memory, synchronize
 from .sections import section_of
 from .seeds import resolve_case, seed_of_case
 from .session import CASE_PROPERTY, DEFAULT_BASE_SEED, SESSION_KEY, RunSession, run_session
@@ -295,6 +295,15 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     if is_suite_item(item) and run_session(item.config).device == "cuda":
         synchronize()  # an asynchronous kernel error belongs to this case (conformance.cuda_context)
     return result
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    # A GPU-tier case may allocate gigabytes (S4/gpu-production: B 256 over a 152k vocabulary);
+    # cached in its worker, they are lost to the run's other workers on the same card.
+    if (is_suite_item(item) and item.get_closest_marker("gpu") is not None
+            and run_session(item.config).device == "cuda"):
+        release_cached_memory()
 
 
 # tryfirst: outside pytest's own xfail wrapper, so a lost CUDA context is never an expected failure

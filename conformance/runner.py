@@ -71,7 +71,7 @@ def pytest_command(
     if seed is not None:
         cmd.append(f"--dspark-seed={seed}")
     if workers != "0":
-        cmd += ["-p", "xdist.plugin", "-n", workers]
+        cmd += ["-p", "xdist.plugin", "-n", workers, "--dist", "loadgroup"]
     if keyword:
         cmd += ["-k", keyword]
     cmd += [f"--dspark-case={key}" for key in cases or ()]

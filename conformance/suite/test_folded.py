@@ -842,10 +842,21 @@ PRODUCTION_CASES = {
     for name, dtype in DTYPES.items()
 }
 PRODUCTION_RANK, PRODUCTION_HIDDEN = 256, 64
+#: Batches this large take gigabytes each: the run's xdist workers take them in turn, one
+#: group per model (``dspark-conformance run`` distributes with ``--dist loadgroup``), where
+#: sixteen workers drawing them at once ran an 80 GB H100 out of memory.
+MEMORY_GROUP_BATCH = 256
+
+
+def _production_param(production_case):
+    bs = PRODUCTION_CASES[production_case][0]
+    model = production_case.id.split("/")[2].rpartition("-B")[0]
+    marks = [pytest.mark.xdist_group(f"gpu-memory-{model}")] if bs >= MEMORY_GROUP_BATCH else []
+    return pytest.param(production_case, marks=marks)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", PRODUCTION_CASES, ids=case_id)
+@pytest.mark.parametrize("case", [_production_param(c) for c in PRODUCTION_CASES], ids=case_id)
 def test_S4_gpu_production_shapes(case, require, case_seed, case_generator, dspark_device, numeric_check):
     device = cuda_device(dspark_device)
     markov, folded = require(MarkovBlock), require(FoldedDraft)
