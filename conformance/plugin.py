@@ -116,8 +116,23 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(SectionProgress(config, tracebacks=config.getoption("--dspark-tracebacks")),
                                       "dspark_progress")
-    if session.impl_given:  # asked for by name: a bad name is a usage error now
+    if session.impl_given and not _is_xdist_controller(config):  # asked for by name: a bad name is a usage error now
         session.adapter
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session) -> Any:
+    result = yield
+    # xdist's controller loads the adapter (a bad name is a usage error) only once its workers
+    # have started (xdist starts them in its own pytest_sessionstart): they import torch and the
+    # adapter meanwhile, where loading it at configure delayed every worker by its imports.
+    if _is_xdist_controller(session.config) and run_session(session.config).impl_given:
+        run_session(session.config).adapter
+    return result
 
 
 def is_suite_item(item: pytest.Item) -> bool:
