@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="as --baseline (default HEAD; '.' times this checkout with its uncommitted changes)")
     group.add_argument("--repeats", type=_positive, default=1, help="runs per side, alternating; medians (default 1)")
     group.add_argument("--tests", action="store_true", help="also time the README's test command (long)")
+    group.add_argument("--reports", metavar="DIR",
+                       help="keep each run's report directory as DIR/SIDE-N (default: removed with the scratch space)")
     group.add_argument("--startup-case", default=verdict.STARTUP_CASE, metavar="CASE_ID",
                        help=f"the exact case whose lone run times start-up (default {verdict.STARTUP_CASE})")
     parser.add_argument("--sglang-path", metavar="DIR", default=os.environ.get("DSPARK_SGLANG_PATH"),
@@ -164,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             return verdict.compare(baseline=args.baseline, change=args.change, repo=ROOT, device=device.type,
                                    workers=args.workers, run_options=run_options, startup_case=args.startup_case,
                                    tests=args.tests, repeats=args.repeats, json_path=args.json,
-                                   environment={k: v for k, v in env.items() if k not in kernel_timer})
+                                   environment={k: v for k, v in env.items() if k not in kernel_timer},
+                                   reports=args.reports)
         except (ValueError, RuntimeError) as exc:
             parser.error(str(exc))
     copy = copy_bandwidth(timing, copy_bytes)

@@ -272,16 +272,17 @@ def _read_outcome(report: Path) -> dict[str, Any] | None:
         return None
 
 
-def run_sides(sides: Sequence[Side], chosen: Sequence[Measure], repeats: int, scratch: Path,
+def run_sides(sides: Sequence[Side], chosen: Sequence[Measure], repeats: int, reports: Path,
               say: Callable[[str], None] = print) -> list[Run]:
     """Time every measure on every side ``repeats`` times, the sides alternating (module
-    note); ``say`` gets one progress line per run. Report directories go under ``scratch``."""
+    note); ``say`` gets one progress line per run. Each run's report directory is
+    ``reports/SIDE-N`` (N counts the runs from 0)."""
     runs: list[Run] = []
     total = repeats * len(chosen) * len(sides)
     for repeat in range(repeats):
         for measure in chosen:
             for side in (sides if repeat % 2 == 0 else list(reversed(sides))):
-                report = scratch / "reports" / f"{side.label}-{len(runs)}"
+                report = reports / f"{side.label}-{len(runs)}"
                 timed = time_command(measure.argv(report), side.path, side_env(side))
                 found = _read_outcome(report) if measure.reports else None
                 runs.append(Run(measure.name, side.label, repeat, timed.seconds, timed.returncode,
@@ -421,10 +422,11 @@ def format_report(sides: Sequence[Side], rows: Sequence[dict[str, Any]], found: 
 
 def compare(*, baseline: str, change: str, repo: Path, device: str, workers: str, run_options: Sequence[str],
             startup_case: str | None, tests: bool, repeats: int, json_path: str | None,
-            environment: dict[str, Any]) -> int:
+            environment: dict[str, Any], reports: str | None = None) -> int:
     """The ``verdict`` benchmark (module note): check out both sides, check their imports,
     time the measures, print the report and, with ``json_path``, write it with
-    ``environment``. Returns the exit status (1: the sides differ, or a run wrote no
+    ``environment``. The runs' report directories (results.json: each case's duration) go
+    under ``reports`` (None: a temporary directory, removed). Returns the exit status (1: the sides differ, or a run wrote no
     results.json; 0 otherwise).
 
     Raises:
@@ -439,7 +441,8 @@ def compare(*, baseline: str, change: str, repo: Path, device: str, workers: str
             byte_compile(side)
             check_imports(side)
             print(f"{side.label}: {side.spec} ({side.commit}) at {side.path}", flush=True)
-        runs = run_sides(sides, chosen, repeats, Path(scratch), say=lambda line: print(line, flush=True))
+        runs = run_sides(sides, chosen, repeats, Path(reports) if reports else Path(scratch) / "reports",
+                         say=lambda line: print(line, flush=True))
     rows, found = ratio_rows(runs), checks(runs)
     options = " ".join(run_options)
     title = (f"time to verdict on {environment.get('device_name', device)}: --device {device} --workers {workers}"

@@ -544,7 +544,9 @@ def test_bench_verdict_sides_alternate_in_their_own_checkouts(tmp_path, monkeypa
     monkeypatch.setattr(verdict, "time_command", fake_time_command)
     sides = [verdict.Side(label, label, tmp_path / label, "abc") for label in verdict.SIDES]
     chosen = verdict.measures(device="cpu", workers="2", run_options=[], startup_case=None)
-    runs = verdict.run_sides(sides, chosen, 3, tmp_path, say=lambda line: None)
+    runs = verdict.run_sides(sides, chosen, 3, tmp_path / "reports", say=lambda line: None)
     assert [r.side for r in runs] == ["baseline", "change", "change", "baseline", "baseline", "change"]
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [  # kept where asked (--reports)
+        f"{r.side}-{i}" for i, r in sorted(enumerate(runs), key=lambda ir: f"{ir[1].side}-{ir[0]}")]
     assert calls == [(r.side, str(tmp_path / r.side)) for r in runs]  # cwd and PYTHONPATH: the side's checkout
     assert all(r.outcome["cases_run"] == sorted(CASES) for r in runs)
