@@ -1,6 +1,6 @@
 """Golden digests of the suite's seeded inputs: the random Markov heads, logit rows and verify
-rounds fed to the S1, S2, S3, S4 and S5 cases stay the same tensors, bit for bit, whoever
-builds them.
+rounds fed to the S1, S2, S3, S4 and S5 cases, and the tiny S9 models (weights and what they
+compute on fixed inputs), stay the same tensors, bit for bit, whoever builds them.
 
 Each digest is the SHA-256 of every tensor a call returns (in order: name, dtype, shape,
 stride, then its bytes), followed by the next three ``randn`` draws of the same generator
@@ -9,7 +9,8 @@ The digests were produced by ``python tests/test_inputs.py`` on torch 2.13.0 (x8
 capability AVX2) with the heads still built by ``dspark_ref.markov.build_markov_head``
 (commit 824e80f); the verify rounds' digests by the builders still inside
 ``conformance/suite/test_verify.py`` (commit f7ba02c), before they moved to
-``conformance.inputs.verify_rounds``. ``torch.normal_`` draws other bits on another CPU capability
+``conformance.inputs.verify_rounds``; the tiny S9 models' digests by ``dspark_ref.tiny_models``
+(commit 36c92d3), before the suite had models of its own. ``torch.normal_`` draws other bits on another CPU capability
 (``ATEN_CPU_CAPABILITY=default`` changes them), so elsewhere the test is skipped, naming why.
 """
 
@@ -22,6 +23,7 @@ import torch
 
 from conformance.inputs import LOGIT_FAMILIES, logit_rows, markov_head_state
 from conformance.inputs.verify_rounds import GreedySpec, LawSpec, ParitySpec, TinyChainModels, greedy_inputs, parity_inputs
+from dspark_ref import tiny_models as reference_tiny_models
 
 #: Where the digests below were produced: (torch release, ATen CPU capability).
 PRODUCED_ON = ("2.13.0", "AVX2")
@@ -63,6 +65,26 @@ ROUND_DIGESTS = {
         "be2ba68dc71dd48d51ccfb3c25d8ec9103b7c9f7fa90301fe4237c696b369f25",
 }
 
+#: (model, seed, vocab, hidden size, draft arguments) -> digest of one tiny S9 model (SPEC S9):
+#: its weights, what it computes on fixed inputs (:func:`_tiny_model_digest`) and the next draws
+#: of its generator; the target alone, a DSpark draft of every head type (with and without a
+#: confidence head, runtime gamma below the block) and perfect and noisy oracle drafts.
+TINY_MODEL_DIGESTS = {
+    ("target", 0, 5, 8, None): "021ed886dfaac4dbf04998a79ded0b05c0e01089485fd45a27e3280d70271e7e",
+    ("target", 7, 3, 4, None): "cc40e1cf579c7b286d59408550b03b05c040e0bc2c7a362eadaee485c4ce66c6",
+    ("dspark", 1, 5, 8, ("vanilla", 1, 4, False)): "aee386a7eb61872a3e07f71f41342d0af58fcf8b61b6d52581792f9fbb8b047d",
+    ("dspark", 2, 5, 8, ("gated", 3, 4, False)): "97338a8aee03362e1e336a7d3791230bd2b97d3371399b377293f251bedc1b61",
+    ("dspark", 3, 5, 8, ("rnn", 5, 4, False)): "ccc6b0d3eb0331c9ee89aca48c0efb654aa7b59440d254310a955db320454944",
+    ("dspark", 4, 5, 8, ("gated", 4, 4, True)): "42d3ee76660e3f8d2bd761cea361ea95833a090a32ff3c7ebe94b8fb4b4401b8",
+    ("dspark", 5, 5, 8, ("vanilla", 4, 4, True)): "8ad628251783a908e033f34435e0aa495657929f7dd72e5259be94307169eaf4",
+    ("dspark", 7, 3, 4, ("rnn", 3, 2, True)): "af3eb7d4751bcea6d88a968aeb9a2281b6bc9833c263331063c86643bbfad282",
+    ("oracle", 8, 5, 8, (4, 0.0)): "d82e13ab467768a37021613dd8a31789360b5ab0ee0fa7eb384f9f1e3164a6f0",
+    ("oracle", 9, 5, 8, (4, 0.5)): "1ef6e1f7258beaca9c493de0f24ffa2ec9f6aa9d191c7013f18d70c14c2cc31e",
+    ("oracle", 10, 5, 8, (2, 1.0)): "ed735823e4b4ffa77a5999a20461709bb8ea2dcbc8a0b45b0876ae4fa75a8046",
+}
+#: The modules whose tiny models are pinned.
+TINY_MODEL_BUILDERS = {"dspark_ref": reference_tiny_models}
+
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
@@ -98,6 +120,44 @@ def _round_digest(builder, spec, seed) -> str:
     return _digest({**tensors, "<next draw>": torch.randn(3, generator=generator)})
 
 
+@torch.no_grad()
+def _tiny_model_digest(builders, model, seed, vocab, hidden_size, draft_args) -> str:
+    """The target of ``seed`` (then, from the same generator, the draft of ``draft_args``): its
+    weights (a DSpark draft's state dict, an oracle draft's base offsets), then on fixed
+    inputs the target's logits and hidden states at every position and one ``advance`` /
+    ``next_token_logits`` step, the draft's ``block`` at its gamma and one below, and its
+    confidences."""
+    weights = torch.Generator().manual_seed(seed)
+    target = builders.TinyTargetLM(vocab, hidden_size, generator=weights)
+    tensors = {f"target.{name}": t for name, t in sorted(target.state_dict().items())}
+    if model == "dspark":
+        head_type, gamma, rank, with_confidence = draft_args
+        draft = builders.TinyDSparkDraft(target, gamma=gamma, markov_head_type=head_type, markov_rank=rank,
+                                         generator=weights, with_confidence=with_confidence)
+        tensors.update({f"draft.{name}": t for name, t in sorted(draft.state_dict().items())})
+    elif model == "oracle":
+        gamma, noise = draft_args
+        draft = builders.OracleDraft(target, gamma=gamma, logit_noise=noise, generator=weights)
+        tensors["draft.base_offsets"] = draft.base_offsets
+    tensors["<next draw>"] = torch.randn(3, generator=weights)
+    inputs = torch.Generator().manual_seed(12345)
+    contexts = torch.randint(0, vocab, (6, 7), generator=inputs)
+    out = target(contexts)
+    tensors.update({"logits": out.logits, "hidden": out.hidden})
+    state = target.advance(out.hidden[:, -1], contexts[:, 0])
+    tensors.update({"advance": state, "next_token_logits": target.next_token_logits(state)})
+    if model != "target":
+        anchor = contexts[:, -1]
+        for block_gamma in sorted({gamma, max(gamma - 1, 1)}):
+            block = draft.block(out.hidden[:, -2], anchor, block_gamma)
+            tensors.update({f"block{block_gamma}.hidden": block.hidden,
+                            f"block{block_gamma}.base_logits": block.base_logits})
+            if draft.confidence_head is not None:
+                tokens = torch.randint(0, vocab, (6, block_gamma), generator=inputs)
+                tensors[f"block{block_gamma}.confidences"] = draft.confidences(block.hidden, anchor, tokens)
+    return _digest(tensors)
+
+
 def _here() -> tuple[str, str]:
     return torch.__version__.split("+")[0], torch.backends.cpu.get_cpu_capability()
 
@@ -109,6 +169,7 @@ needs_the_producing_build = pytest.mark.skipif(
 
 def test_the_pinned_calls_cover_every_head_type_and_logit_family():
     assert {key[0] for key in HEAD_DIGESTS} == {"vanilla", "gated", "rnn"}
+    assert {key[4][0] for key in TINY_MODEL_DIGESTS if key[0] == "dspark"} == {"vanilla", "gated", "rnn"}
     assert {key[0] for key in LOGIT_DIGESTS} == set(LOGIT_FAMILIES)
 
 
@@ -128,6 +189,13 @@ def test_logit_rows_are_the_pinned_tensors(call):
 @pytest.mark.parametrize("call", ROUND_DIGESTS, ids=str)
 def test_a_verify_round_is_the_pinned_tensors(call):
     assert _round_digest(*call) == ROUND_DIGESTS[call]
+
+
+@needs_the_producing_build
+@pytest.mark.parametrize("builders", TINY_MODEL_BUILDERS)
+@pytest.mark.parametrize("call", TINY_MODEL_DIGESTS, ids=str)
+def test_a_tiny_s9_model_is_the_pinned_weights_and_logits(call, builders):
+    assert _tiny_model_digest(TINY_MODEL_BUILDERS[builders], *call) == TINY_MODEL_DIGESTS[call]
 
 
 @pytest.mark.parametrize("call, error, match", [
@@ -155,3 +223,5 @@ if __name__ == "__main__":  # prints the tables above from the builders of today
         print(f"    {call}: {_logit_digest(*call)!r},")
     for call in ROUND_DIGESTS:
         print(f"    {call}: {_round_digest(*call)!r},")
+    for call in TINY_MODEL_DIGESTS:
+        print(f"    {call}: {_tiny_model_digest(reference_tiny_models, *call)!r},")
