@@ -23,6 +23,7 @@ import torch
 
 from conformance.inputs import LOGIT_FAMILIES, logit_rows, markov_head_state
 from conformance.inputs.verify_rounds import GreedySpec, LawSpec, ParitySpec, TinyChainModels, greedy_inputs, parity_inputs
+from conformance.inputs import tiny_models
 from dspark_ref import tiny_models as reference_tiny_models
 
 #: Where the digests below were produced: (torch release, ATen CPU capability).
@@ -82,8 +83,9 @@ TINY_MODEL_DIGESTS = {
     ("oracle", 9, 5, 8, (4, 0.5)): "1ef6e1f7258beaca9c493de0f24ffa2ec9f6aa9d191c7013f18d70c14c2cc31e",
     ("oracle", 10, 5, 8, (2, 1.0)): "ed735823e4b4ffa77a5999a20461709bb8ea2dcbc8a0b45b0876ae4fa75a8046",
 }
-#: The modules whose tiny models are pinned.
-TINY_MODEL_BUILDERS = {"dspark_ref": reference_tiny_models}
+#: The modules whose tiny models are pinned: the suite's, and the reference's own copy (the
+#: reference adapter hands the loop the reference's models with the suite's weights).
+TINY_MODEL_BUILDERS = {"conformance": tiny_models, "dspark_ref": reference_tiny_models}
 
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -209,6 +211,18 @@ def test_a_tiny_s9_model_is_the_pinned_weights_and_logits(call, builders):
     (lambda g: logit_rows("sharp", 2, 4, g), ValueError, "^family: expected one of"),
     (lambda g: logit_rows("flat", 0, 4, g), ValueError, "^batch: expected an int >= 1"),
     (lambda g: logit_rows("random", 2, 2.0, g), TypeError, "^vocab: expected an int"),
+    (lambda g: tiny_models.TinyTargetLM(1, 8, generator=g), ValueError, "^vocab_size: expected an int >= 2"),
+    (lambda g: tiny_models.TinyTargetLM(5, 8, generator=None), TypeError, "^generator: expected a CPU"),
+    (lambda g: tiny_models.TinyTargetLM(5, 8, generator=g)(torch.tensor([[0, 5]])), ValueError,
+     r"^context_ids: expected token ids in \[0, 5\)"),
+    (lambda g: tiny_models.TinyDSparkDraft(tiny_models.TinyTargetLM(5, 7, generator=g), gamma=2, generator=g),
+     ValueError, "^target: expected an even hidden_size"),
+    (lambda g: tiny_models.TinyDSparkDraft(tiny_models.TinyTargetLM(5, 8, generator=g), gamma=2,
+                                           markov_head_type="lstm", generator=g), ValueError, "^markov_head_type:"),
+    (lambda g: tiny_models.OracleDraft(tiny_models.TinyTargetLM(5, 8, generator=g), gamma=2, logit_noise=1.0),
+     TypeError, "^generator: expected a CPU"),
+    (lambda g: tiny_models.OracleDraft(tiny_models.TinyTargetLM(5, 8, generator=g), gamma=2).block(
+        torch.zeros(1, 8), torch.tensor([0]), 3), ValueError, "^gamma: expected an int <= 2"),
 ])
 def test_a_bad_argument_is_named(call, error, match):
     with pytest.raises(error, match=match):

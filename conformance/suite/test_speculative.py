@@ -62,10 +62,10 @@ import torch
 from conformance import stats
 from conformance.cases import case, case_id
 from conformance.contract import Inconclusive, SpeculativeLoop, SpeculativeLoopRecord
+from conformance.inputs.tiny_models import OracleDraft, TinyDSparkDraft, TinyTargetLM
 from conformance.oracles import tau_oracle
 from conformance.oracles.prefix_schedule import check_against_oracle
 from conformance.seeds import derive_seed
-from dspark_ref.tiny_models import OracleDraft, TinyDSparkDraft, TinyTargetLM
 
 VOCAB, HIDDEN, MARKOV_RANK = 5, 8, 4
 LAW_TOKENS = 3
