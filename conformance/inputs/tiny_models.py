@@ -355,8 +355,9 @@ class OracleDraft(nn.Module):
         self.gamma, self.vocab_size, self.hidden_size = gamma, target.vocab_size, target.hidden_size
         self.target = target
         vocab = target.vocab_size
-        self.base_offsets = (_frozen(_check_generator(generator), vocab, gamma, vocab, std=logit_noise)
-                             if logit_noise > 0 else nn.Parameter(torch.zeros(vocab, gamma, vocab), requires_grad=False))
+        self.base_offsets = (
+            _frozen(_check_generator(generator), vocab, gamma, vocab, std=logit_noise) if logit_noise > 0
+            else nn.Parameter(torch.zeros(vocab, gamma, vocab), requires_grad=False))
 
     @torch.no_grad()
     def block(self, context_hidden: Tensor, anchor: Tensor, gamma: int | None = None) -> DraftBlock:
