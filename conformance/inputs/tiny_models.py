@@ -36,7 +36,8 @@ from conformance.checks import check_choice, check_float, check_int, check_tenso
 
 from .markov_heads import MARKOV_HEAD_TYPES, markov_head_state
 
-__all__ = ["TargetOutput", "DraftBlock", "TinyTargetLM", "TinyDSparkDraft", "OracleDraft"]
+__all__ = ["TargetOutput", "DraftBlock", "TinyTargetLM", "TinyDSparkDraft", "OracleDraft", "MarkovHeadWeights",
+           "ConfidenceHeadWeights"]
 
 #: Std of the draft's Markov-head weights: large enough that the head visibly changes the
 #: draft law (the DeepSpec default 0.02 would make every head type look alike).
@@ -230,8 +231,8 @@ class TinyDSparkDraft(nn.Module):
     Weights, in drawing order after the target's: ``mask_embedding [d]`` (std 1),
     ``position_embedding [gamma, d]`` (std 1), ``context_proj [d, d]``, ``w_qkv [3d, d]``,
     ``w_out [d, d]`` (std ``1 / sqrt(d)``), the Markov head (std :data:`MARKOV_INIT_SCALE`),
-    then with a confidence head one ``rand [1, d + r]`` draw (discarded: the draw the
-    reference's default initialisation takes) and ``proj.weight`` (std
+    then with a confidence head one ``rand [1, d + r]`` draw (discarded, so that a seed still
+    draws the weights the S9 cases have always drawn) and ``proj.weight`` (std
     :data:`CONFIDENCE_INIT_SCALE`), bias 0.
 
     Args:
