@@ -845,9 +845,10 @@ class SpeculativeLoop(Protocol):
     accept_lengths[B, rounds] i64 in [0, gamma + 1], verify_lengths[B, rounds] i64 in [0,
     gamma])``, all on the prompt's device.
 
-    * ``target`` is a ``dspark_ref.tiny_models.TinyTargetLM``; ``draft`` a ``TinyDSparkDraft``
-      or ``OracleDraft`` (weights shared with the target); both on the test's device. An
-      adapter translates them into its engine.
+    * ``target`` is a ``conformance.inputs.tiny_models.TinyTargetLM``; ``draft`` a
+      ``TinyDSparkDraft`` or ``OracleDraft`` of that module (weights shared with the target);
+      both on the test's device. An adapter translates them into its engine (the reference's:
+      ``dspark_ref.tiny_models`` with the same weights).
     * One temperature for every row: below 1e-5 (0 included) the loop decodes greedily (the
       loop has no ``top_k``); otherwise it samples at ``T``. Every random draw comes from
       ``generator``.

@@ -7,8 +7,8 @@ run), giving a graph of module -> module edges. Checked:
 * ``dspark_ref`` imports nothing from ``conformance`` or ``fixtures``;
 * ``conformance`` never imports ``fixtures`` (the mutants, a checkout's, are found by name);
 * the judge shares no code with the judged (STYLE habit 17): no module of ``conformance``
-  but the reference adapter imports ``dspark_ref``, save the imports of
-  :data:`DSPARK_REF_IMPORTS`, each with its reason; that list only shrinks;
+  but the reference adapter imports ``dspark_ref`` (the last exception, the tiny S9 models,
+  went when the suite got its own, ``conformance.inputs.tiny_models``);
 * the judge's rooms (``conformance.spec``, ``oracles``, ``inputs``, ``stats``, ``report``)
   import nothing from ``dspark_ref``, and the constants, oracles and inputs nothing of the
   suite, the adapters or the run's wiring above them;
@@ -89,15 +89,6 @@ def test_no_import_against_the_layers(source, target):
     assert _edges(source, target) == []
 
 
-#: The imports of ``dspark_ref`` by a module of ``conformance`` outside the reference adapter
-#: that remain, ``(importer, dspark_ref module) -> reason``. It only shrinks: a new import fails
-#: :func:`test_only_the_reference_adapter_imports_dspark_ref`, and an entry no longer imported
-#: fails :func:`test_the_dspark_ref_allow_list_has_no_stale_entry`.
-DSPARK_REF_IMPORTS = {
-    ("conformance.suite.test_speculative", "dspark_ref.tiny_models"):
-        "SPEC S9 models: the SpeculativeLoop contract (conformance.contract) takes a TinyTargetLM "
-        "and its drafts (TinyDSparkDraft, OracleDraft) as the models an implementation runs",
-}
 REFERENCE_ADAPTER = "conformance.adapters.reference"
 
 
@@ -110,12 +101,7 @@ def _dspark_ref_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
 
 
 def test_only_the_reference_adapter_imports_dspark_ref():
-    assert sorted(_dspark_ref_imports(GRAPH) - set(DSPARK_REF_IMPORTS)) == []
-
-
-def test_the_dspark_ref_allow_list_has_no_stale_entry():
-    assert sorted(set(DSPARK_REF_IMPORTS) - _dspark_ref_imports(GRAPH)) == []
-    assert all(reason.strip() for reason in DSPARK_REF_IMPORTS.values())
+    assert sorted(_dspark_ref_imports(GRAPH)) == []
 
 
 def test_the_checker_sees_an_import_of_dspark_ref():
@@ -129,7 +115,7 @@ def test_the_checker_sees_an_import_of_dspark_ref():
 
 
 #: The judge's rooms: the SPEC's constants, its oracles, the seeded inputs, the statistics and
-#: the reports. None imports ``dspark_ref``, whatever :data:`DSPARK_REF_IMPORTS` allows.
+#: the reports. None imports ``dspark_ref``.
 JUDGE_ROOMS = ("conformance.spec", "conformance.oracles", "conformance.inputs", "conformance.stats",
                "conformance.report")
 #: What the rooms below the suite (constants, oracles, inputs) never import: the tests and
@@ -157,8 +143,8 @@ def test_the_judges_rooms_import_neither_the_reference_nor_the_suite():
 
 
 def test_the_checker_sees_a_room_breach():
-    """A planted import of ``dspark_ref`` by an oracle (even one the allow-list named), and of
-    the suite's harness by an input builder, are found; the suite importing an oracle is not."""
+    """A planted import of ``dspark_ref`` by an oracle, and of the suite's harness by an input
+    builder, are found; the suite importing an oracle is not."""
     planted = "import torch\nfrom dspark_ref.sampling import TEMPERATURE_FLOOR\n"
     graph = {"conformance.oracles.race_oracle": _imports_of(planted, "conformance.oracles.race_oracle", False) & set(GRAPH),
              "conformance.inputs.logits": {"conformance.suite.support.blocks", "conformance.spec"},

@@ -35,7 +35,8 @@ import torch
 import dspark_ref
 from conformance import contract as c
 from conformance.adapters import reference
-from dspark_ref import markov, tiny_models
+from conformance.inputs import tiny_models
+from dspark_ref import markov
 from fixtures.mutants import load_all
 
 MUTANTS = load_all()

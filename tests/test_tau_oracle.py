@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from conformance import stats
+from conformance.inputs.tiny_models import TinyDSparkDraft, TinyTargetLM
 from conformance.oracles import tau_oracle
 from conformance.oracles.markov_block import oracle_block_logits
-from dspark_ref.tiny_models import TinyDSparkDraft, TinyTargetLM
 
 VOCAB, HIDDEN, GAMMA, ROWS = 3, 4, 3, 2
 TOLERANCE = 1e-6

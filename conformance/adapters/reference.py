@@ -25,6 +25,7 @@ from dspark_ref import (
     speculative,
     speculative_round,
     tensor_parallel,
+    tiny_models,
     verify,
 )
 from dspark_ref._checks import check_int
@@ -40,6 +41,7 @@ from dspark_ref.sampling import (
 )
 
 from .. import contract as c
+from ..inputs import tiny_models as case_models
 
 GREEDY_RULE = "top_k"
 TOP_K_TIES = "all"
@@ -414,6 +416,44 @@ class ProductionScheduler:
         )
 
 
+def reference_models(target: case_models.TinyTargetLM, draft: case_models.TinyDSparkDraft | case_models.OracleDraft
+                     ) -> tuple[tiny_models.TinyTargetLM, Any]:
+    """The reference's own tiny models (:mod:`dspark_ref.tiny_models`) holding the weights of
+    a case's ``target`` and ``draft`` (:mod:`conformance.inputs.tiny_models`, the same state-dict
+    layout), on the target's device, the Markov head in the case head's dtype (float32 or
+    bfloat16): the loop runs the reference's backbone, Markov head and confidence head on the
+    case's weights.
+
+    Raises:
+        TypeError: ``target`` or ``draft`` not one of the suite's tiny models.
+    """
+    if not isinstance(target, case_models.TinyTargetLM):
+        raise TypeError(f"target: expected a conformance.inputs.tiny_models.TinyTargetLM, got {type(target).__name__}")
+    if not isinstance(draft, (case_models.TinyDSparkDraft, case_models.OracleDraft)):
+        raise TypeError("draft: expected a conformance.inputs.tiny_models.TinyDSparkDraft or OracleDraft, got "
+                        f"{type(draft).__name__}")
+    # The constructors' throwaway weights (overwritten below) draw on a fresh generator, and
+    # the confidence head's default init on the global RNG, which the fork leaves as it was.
+    with torch.random.fork_rng(devices=[]):
+        ref_target = tiny_models.TinyTargetLM(target.vocab_size, target.hidden_size, generator=torch.Generator())
+        if isinstance(draft, case_models.OracleDraft):
+            ref_draft = tiny_models.OracleDraft(ref_target, gamma=draft.gamma)
+        else:
+            ref_draft = tiny_models.TinyDSparkDraft(
+                ref_target, gamma=draft.gamma, markov_head_type=draft.markov_head.head_type,
+                markov_rank=draft.markov_head.rank, generator=torch.Generator(),
+                with_confidence=draft.confidence_head is not None)
+    ref_target.load_state_dict(target.state_dict())
+    if isinstance(draft, case_models.OracleDraft):  # its Markov head is the target's own GRU
+        with torch.no_grad():
+            ref_draft.base_offsets.copy_(draft.base_offsets)
+    else:
+        ref_draft.markov_head.to(draft.markov_head.W1.weight.dtype)
+        ref_draft.load_state_dict(draft.state_dict())
+    device = target.embedding.device
+    return ref_target.to(device), ref_draft.to(device)
+
+
 class SpeculativeLoop:
     """SPEC S9 through :func:`dspark_ref.speculative.speculative_generate`; greedy iff
     ``temperature < 1e-5`` (the loop takes no ``top_k``). ``steps``: the round's steps, a
@@ -425,7 +465,7 @@ class SpeculativeLoop:
     def generate(self, target, draft, prompt, max_new_tokens, temperature, generator, *,
                  gamma=None, sps=None):
         result = speculative.speculative_generate(
-            target, draft, prompt, max_new_tokens, temperature=temperature,
+            *reference_models(target, draft), prompt, max_new_tokens, temperature=temperature,
             greedy=temperature < TEMPERATURE_FLOOR, gamma=gamma, scheduler=sps, generator=generator,
             steps=self.steps,
         )
@@ -442,7 +482,7 @@ class SpeculativeLoopRecord:
 
     def generate_recorded(self, target, draft, prompt, max_new_tokens, temperature, generator, *, gamma=None, sps):
         result = speculative.speculative_generate(
-            target, draft, prompt, max_new_tokens, temperature=temperature,
+            *reference_models(target, draft), prompt, max_new_tokens, temperature=temperature,
             greedy=temperature < TEMPERATURE_FLOOR, gamma=gamma, scheduler=sps, generator=generator,
             steps=self.steps,
         )

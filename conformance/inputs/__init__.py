@@ -9,6 +9,8 @@ changes a case's inputs fails there.
 * :mod:`.markov_heads` -- random Markov heads in the reference layout (SPEC S2);
 * :mod:`.verify_rounds` -- random chain-verify rounds and the tiny models of the S5 law
   cases (SPEC S5), seeded with the raw case seed.
+* :mod:`.tiny_models` -- the tiny target and drafts of the S9 loop cases (SPEC S9), weights
+  drawn from the case seed.
 * :mod:`.seeding` -- a case's input streams (``sub_seed``, ``input_generator``), the
   generators the other sections' builders are handed.
 

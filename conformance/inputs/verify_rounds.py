@@ -84,6 +84,7 @@ def parity_inputs(spec: ParitySpec, gen: torch.Generator) -> dict[str, torch.Ten
         masked.scatter_(-1, keep, False)
         target = target.masked_fill(masked, -math.inf)
     temps = torch.tensor([spec.temperatures[b % len(spec.temperatures)] for b in range(rows)])
+    # torch.softmax, not oracles.laws: the oracles import the inputs, so that import would close a package cycle.
     q = torch.softmax(draft_logits.double() / temps.double()[:, None, None], dim=-1)
     drafts = inverse_cdf_draws(q.reshape(-1, vocab), torch.rand(rows * l, dtype=F64, generator=gen)).reshape(rows, l)
     uniform_rows = torch.rand(rows, generator=gen) < 0.25
@@ -169,6 +170,7 @@ class TinyChainModels:
 
     def draft_law_table(self, device) -> torch.Tensor:
         """``[V, V]`` float64 ``q(. | prev)`` of the table draft, on ``device``."""
+        # torch.softmax, not oracles.laws: the oracles import the inputs, so that import would close a package cycle.
         q = torch.softmax(self.draft.double() / self.spec.temperature, dim=-1)
         return q.to(device)
 

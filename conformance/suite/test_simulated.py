@@ -41,6 +41,7 @@ from conformance import stats
 from conformance.budget import DEFAULT_MIN_TV
 from conformance.cases import case, case_id
 from conformance.contract import SimulatedAcceptance, SimulatedAcceptanceBatch, SimulatedBonus
+from conformance.oracles.laws import tempered_softmax64
 from conformance.oracles.simulated_oracle import match_expected_support, multinomial_law
 from conformance.seeds import derive_seed
 
@@ -480,7 +481,7 @@ def test_S6_simulated_bonus_law(case, require, stat_check, case_seed, dspark_dev
     drawn at T = 1 at 0.15 (``softmax`` of the table above, in float64); n = 249,549."""
     iut = require(SimulatedBonus)
     positions, vocab = BONUS_LOGITS.shape
-    law = torch.softmax(BONUS_LOGITS.double() / 0.7, dim=-1) / positions
+    law = tempered_softmax64(BONUS_LOGITS, 0.7) / positions
     n = stats.sample_size_for_tv(law.flatten().tolist())
     counts = torch.zeros(positions, vocab, dtype=torch.int64)
     for start in range(0, n, BONUS_CHUNK):
