@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import types
 import numbers
 from collections.abc import Mapping
 from typing import Any, Sequence
@@ -109,6 +110,14 @@ def _positional_names(function: Any, *, bound: bool) -> tuple[tuple[str, ...], s
 
 
 @functools.cache
+def _method_names(function: Any) -> tuple[tuple[str, ...], str]:
+    """:func:`_positional_names` of a method bound to any instance, read once per function
+    (a bound method is a new object at every attribute read: the S6 executor's 11,524 steps
+    a case read one signature each)."""
+    return _positional_names(types.MethodType(function, object()), bound=True)
+
+
+@functools.cache
 def _protocol_names(protocol: type, method: str) -> tuple[tuple[str, ...], str] | None:
     """:func:`_positional_names` of the Protocol's ``method``, or None if it has none."""
     function = getattr(protocol, method, None)
@@ -132,14 +141,17 @@ _HOLDS_NO_TENSOR = (type(None), bool, int, float, complex, str, bytes, torch.Gen
 
 def _tensors(value: Any, path: str, found: dict[str, torch.Tensor], seen: set[int]) -> None:
     """Every tensor in ``value`` into ``found``, keyed by its path (``state_dict['W1.weight']``)."""
+    if isinstance(value, torch.Tensor):  # first: torch.Generator's metaclass makes the next check slow
+        if id(value) not in seen:
+            seen.add(id(value))
+            found[path] = value
+        return
     if isinstance(value, _HOLDS_NO_TENSOR):  # the common arguments, before the slower checks below
         return
     if id(value) in seen:
         return
     seen.add(id(value))
-    if isinstance(value, torch.Tensor):
-        found[path] = value
-    elif isinstance(value, torch.nn.Module):
+    if isinstance(value, torch.nn.Module):
         for name, tensor in [*value.named_parameters(), *value.named_buffers()]:
             found.setdefault(f"{path}.{name}", tensor)
     elif isinstance(value, Mapping):
@@ -147,7 +159,8 @@ def _tensors(value: Any, path: str, found: dict[str, torch.Tensor], seen: set[in
             _tensors(item, f"{path}[{key!r}]", found, seen)
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _tensors(item, f"{path}[{i}]", found, seen)
+            if not isinstance(item, _HOLDS_NO_TENSOR):  # a table of floats (an SPS curve) names no path
+                _tensors(item, f"{path}[{i}]", found, seen)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for field in dataclasses.fields(value):
             _tensors(getattr(value, field.name), f"{path}.{field.name}", found, seen)
@@ -221,7 +234,8 @@ class _Forwarding:
         names = None if self._protocol is None else _protocol_names(self._protocol, name)
         if names is None:
             try:
-                names = _positional_names(value, bound=True)
+                names = (_method_names(value.__func__) if isinstance(value, types.MethodType)
+                         else _positional_names(value, bound=True))
             except (TypeError, ValueError):  # no signature to read: arguments by position
                 names = ((), "args")
 
@@ -326,6 +340,11 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _form(value: torch.Tensor, device_ok: bool) -> str:
+    """How a returned tensor is named in a violation: dtype, shape, and its device if wrong."""
+    return f"{_name(value.dtype)} {list(value.shape)}" + ("" if device_ok else f" on {value.device}")
+
+
 def _same_device(got: torch.device, want: torch.device) -> bool:
     """Same type, and the same index where ``want`` names one (``cuda`` matches ``cuda:0``)."""
     return got.type == want.type and (want.index is None or got.index == want.index)
@@ -370,12 +389,12 @@ class Expected:
             isinstance(want, str) or want == got for want, got in zip(self.shape, value.shape)
         )
         device_ok = _same_device(value.device, self.device)
-        got = f"{_name(value.dtype)} {list(value.shape)}" + ("" if device_ok else f" on {value.device}")
         if not (dtype_ok and shape_ok and device_ok):
-            raise BoundaryViolation(f"{where} returned {what}{got}, expected {what}{self}")
+            raise BoundaryViolation(f"{where} returned {what}{_form(value, device_ok)}, expected {what}{self}")
         problem = None if self.values is None or value.numel() == 0 else self.values.violation(value.detach())
         if problem is not None:
-            raise BoundaryViolation(f"{where} returned {what}{got} with {problem}, expected {what}{self}")
+            raise BoundaryViolation(f"{where} returned {what}{_form(value, device_ok)} with {problem}, "
+                                    f"expected {what}{self}")
         return value
 
 

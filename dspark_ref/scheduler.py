@@ -28,6 +28,7 @@ highest stale survivals in prefix order, within per-request minimum and maximum 
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Callable, Sequence, Union
 
@@ -76,8 +77,8 @@ class AdmissionRule:
 
     def path(self, survival: torch.Tensor) -> list[tuple[int, int]]:
         """Candidates ``(r, k)`` (0-based ``k``: draft position ``j = k + 1``) with
-        ``a = survival[r, k] > 0`` (``survival [R, gamma]`` float64), ``a`` descending, ties
-        in row-major order, so each row's prefix order holds."""
+        ``a = survival[r, k] > 0`` (``survival [R, gamma]`` float64 on the CPU), ``a``
+        descending, ties in row-major order, so each row's prefix order holds."""
         return _admission_path(survival)
 
     def improves(self, theta: float, best: float) -> bool:
@@ -376,11 +377,12 @@ def _admission_path(survival: torch.Tensor) -> list[tuple[int, int]]:
     Sorted by ``a`` descending; the stable sort keeps row-major order on ties, hence each
     row's prefix order (``a`` is non-increasing along a row).
     """
-    flat = survival.reshape(-1).cpu()
-    candidates = torch.nonzero(flat > 0).squeeze(1)
-    ranked = torch.sort(flat[candidates], descending=True, stable=True).indices
-    gamma = survival.shape[1]
-    order = [divmod(int(i), gamma) for i in candidates[ranked]]
+    # Python's sort is stable (reverse=True included), as torch.sort(stable=True) is: the
+    # same order, without a torch call per step of the few-candidate scheduler calls of S8.
+    flat = survival.reshape(-1).tolist()
+    candidates = [i for i, a in enumerate(flat) if a > 0]
+    candidates.sort(key=flat.__getitem__, reverse=True)
+    order = [divmod(i, survival.shape[1]) for i in candidates]
     seen = [0] * survival.shape[0]
     for r, k in order:
         assert seen[r] == k, f"prefix order broken at request {r}, position {k + 1}"
@@ -489,10 +491,11 @@ def _check_production(
 def _check_confidences(name: str, confidences: torch.Tensor) -> torch.Tensor:
     """Validate ``[R, gamma]`` confidences; returns their float64 prefix survival."""
     check_tensor(name, confidences, ndim=2, dtypes=FLOAT_DTYPES)
-    if bool(torch.isnan(confidences).any()):
-        raise ValueError(f"{name}: expected values in [0, 1], got NaN")
     empty = confidences.numel() == 0
-    low, high = (0.0, 0.0) if empty else (float(confidences.min()), float(confidences.max()))
+    # One read-back for the range and NaN (aminmax propagates NaN to both ends).
+    low, high = (0.0, 0.0) if empty else torch.stack(torch.aminmax(confidences)).tolist()
+    if math.isnan(low):
+        raise ValueError(f"{name}: expected values in [0, 1], got NaN")
     if low < 0.0 or high > 1.0:
         raise ValueError(f"{name}: expected values in [0, 1], got range [{low}, {high}]")
     return torch.cumprod(confidences.double(), dim=1)
@@ -501,11 +504,13 @@ def _check_confidences(name: str, confidences: torch.Tensor) -> torch.Tensor:
 def _check_schedule(
     confidences: torch.Tensor, sps: SPSCurve, *, name: str = "confidences", rule: object = None
 ) -> tuple[torch.Tensor, Callable[[int], float]]:
-    """Validate a scheduler call; the SPS table must cover the whole admission path."""
+    """Validate a scheduler call; the SPS table must cover the whole admission path.
+    Returns the float64 prefix survival, computed on the confidences' device and copied to
+    the CPU (the path and the walk read it there: one read-back a call), and ``B -> SPS(B)``."""
     if rule is not None and not isinstance(rule, AdmissionRule):
         raise TypeError(f"rule: expected an AdmissionRule or None, got {type(rule).__name__}")
-    survival = _check_confidences(name, confidences)
-    max_batch = survival.shape[0] + int((survival > 0).sum())
+    survival = _check_confidences(name, confidences).cpu()
+    max_batch = survival.shape[0] + int(torch.count_nonzero(survival))  # survival >= 0: nonzero is a > 0
     return survival, _sps_function(sps, max_batch)
 
 

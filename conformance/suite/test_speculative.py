@@ -83,12 +83,7 @@ SCHEDULER_RETRIES = 6
 PREMISE_RETRIES = 4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @dataclasses.dataclass(frozen=True)
