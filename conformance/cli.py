@@ -213,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--replicates", type=_count, default=2000,
                      help="simulated data sets per assertion for the power at the declared effect (0: skip)")
     cal.add_argument("--replay-results", type=Path, default=None,
-                     help="results.json whose assertions to replay (default: a fresh default-seed run)")
+                     help="results.json whose assertions to replay: those whose design the device's latest "
+                          "replay does not hold, their new rows superseding the old (default: a fresh default-seed "
+                          "run, once per device)")
     cal.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     cal.add_argument("--report", type=Path, default=Path("reports/calibration"),
                      help="directory; runs append to its runs.jsonl and the report aggregates the whole file")

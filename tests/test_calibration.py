@@ -199,14 +199,47 @@ def test_interval_helpers_match_clopper_pearson():
 # --------------------------------------------------------------------------- the run log and resuming
 
 
-def test_run_log_keeps_the_first_record_and_reads_the_archive(tmp_path):
-    records = _records()
+def test_run_log_keeps_the_first_record_of_a_run_and_reads_the_archive(tmp_path):
+    records = _records()  # records[0]: a replay
     archived = "".join(json.dumps(r) + "\n" for r in records[:20])
     (tmp_path / "runs.jsonl.gz").write_bytes(gzip.compress(archived.encode()))
     log = calibration.RunLog(tmp_path / "runs.jsonl")
-    for r in records[10:]:  # overlaps the archive on 10 keys, with different contents
-        log.append({**r, "tests": {}} if r["kind"] != "replay" else {**r, "replayed": []})
+    log.append(records[0])  # the same replay again: a duplicate
+    for r in records[10:]:  # overlaps the archive on 10 runs, with different contents
+        log.append({**r, "tests": {}})
     assert log.records() == records[:20] + [{**r, "tests": {}} for r in records[20:]]
+
+
+def _mean_stat(name, rule, n, power):
+    design = ({"rule": rule, "n": n, "mean": 1.0, "sd": 0.4} if rule == "one_sample_mean" else
+              {"rule": rule, "n_x": n // 2, "n_y": n // 2, "sd_x": 0.4, "sd_y": 0.4})
+    return {"name": name, "n": n, "alpha": 5e-6, "min_effect": 0.25, "power_at_min_effect": power, "design": design}
+
+
+def test_a_replay_of_a_changed_design_supersedes_the_older_rows_and_keeps_them(tmp_path, monkeypatch):
+    # The S9 expected-tau case changed from a two-sample to a one-sample mean: a replay of
+    # its results.json replays that assertion alone, and its row is the one reported; the
+    # older record stays in the log. (Before: the device counted as replayed, so nothing ran,
+    # and a second replay record of the device was dropped on reading.)
+    calls = []
+    real = calibration.power_replay.replay_power
+    monkeypatch.setattr(calibration.power_replay, "replay_power",
+                        lambda s, **kw: calls.append(s["name"]) or real(s, **kw))
+    old = {"device": "cpu", "tests": [{"case": "S9/tau", "stats": [_mean_stat("S9/tau", "two_sample_mean", 800, 1.0)]},
+                                      {"case": "S9/len", "stats": [_mean_stat("S9/len", "one_sample_mean", 200, 0.99)]}]}
+    calibration.calibrate(tmp_path, seeds=[], power_seeds=[], replicates=50, replay_payload=old)
+    new = {**old, "tests": [{"case": "S9/tau", "stats": [_mean_stat("S9/tau", "one_sample_mean", 200, 0.999)]},
+                            old["tests"][1]]}
+    log = calibration.calibrate(tmp_path, seeds=[], power_seeds=[], replicates=50, replay_payload=new)
+    assert calls == ["S9/tau", "S9/len", "S9/tau"] and log.added == 1
+    replays = [r for r in log.records() if r["kind"] == "replay"]
+    assert [[row["rule"] for row in r["replayed"]] for r in replays] == [
+        ["two_sample_mean", "one_sample_mean"], ["one_sample_mean"]]
+    declared = numbers.aggregate(log.records())["declared_power"]
+    assert {name: (row["rule"], row["n"]) for name, row in declared.items()} == {
+        "S9/tau": ("one_sample_mean", 200), "S9/len": ("one_sample_mean", 200)}
+    log = calibration.calibrate(tmp_path, seeds=[], power_seeds=[], replicates=50, replay_payload=new)
+    assert log.added == 0 and len(calls) == 3  # the same command again replays nothing
 
 
 def test_run_log_names_an_archived_runs_cases_by_case_id(tmp_path):
@@ -242,8 +275,8 @@ def fake_runs(monkeypatch):
         outcome = outcomes.get((impl, seed), "passed")
         if outcome is None:
             return None
-        stats_ = [{"name": "x", "p_value": 0.5, "effect": 0.0, "min_effect": 0.01, "power_at_min_effect": 0.999,
-                   "design": None}]
+        stats_ = [{"name": "x", "p_value": 0.5, "n": 1, "alpha": 5e-6, "effect": 0.0, "min_effect": 0.01,
+                   "power_at_min_effect": 0.999, "design": None}]
         return {"device": device, "tests": [{"case": "c/t.py::test_S3_a", "outcome": outcome, "stats": stats_}]}
 
     monkeypatch.setattr(calibration, "_pytest_run", run)

@@ -89,8 +89,30 @@ def _by_case_id(record: dict) -> dict:
     return {**record, "tests": {seeds.resolve_case(name)[0]: test for name, test in record["tests"].items()}}
 
 
+REPLAYED_DESIGN = ("name", "rule", "n", "alpha", "min_effect", "analytic_power")
+
+
+def _replayed_design(row: dict) -> tuple:
+    """What a replay row measured: its assertion's name and design (a ``ReplayedPower`` row)."""
+    return tuple(row[k] for k in REPLAYED_DESIGN)
+
+
+def _stat_design(stat: dict) -> tuple:
+    """:func:`_replayed_design` of an assertion of a results.json, before it is replayed."""
+    return (stat["name"], (stat.get("design") or {}).get("rule"), stat["n"], stat["alpha"], stat["min_effect"],
+            stat["power_at_min_effect"])
+
+
 def _record_key(record: dict) -> tuple:
-    return record["kind"], record["impl"], record["seed"], record["device"]
+    """A record's identity: (kind, impl, seed, device) names one run. A replay record also
+    holds the designs it replayed, so a replay of changed designs is a record of its own,
+    whose rows supersede the older rows of the same assertions
+    (:func:`conformance.power.calibration_numbers.aggregate`: the later row of a name wins),
+    and a replay of the same designs is a duplicate."""
+    key = (record["kind"], record["impl"], record["seed"], record["device"])
+    if record["kind"] == "replay":
+        key += (tuple(_replayed_design(row) for row in record["replayed"]),)
+    return key
 
 
 class RunLog:
@@ -107,9 +129,11 @@ class RunLog:
         self._lock = threading.Lock()
 
     def records(self) -> list[dict]:
-        """Every record in the file (and in an archived ``runs.jsonl.gz`` beside it), the
-        first of each (kind, impl, seed, device) kept. A last line cut short (a run killed
-        mid-write) is skipped.
+        """Every record in the file (and in an archived ``runs.jsonl.gz`` beside it, read
+        first), in order, the first of each key (:func:`_record_key`) kept: one record per
+        run; every distinct replay record, older first, as a newer one supersedes the rows of
+        the assertions it replayed again. A last line cut short (a run killed mid-write) is
+        skipped.
 
         Raises:
             ValueError: any other line that is not a JSON record, naming file and line.
@@ -175,7 +199,7 @@ def source_log(path: Path) -> RunLog:
 
 def merge_logs(out_dir: Path, sources: list[Path]) -> dict[str, int]:
     """Append to ``out_dir/runs.jsonl`` every record of ``sources`` (:func:`source_log`)
-    whose (kind, impl, seed, device) it does not hold yet, first source first: how shards of
+    whose key (:func:`_record_key`) it does not hold yet, first source first: how shards of
     a calibration (``--first-seed`` / ``--seeds`` per shard) become one log to aggregate.
 
     Returns counts: ``added``, ``duplicates`` (records already held, dropped) and
@@ -260,22 +284,32 @@ def run_mutants(log: RunLog, mutant_ids: list[str], power_seeds: list[int], devi
 
 
 def run_replay(log: RunLog, device: str, replicates: int, payload: dict | None = None) -> None:
-    """Replay at its declared effect every assertion of ``payload`` (a results.json; default:
-    a default-seed reference run of the statistical tests on ``device``) and log it, once per
-    device: a device already replayed is left as it is."""
+    """Replay at its declared effect every assertion of ``payload`` (a results.json) whose
+    design (:data:`REPLAYED_DESIGN`) the latest replay on its device does not hold yet, and
+    log them as one replay record: its rows supersede the older rows of those assertions,
+    which stay in the log as history. So a case whose design changed is replayed again, and
+    rerunning the same command replays nothing.
+
+    Without ``payload``, a default-seed reference run of the statistical tests on ``device``
+    is replayed, once per device: a device already replayed is left as it is (a fresh run
+    costs the whole statistical suite; pass its results.json to replay changed designs).
+    """
     device = payload["device"] if payload else device
-    if any(r["kind"] == "replay" and r["device"] == device for r in log.records()):
+    replays = [r for r in log.records() if r["kind"] == "replay" and r["device"] == device]
+    if replays and payload is None:
         return
     payload = payload or reference_statistical_run(device)
     if payload is None:
         log.crashed.append(f"reference default seed on {device} (for the replay)")
         return
+    held = {row["name"]: _replayed_design(row) for r in replays for row in r["replayed"]}  # the later row wins
     replayed = [
         dataclasses.asdict(power_replay.replay_power(s, replicates=replicates, seed=REPLAY_SEED))
         for t in payload["tests"] for s in t["stats"]
-        if not math.isnan(s["power_at_min_effect"])
+        if not math.isnan(s["power_at_min_effect"]) and held.get(s["name"]) != _stat_design(s)
     ]
-    log.append({"kind": "replay", "impl": "reference", "seed": None, "device": device, "replayed": replayed})
+    if replayed:
+        log.append({"kind": "replay", "impl": "reference", "seed": None, "device": device, "replayed": replayed})
 
 
 def calibrate(report_dir: Path, *, seeds: list[int], power_seeds: list[int], replicates: int,

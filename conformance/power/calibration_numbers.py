@@ -158,7 +158,9 @@ def _mutant_power(records: list[dict]) -> tuple[dict[str, dict], dict[str, dict]
 
 
 def _declared_power(records: list[dict]) -> dict[str, dict]:
-    """Replayed power per assertion name (a later device's replay of a name wins)."""
+    """Replayed power per assertion name: the latest row of a name wins (records are in log
+    order), whichever device replayed it, so a replay of a changed design supersedes the older
+    one."""
     out = {}
     for r in records:
         if r["kind"] == "replay":

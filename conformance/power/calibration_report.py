@@ -166,7 +166,10 @@ def write_reports(cal: dict[str, Any], report_dir: Path, commands: list[str]) ->
     """Write ``calibration.json`` and ``calibration.md`` into ``report_dir``."""
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "calibration.json").write_text(json.dumps({**cal, "commands": commands}, indent=1))
-    lines = ["# Calibration of the suite's tests on the reference", "", "Produced by:", ""]
+    lines = ["# Calibration of the suite's tests on the reference", "",
+             "Produced by (the `commands` of calibration.json, which each run that logs a record appends to: "
+             "a note on how a run's inputs were made belongs there too, as a `#` line, or the next run drops it):",
+             ""]
     lines += [f"    {c}" for c in commands] + [""]
     lines += ["Each case seed comes from its case id alone (`seed_of_case`, conformance/seeds.py; a case older "
               "than case ids keeps the seed of its frozen legacy key), never from a path, module or test name, so "
