@@ -110,7 +110,8 @@ def block_labels(vocab: int = BLOCK_VOCAB, gamma: int = BLOCK_GAMMA) -> list[str
 def q_of_corrected(corrected: torch.Tensor) -> torch.Tensor:
     """The q a block sampler hands over with its corrected logits ``[n, gamma, V]`` (SPEC S5):
     ``softmax(L / BLOCK_TEMPERATURE)`` in float64 on the CPU."""
-    # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of 70% of rows, so the p-values.
+    # torch.softmax, not laws.tempered_softmax64: that would move the last bits of 70% of rows, and the p-values with
+    # them.
     return torch.softmax(corrected.detach().to("cpu", torch.float64) / BLOCK_TEMPERATURE, dim=-1)
 
 
@@ -133,7 +134,8 @@ def path_logits(head_type, state, base, anchor, hidden, blocks):
 
 
 def _law_of(logits: torch.Tensor, blocks: torch.Tensor, temperature: float) -> torch.Tensor:
-    # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of 60% of rows, so the p-values.
+    # torch.softmax, not laws.tempered_softmax64: that would move the last bits of 60% of rows, and the p-values with
+    # them.
     q = torch.softmax(logits / temperature, dim=-1)
     return q.gather(-1, blocks[..., None])[..., 0].prod(dim=1)
 

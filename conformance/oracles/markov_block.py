@@ -136,7 +136,8 @@ def joint_law(head_type, state, base, anchor, hidden, temperature):
     prev = torch.stack([torch.full((vocab,), anchor), torch.arange(vocab)], dim=1)
     rows_hidden = None if hidden is None else hidden[:, :2].expand(vocab, -1, -1)
     logits, _ = oracle_block_logits(head_type, state, base[:, :2].expand(vocab, -1, -1), prev, rows_hidden)
-    # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of 70% of rows, so the p-values.
+    # torch.softmax, not laws.tempered_softmax64: that would move the last bits of 70% of rows, and the p-values with
+    # them.
     p0 = torch.softmax(logits[0, 0] / temperature, dim=-1)
     p1 = torch.softmax(logits[:, 1] / temperature, dim=-1)
     return (p0[:, None] * p1).flatten()

@@ -259,7 +259,8 @@ def _sequence_law(target: TinyTargetLM, prompt: torch.Tensor, n_tokens: int,
     contexts = prompt[None].long()
     probs = torch.ones(1, dtype=torch.float64)
     for _ in range(n_tokens):
-        # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of 70% of rows, so the p-values.
+        # torch.softmax, not laws.tempered_softmax64: that would move the last bits of 70% of rows, and the p-values
+        # with them.
         laws = torch.softmax(target(contexts).logits[:, -1].double() / temperature, dim=-1)
         probs = (probs[:, None] * laws).reshape(-1)
         next_ids = torch.arange(vocab).repeat(contexts.shape[0])[:, None]
@@ -463,7 +464,8 @@ def test_S9_every_draw_comes_from_the_generator(case, require, case_seed, dspark
             f"first row {a[0].tolist()} vs {b[0].tolist()}"
         )
     with torch.no_grad():
-        # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of 70% of rows, so the bound.
+        # torch.softmax, not laws.tempered_softmax64: that would move the last bits of 70% of rows, and this bound
+        # with them.
         prefill = torch.softmax(target(prompt).logits[:, -1].double(), dim=-1)
     coincide = float(prefill.max(dim=-1).values.prod())
     assert coincide <= 1e-9, f"{case.id}: test design: independent runs coincide with probability {coincide:.3g}"
