@@ -18,6 +18,7 @@ Exit codes (the gate contract, also used by ``CI/gate.sh``):
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.machinery
 import json
@@ -33,11 +34,11 @@ from pytest import ExitCode
 from dspark_conformance_plugin import shadowing_package
 
 from . import budget
-from .cuda_context import lost_cases
+from .cuda_context import lost_cases, out_of_memory_cases
 from .interrupts import interruptible
 from .report import markdown, matrix as report
 from .report.junit import merge_junit
-from .runner import merge_phases, pytest_command, rerun_lost_cases, run_suite
+from .runner import merge_phases, pytest_command, rerun_lost_cases, rerun_out_of_memory, run_suite
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_INFRA = 0, 1, 2, 3
 
@@ -409,13 +410,17 @@ def run(args: argparse.Namespace) -> int:
         if payload is None or (not payload["tests"] and not interrupts.cut):
             return _infra_error(report_dir, payload, f"pytest exited {returncode} without results",
                                 cause=errors[-1] if errors else None, command=cmd, exit_status=returncode)
+        reran = False
+        if (not report.interrupted(payload) and args.device == "cuda" and args.workers != "0"
+                and out_of_memory_cases(payload["tests"])):
+            payload, reran = rerun_out_of_memory(payload, functools.partial(command, workers="0"), report_dir), True
         if not report.interrupted(payload) and lost_cases(payload["tests"]):
-            payload = rerun_lost_cases(payload, command, report_dir)
-            # pytest's exit 1 came from the not-run records, which the fresh runs replaced:
-            # the records decide now (a case that failed keeps the run's FAIL through them).
-            if returncode == ExitCode.TESTS_FAILED:
-                returncode = ExitCode.OK
-                payload["exit_status"] = int(ExitCode.OK)
+            payload, reran = rerun_lost_cases(payload, command, report_dir), True
+        if reran and returncode == ExitCode.TESTS_FAILED:
+            # pytest's exit 1 came from records that the fresh runs replaced: the records decide
+            # now (a case that failed keeps the run's FAIL through them).
+            returncode = ExitCode.OK
+            payload["exit_status"] = int(ExitCode.OK)
     # What a CI reading the file needs: the verdict and this command's exit code ("exit_status"
     # stays pytest's: 2 is its INTERRUPTED where the gate's 2 is INCONCLUSIVE).
     payload["overall"] = report.overall(report.run_rows(payload), payload)

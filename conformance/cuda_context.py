@@ -99,6 +99,18 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
+#: ``results.json``'s failure type of a case that ran the device out of memory.
+OUT_OF_MEMORY = "OutOfMemoryError"
+
+
+def out_of_memory_cases(records: list[dict]) -> list[str]:
+    """The case ids of the records (``results.json`` ``tests``) of cases that failed with
+    ``torch.OutOfMemoryError``: beside other workers on one card, that may be their memory,
+    not the case's."""
+    return [r["case"] for r in records
+            if r["outcome"] == "failed" and (r.get("failure") or {}).get("type") == OUT_OF_MEMORY]
+
+
 def lost_cases(records: list[dict]) -> list[str]:
     """The case ids of the records (``results.json`` ``tests``) of cases that did not run
     because an earlier case of their process lost the CUDA context."""

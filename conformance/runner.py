@@ -19,7 +19,7 @@ from pathlib import Path
 from pytest import ExitCode
 
 from . import interrupts
-from .cuda_context import lost_cases
+from .cuda_context import lost_cases, out_of_memory_cases
 
 #: The folder of the suite's test modules (a checkout's or an installed wheel's).
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
@@ -71,7 +71,7 @@ def pytest_command(
     if seed is not None:
         cmd.append(f"--dspark-seed={seed}")
     if workers != "0":
-        cmd += ["-p", "xdist.plugin", "-n", workers, "--dist", "loadgroup"]
+        cmd += ["-p", "xdist.plugin", "-n", workers]
     if keyword:
         cmd += ["-k", keyword]
     cmd += [f"--dspark-case={key}" for key in cases or ()]
@@ -186,6 +186,33 @@ def rerun_lost_cases(payload: dict, command_for: Callable[[list[str], Path, Path
         if len(lost_cases(payload["tests"])) >= len(lost):
             break
     return payload
+
+
+def rerun_out_of_memory(payload: dict, command_for: Callable[[list[str], Path, Path], list[str]],
+                        report_dir: Path) -> dict:
+    """Run again, alone in one process, the cases of a multi-worker run that failed with CUDA
+    out of memory: every xdist worker is a process with its own CUDA context and cached
+    memory on the same card, so a case can fail for want of what the others hold (three S4
+    production shapes did at 14 workers on an 80 GB H100). The lone run's record replaces
+    the failed one and says so (``first_attempt``); a case that runs out of memory alone
+    keeps its failure.
+
+    ``command_for(case ids, json path, junit path)`` is the pytest command of the lone run
+    (no workers); it writes ``junit-rerun-N.xml`` in ``report_dir``, N after the lost-case
+    rounds. Returns ``payload`` with the merged ``tests``.
+    """
+    failed = out_of_memory_cases(payload["tests"])
+    if not failed:
+        return payload
+    print(f"dspark-conformance: {len(failed)} cases ran out of CUDA memory beside the other workers; "
+          "running them again alone", file=sys.stderr)
+    round_ = 1 + len(list(report_dir.glob("junit-rerun-*.xml")))
+    json_path = report_dir / f"results-rerun-{round_}.json"
+    _, rerun = run_suite(command_for(failed, json_path, report_dir / f"junit-rerun-{round_}.xml"), json_path)
+    json_path.unlink(missing_ok=True)
+    note = "failed with CUDA out of memory beside the other workers; this record is its run alone"
+    fresh = {r["case"]: {**r, "first_attempt": note} for r in (rerun or {}).get("tests", ()) if r["case"] in set(failed)}
+    return {**payload, "tests": [fresh.get(r["case"], r) for r in payload["tests"]]}
 
 
 def run_quietly(*, impl: str, device: str, seed: int | None = None, keyword: str | None = None,

@@ -21,8 +21,6 @@ MARKERS = (
     "slow: long-running; excluded from the quick tier",
     "latency_bound: thousands of serial calls, each read back from the device (a verify step, a schedule); "
     "dspark-conformance run runs these after the others, alone in one process (--dspark-phase)",
-    "xdist_group(name): cases of one group run in turn on one xdist worker (dspark-conformance run "
-    "distributes with --dist loadgroup): GPU cases too large to run side by side on one card",
 )
 
 

@@ -126,7 +126,8 @@ def repeat_probability(head_type, state, base, first_prev, hidden, blocks, rows,
     ``prod_rows prod_k softmax(L_k / T)[x_k]`` along each block."""
     logits, _ = oracle_block_logits(head_type, state, base[rows], prev_tokens(first_prev, blocks)[rows],
                                     None if hidden is None else hidden[rows])
-    # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of every row, so the bound.
+    # torch.softmax, not laws.tempered_softmax64: that would move the last bits of every row, and this bound with
+    # them.
     probs = torch.softmax(logits / temperature, dim=-1)
     return float(probs.gather(-1, blocks[rows].cpu()[..., None]).prod())
 
@@ -706,7 +707,8 @@ def test_S4_session_seed_determines_the_draws(case, require, case_seed, dspark_d
     # first step's law given the anchor (the same for every draw).
     step0, _ = oracle_block_logits(head_type, state, base, prev_tokens(first_prev, first),
                                    None if hidden is None else hidden)
-    # torch.softmax, not laws.tempered_softmax64: switching changes the last bits of every row, so the bound.
+    # torch.softmax, not laws.tempered_softmax64: that would move the last bits of every row, and this bound with
+    # them.
     coincide = float(torch.softmax(step0[:, 0], dim=-1).max(dim=-1).values.prod())
     check_not_repeated(case, f"a session of seed {seed + 1}", other, first, list(range(bs)), coincide)
 
@@ -846,21 +848,10 @@ PRODUCTION_CASES = {
     for name, dtype in DTYPES.items()
 }
 PRODUCTION_RANK, PRODUCTION_HIDDEN = 256, 64
-#: Batches this large take gigabytes each: the run's xdist workers take them in turn, one
-#: group per model (``dspark-conformance run`` distributes with ``--dist loadgroup``), where
-#: sixteen workers drawing them at once ran an 80 GB H100 out of memory.
-MEMORY_GROUP_BATCH = 256
-
-
-def _production_param(production_case):
-    bs = PRODUCTION_CASES[production_case][0]
-    model = production_case.id.split("/")[2].rpartition("-B")[0]
-    marks = [pytest.mark.xdist_group(f"gpu-memory-{model}")] if bs >= MEMORY_GROUP_BATCH else []
-    return pytest.param(production_case, marks=marks)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", [_production_param(c) for c in PRODUCTION_CASES], ids=case_id)
+@pytest.mark.parametrize("case", PRODUCTION_CASES, ids=case_id)
 def test_S4_gpu_production_shapes(case, require, case_seed, case_generator, dspark_device, numeric_check):
     device = cuda_device(dspark_device)
     markov, folded = require(MarkovBlock), require(FoldedDraft)
