@@ -12,6 +12,7 @@ import base64
 import html
 import json
 import math
+import os
 import re
 import sys
 
@@ -117,6 +118,21 @@ def test_page_with_plots_is_self_contained_with_one_png_per_binned_record(tmp_pa
     assert "reliability diagram (S7)" in unavailable and "1 S7 case ran (0 skipped)" in unavailable
     assert "scheduler (S8)" in unavailable
     assert 'href="#plots"' in page and 'href="#mutants"' not in page  # the nav names only sections present
+
+
+def test_plots_drawn_by_a_pool_are_the_same_page(monkeypatch):
+    """From ``_POOL_FROM`` binned records on, forked processes draw the figures (89 of them took
+    28 s in one process after a GPU run's verdict): the page is the same bytes, in order."""
+    pytest.importorskip("matplotlib")
+    payload = _payload()
+    payload["tests"].append(_test("conformance/test_sampling.py::test_S3_law[skew]", "S3", "passed", stats=[
+        _stat("S3/law/skew", observed=[400.0, 100.0, 250.0, 250.0], expected=[250.0] * 4, passed=False)]))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(html_report, "_POOL_FROM", 2)
+    pooled = html_report.render_html(payload)
+    monkeypatch.setattr(html_report, "_POOL_FROM", 10**6)
+    assert pooled == html_report.render_html(payload)
+    assert pooled.count("<img") == 3
 
 
 def test_page_without_matplotlib_keeps_tables_and_names_the_extra(tmp_path, no_matplotlib):
