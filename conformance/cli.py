@@ -184,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--case", dest="cases", action="append", default=None, metavar="CASE_ID",
                      help="run only the case with this case id, e.g. S5/parity/random-V8-l4-T1 (repeatable; as a "
                      "failure's replay line names it; a legacy key conformance/test_x.py::test_y[id] is deprecated)")
+    run.add_argument("--latency-bound", choices=("alone", "with-others"), default=None,
+                     help="with workers, the latency_bound cases (thousands of serial calls, each read back from "
+                     "the device): 'alone' runs them after the others, in one process of their own, where no other "
+                     "process's kernels delay each read-back; 'with-others' runs them first among the others "
+                     "(default: alone with --device cuda, with-others on cpu, where they would leave cores idle)")
     run.add_argument("--tracebacks", action="store_true",
                      help="print each failing case's pytest traceback, and a statistical failure's worst bins, on "
                      "the console too (junit.xml and report.md always hold them)")
@@ -387,7 +392,8 @@ def run(args: argparse.Namespace) -> int:
 
     errors: list[str] = []  # pytest's ERROR: lines (a usage error's cause), for results.json
     with interruptible() as interrupts:
-        if args.workers == "0":
+        alone = (args.latency_bound or ("alone" if args.device == "cuda" else "with-others")) == "alone"
+        if args.workers == "0" or not alone:
             cmd = command(args.cases, json_path, sessions[0])
             returncode, payload = run_suite(cmd, json_path, errors=errors)
         else:  # the latency-bound cases after the others, alone in one process

@@ -252,13 +252,16 @@ _HELD_KEY = "dspark_held_for_other_phase"
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
 def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Apply ``--dspark-phase``: ``parallel`` deselects the suite's ``latency_bound`` items,
-    ``serial`` every other suite item (foreign items stay); ``all`` keeps them. Records the
+    ``serial`` every other suite item (foreign items stay); ``all`` keeps them, first in the
+    order (the longest cases, to start before the rest where workers share them out). Records the
     selected suite cases per SPEC section, and those left to the other phase
     (``selected_by_section`` and ``held_for_other_phase`` of the run's JSON; under xdist the
     controller counts its workers' collection, and a worker sends the second through
     ``workeroutput``): the runner skips a phase that would have none, and the report counts
     the cases an interrupted run never ran."""
     phase = config.getoption("--dspark-phase")
+    if phase == "all":  # run among the others, the longest cases start first (xdist hands out items in order)
+        items.sort(key=lambda item: not (is_suite_item(item) and item.get_closest_marker("latency_bound")))
     suite = [item for item in items if is_suite_item(item)]
     held = [] if phase == "all" else [
         item for item in suite if (item.get_closest_marker("latency_bound") is not None) != (phase == "serial")]

@@ -19,6 +19,7 @@ from conformance import cli
 from conformance import contract as c
 from conformance.adapters import reference
 from conformance.loading import AdapterLoadError, load_adapter
+from conformance.runner import PYTEST_ENV, pytest_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -682,12 +683,13 @@ def test_an_interrupt_before_the_first_record_still_reports_interrupted(tmp_path
 
 
 def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
-    """With workers, the run is two pytest sessions: every case but the latency_bound ones in
+    """With workers and ``--latency-bound alone`` (the default with ``--device cuda``), the run
+    is two pytest sessions: every case but the latency_bound ones in
     parallel, then those in one process; results.json and junit.xml hold both, the parallel
     records first; pytest's own --junitxml gets a copy of that junit.xml (handed to both
     sessions, the serial one would overwrite the parallel one's file). At --budget 0.1 the three
     latency-bound cases take a tenth of their steps: the phases are the same."""
-    code, out = _run(tmp_path / "report", "-k", S6_EXECUTOR, "--budget", "0.1", "--",
+    code, out = _run(tmp_path / "report", "-k", S6_EXECUTOR, "--budget", "0.1", "--latency-bound", "alone", "--",
                      f"--junitxml={tmp_path / 'ci.xml'}", workers="2")
     assert code == cli.EXIT_PASS, out
     cases = [t["nodeid"] for t in json.loads((tmp_path / "report" / "results.json").read_text())["tests"]]
@@ -700,6 +702,23 @@ def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
     assert (tmp_path / "ci.xml").read_bytes() == (tmp_path / "report" / "junit.xml").read_bytes()
     assert not list((tmp_path / "report").glob("junit-*.xml"))
     assert "junit.xml also at" in out
+
+
+def test_on_cpu_latency_bound_cases_run_first_among_the_others(tmp_path):
+    """On CPU no other process's kernels delay a read-back, and a second session after the
+    others left a core idle for the S8 Appendix A law (53 s of one core): one session, the
+    latency_bound cases first in the order that xdist hands out."""
+    code, out = _run(tmp_path / "report", "-k", S6_EXECUTOR, "--budget", "0.1", workers="2")
+    assert code == cli.EXIT_PASS, out
+    assert "alone in one process" not in out and len(ET.parse(tmp_path / "report" / "junit.xml").getroot()
+                                                       .findall("testsuite")) == 1, out
+    command = pytest_command(impl="reference", device="cpu", json_path=tmp_path / "r.json", workers="0",
+                             keyword="test_S6_ or test_S8_", extra=["--collect-only"])
+    listed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **PYTEST_ENV})
+    order = [line for line in listed.stdout.splitlines() if "::" in line]
+    bound = [i for i, line in enumerate(order)
+             if any(name in line for name in ("redraws_every_step", "executor_multinomial_law", "appendix_a_sampled"))]
+    assert bound == [0, 1, 2, 3] and len(order) > 40, listed.stdout
 
 
 def test_a_case_named_by_its_pytest_node_id_gets_the_case_id_suggested(tmp_path):
@@ -715,7 +734,8 @@ def test_no_serial_session_starts_when_the_selection_has_no_latency_bound_case(t
     session counts what it left to the serial phase after ``-k`` has deselected (none), and
     no second pytest starts for nothing (4.4 s of a 17 s run before, its junit.xml an empty
     second testsuite)."""
-    code, out = _run(tmp_path, "-k", "test_S6_ and not executor and not law", workers="2")
+    code, out = _run(tmp_path, "-k", "test_S6_ and not executor and not law", "--latency-bound", "alone",
+                     workers="2")
     assert code == cli.EXIT_PASS, out
     suites = ET.parse(tmp_path / "junit.xml").getroot().findall("testsuite")
     records = json.loads((tmp_path / "results.json").read_text())["tests"]

@@ -20,7 +20,8 @@ MARKERS = (
     "statistical: a distributional assertion drawing on the family-wise alpha budget",
     "slow: long-running; excluded from the quick tier",
     "latency_bound: thousands of serial calls, each read back from the device (a verify step, a schedule); "
-    "dspark-conformance run runs these after the others, alone in one process (--dspark-phase)",
+    "dspark-conformance run runs these first among the others, or with --device cuda after them, alone in one "
+    "process (--latency-bound, --dspark-phase)",
 )
 
 
