@@ -25,8 +25,6 @@ from conformance.contract import Confidence
 from conformance.oracles import sts_oracle
 from conformance.oracles.confidence_oracle import binned_ece, oracle_confidences, survival_bound
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 HIDDEN_SIZE = 16
 MARKOV_RANK = 4
 

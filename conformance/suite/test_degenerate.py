@@ -52,8 +52,6 @@ from conformance.oracles.laws import tempered_softmax64
 from conformance.seeds import derive_seed
 from conformance.suite.support.chain_verifier import check_committed, verify_explicit
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 F64 = torch.float64
 NEG = -math.inf
 U_TOP = 1 - 2.0**-24  # the largest float32 uniform below 1

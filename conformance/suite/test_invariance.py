@@ -44,8 +44,6 @@ from conformance.oracles import verify_oracle as oracle
 from conformance.oracles.race_oracle import greedy_by_rule
 from conformance.seeds import derive_seed
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 F64 = torch.float64
 CHUNK = 7
 # (temperature, top_k) row kinds: sampling at three temperatures, greedy under either rule.

@@ -54,8 +54,6 @@ from conformance.suite.support.blocks import (
 from conformance.inputs.seeding import input_generator, sub_seed
 from conformance.oracles.markov_block import compare_block_logits, oracle_block_logits
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 ORACLE_CASES = {
     case("S2/oracle/vanilla", "teacher forcing = W2(W1[prev]) + U in float64, float32 bound",
          ["S2.vanilla", "S2.teacher-forcing"]): ("vanilla", 5, 4, 50, 8, 6, torch.float32, 0.5),

@@ -47,8 +47,6 @@ from conformance.suite.support.blocks import (
 from conformance.inputs.seeding import input_generator, sub_seed
 from conformance.oracles.markov_block import oracle_block_logits
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 BATCH, GAMMA, VOCAB, RANK, HIDDEN = 4, 5, 97, 4, 6
 GREEDY = [True, False, True, False]
 

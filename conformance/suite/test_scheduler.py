@@ -45,8 +45,6 @@ from conformance.contract import PrefixScheduler, ProductionScheduler
 from conformance.oracles import production_schedule as production
 from conformance.oracles.prefix_schedule import algorithm_1, candidate_path, check_against_oracle, survival
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 INSTANCES = 200
 SPS_QUANTUM = 4096
 SIXTEENTHS = [k / 16 for k in range(17)] + [0.0, 1.0] * 3  # extra zeros and ones: ties

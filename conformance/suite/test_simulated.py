@@ -44,8 +44,6 @@ from conformance.contract import SimulatedAcceptance, SimulatedAcceptanceBatch, 
 from conformance.oracles.simulated_oracle import match_expected_support, multinomial_law
 from conformance.seeds import derive_seed
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 METHODS = ("match-expected", "multinomial")
 EXECUTOR_ROWS = 8
 

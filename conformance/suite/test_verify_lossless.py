@@ -50,8 +50,6 @@ from conformance.oracles.laws import tempered_softmax64
 from conformance.oracles.truncation import NEUTRAL, truncated_law
 from conformance.suite.support.chain_verifier import check_committed, iut_markov_drafts, verify, verify_seeded
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 F64 = torch.float64
 
 

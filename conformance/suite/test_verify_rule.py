@@ -56,8 +56,6 @@ from conformance.suite.support.chain_verifier import (
 )
 from conformance.oracles.race_oracle import greedy_by_rule
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 F64 = torch.float64
 
 
