@@ -54,7 +54,7 @@ import functools
 import inspect
 import types
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Sequence
 
 import torch
@@ -107,14 +107,6 @@ def _positional_names(function: Any, *, bound: bool) -> tuple[tuple[str, ...], s
             break
         names.append(parameter.name)
     return tuple(names), rest
-
-
-@functools.cache
-def _method_names(function: Any) -> tuple[tuple[str, ...], str]:
-    """:func:`_positional_names` of a method bound to any instance, read once per function
-    (a bound method is a new object at every attribute read: the S6 executor's 11,524 steps
-    a case read one signature each)."""
-    return _positional_names(types.MethodType(function, object()), bound=True)
 
 
 @functools.cache
@@ -222,6 +214,10 @@ class _Forwarding:
 
     def __init__(self, impl: Any, owner: str, protocol: type | None = None) -> None:
         self._impl, self._owner, self._protocol = impl, owner, protocol
+        # name -> (function, instance, checked call) of the last bound method read: a bound
+        # method is a new object at every read, its checked call is made once (S6's law
+        # cases call sample_acc_len 100,000-250,000 times).
+        self._calls: dict[str, tuple[Any, Any, Callable[..., Any]]] = {}
 
     def __getattr__(self, name: str) -> Any:
         where = f"{self._owner}.{name}"
@@ -231,11 +227,20 @@ class _Forwarding:
             raise _unsupported(where, exc) from exc
         if not callable(value):
             return value
+        if not isinstance(value, types.MethodType):
+            return self._checked(where, name, value)
+        function, instance, call = self._calls.get(name, (None, None, None))
+        if function is not value.__func__ or instance is not value.__self__:
+            call = self._checked(where, name, value)
+            self._calls[name] = (value.__func__, value.__self__, call)
+        return call
+
+    def _checked(self, where: str, name: str, value: Callable[..., Any]) -> Callable[..., Any]:
+        """``value`` (the adapter's attribute ``name``) called with its inputs checked."""
         names = None if self._protocol is None else _protocol_names(self._protocol, name)
         if names is None:
             try:
-                names = (_method_names(value.__func__) if isinstance(value, types.MethodType)
-                         else _positional_names(value, bound=True))
+                names = _positional_names(value, bound=True)
             except (TypeError, ValueError):  # no signature to read: arguments by position
                 names = ((), "args")
 

@@ -76,8 +76,6 @@ from conformance.suite.support.blocks import (
 from conformance.inputs.seeding import input_generator, sub_seed
 from conformance.oracles.markov_block import compare_block_logits, joint_law, oracle_block_logits
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 GIB = 2**30
 #: Largest false-failure probability an exact "must differ" check may carry.
 MAX_FALSE_FAILURE = 1e-9

@@ -49,8 +49,6 @@ from conformance.oracles.round_oracle import accepted_law, all_paths, draft_law,
 from conformance.oracles.truncation import NEUTRAL
 from conformance.suite.support.blocks import block_law_rows, load_block_law_head
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 VOCAB, RANK, HIDDEN, GAMMA = 8, 4, 4, 3
 HEAD_SCALE = 0.6  # the Markov bias moves q by far more than the detectable TV
 TARGET_NOISE = 0.8  # target logits = base logits + this much noise: drafts of middling quality

@@ -41,8 +41,6 @@ from conformance.oracles.race_oracle import expected_tokens, greedy_by_rule, low
 from conformance.oracles.truncation import NEUTRAL, truncated_law
 from conformance.seeds import derive_seed
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 TEMPERATURES = (0.3, 0.7, 1.0, 1.5, 2.0)
 TILE_EDGE_VOCABS = (1023, 1024, 1025)  # both sides of a 1024-column tile
 PRODUCTION_VOCABS = (129_280, 151_936)  # DeepSeek-V4, Qwen3

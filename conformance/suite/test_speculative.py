@@ -83,9 +83,6 @@ SCHEDULER_RETRIES = 6
 PREMISE_RETRIES = 4
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
 @dataclasses.dataclass(frozen=True)
 class LoopSpec:
     """One loop run.
