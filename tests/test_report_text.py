@@ -150,6 +150,19 @@ def test_every_verdict_has_a_coverage_line_with_skips_by_class_and_a_warning_whe
     assert "WARNING" not in matrix.format_matrix(none_ran)  # S5 reads SKIP: no "few that ran"
 
 
+def test_cases_that_ran_again_alone_after_cuda_out_of_memory_are_said_in_every_rendering(tmp_path):
+    """``conformance.runner.rerun_out_of_memory`` replaces a record by its lone run and marks
+    it; the reports say which cases those are, never silently."""
+    again = [{**_record(f"S4/big-{i}"), "first_attempt": "failed with CUDA out of memory beside the other workers"}
+             for i in range(6)]
+    console, report_md, page = _renderings(_payload(_record("S3/fine"), *again), tmp_path)
+    line = ("ran again alone: 6 cases failed with CUDA out of memory beside the other workers, and their lone runs "
+            "decide (S4/big-0, S4/big-1, S4/big-2, S4/big-3, S4/big-4, ...)")
+    assert line in console and line in report_md and line in page
+    (tmp_path / "plain").mkdir()
+    assert "ran again alone" not in _renderings(_payload(_record("S3/fine")), tmp_path / "plain")[0]
+
+
 def test_a_failed_frequency_test_names_its_worst_bins_in_the_reports_and_on_the_console_with_tracebacks(tmp_path):
     # A fresh-user trial: a statistical failure did not say which outcome each bin is.
     from conformance import stats

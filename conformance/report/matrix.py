@@ -173,7 +173,15 @@ def coverage_lines(rows: list[SectionRow], tests: list[dict[str, Any]]) -> list[
     if mostly:
         lines.append(f"WARNING: most cases skipped in {', '.join(mostly)}: the verdict there rests on the few "
                      "that ran")
+    again = [t["case"] for t in tests if t.get("first_attempt")]  # conformance.runner.rerun_out_of_memory
+    if again:
+        lines.append(f"ran again alone: {len(again)} cases failed with CUDA out of memory beside the other workers, "
+                     f"and their lone runs decide ({', '.join(again[:_NAMED_AGAIN])}"
+                     f"{', ...' if len(again) > _NAMED_AGAIN else ''})")
     return lines
+
+
+_NAMED_AGAIN = 5  # case ids named on the "ran again alone" line
 
 
 def worst_bins(record: dict[str, Any], shown: str = "") -> list[str]:
