@@ -8,7 +8,8 @@ for the section of a finishing case at most every :data:`PROGRESS_EVERY_S` secon
 
     S3 step sampling: 75/75 done (2 failed, 4 skipped); run 155/345 cases, 1 min 2 s elapsed, about 1 min 16 s left
 
-The estimate assumes the cases left take the mean time of those done. Unless
+The estimate, once a tenth of the cases are done, assumes the cases left take the mean time
+of those done. Unless
 ``--dspark-tracebacks``, pytest's failures and errors sections are left out where every
 report in them is a suite case's (junit and ``--dspark-report-json`` carry those
 tracebacks); a collection error or a teardown error still prints in full.
@@ -28,6 +29,10 @@ from .session import case_outcome, final_case_id, run_session
 #: The least time between two progress lines of unfinished sections (a finished section
 #: always prints its line).
 PROGRESS_EVERY_S = 10.0
+#: The share of the run's cases done before a line estimates the time left: before, the
+#: start-up (workers, collection) dominates the mean (a first line said "about 52 min left"
+#: of a 3-minute run).
+ESTIMATE_FROM = 0.1
 #: The record outcomes a progress line counts, in the words it uses.
 _COUNTED = {"failed": "failed", "xpassed": "failed", "inconclusive": "inconclusive", "skipped": "skipped"}
 
@@ -92,7 +97,7 @@ class SectionProgress:
         run_total, run_done = sum(selected.values()), sum(self.done.values())
         text = f"{title}: {state}{f' ({noted})' if noted else ''}; run {run_done}"
         text += f"{f'/{run_total}' if selected else ''} cases, {elapsed_text(elapsed_s)} elapsed"
-        if selected and run_total > run_done:
+        if selected and run_total > run_done and run_done >= ESTIMATE_FROM * run_total:
             text += f", about {elapsed_text(elapsed_s / run_done * (run_total - run_done))} left"
         return text
 

@@ -28,6 +28,14 @@ def test_a_line_says_the_section_the_run_and_the_time_left_at_the_mean_rate():
     assert progress.line("S5", selected, 90.0).startswith("S5 chain verification: 71/71 done; run 101/146 cases")
 
 
+def test_no_estimate_before_a_tenth_of_the_cases_are_done():
+    """Before, the start-up dominates the mean: a first line read "about 52 min 31 s left" of a
+    run that took 3 minutes (an H100 run, 1 case done 9 s in)."""
+    assert _progress({"S4": 1}, {}).line("S4", {"S4": 52, "S9": 293}, 9.0) == (
+        "S4 folded sampler: 1/52; run 1/345 cases, 9 s elapsed")
+    assert _progress({"S4": 35}, {}).line("S4", {"S4": 52, "S9": 293}, 30.0).endswith("about 4 min 26 s left")
+
+
 def test_the_last_line_has_no_estimate_and_unknown_totals_are_left_out():
     assert _progress({"S1": 15}, {}).line("S1", {"S1": 15}, 12.0) == "S1 base logits: 15/15 done; run 15/15 cases, 12 s elapsed"
     assert _progress({"S1": 3}, {}).line("S1", {}, 5.0) == "S1 base logits: 3; run 3 cases, 5 s elapsed"
