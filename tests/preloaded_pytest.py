@@ -1,11 +1,14 @@
-"""Suite runs that pay the interpreter's start-up once: a server imports torch and scipy.stats
-(about 6 of the ~9 s a ``python -m pytest`` of the suite takes before its first case, 2 idle
-cores), then forks one child per pytest command, which starts pytest as ``python -m pytest``
-would. A child imports the rest (pytest, the plugin, the suite, the adapter) itself, so the
-suite's modules get pytest's assertion rewriting and fresh state, as in a fresh process.
+"""Suite runs that pay the interpreter's start-up once: a server imports torch and scipy.stats,
+then forks one child per pytest command, which starts pytest as ``python -m pytest`` would. A
+child imports the rest (pytest, the plugin, the suite, the adapter) itself, so the suite's
+modules get pytest's assertion rewriting and fresh state, as in a fresh process; unlike one,
+the children share the server's string-hash seed and end without ``atexit`` handlers.
+Measured on the kill matrix: 8.9 s -> 3.8 s a mutant (mean of 11 run both ways in turn, 2
+loaded cores).
 
-:func:`preloaded_run_suite` stands in for ``conformance.runner.run_suite`` in quiet runs (the
-kill matrix's); the command, its environment and its results.json are the runner's own.
+:func:`preloaded_server` gives a stand-in for ``conformance.runner.run_suite`` in quiet runs
+(the kill matrix's, ``runner.run_quietly``); the command, its environment and its
+results.json are the runner's own.
 """
 
 from __future__ import annotations
