@@ -4,11 +4,17 @@
   ``thorough``; pick one with hypothesis's own ``--hypothesis-profile NAME``.
 * ``@pytest.mark.gpu`` tests of this folder skip cleanly without CUDA (the suite's plugin
   does the same for the suite's own items only).
+* ``preloaded_runs``: a test's quiet suite runs (``conformance.runner.run_quietly``, as the
+  kill matrix makes them) go through one preloaded interpreter per session
+  (``tests/preloaded_pytest.py``).
 """
 
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+from conformance import runner
+from tests.preloaded_pytest import preloaded_server
 
 settings.register_profile(
     "ci", max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
@@ -38,3 +44,16 @@ def one_torch_thread():
     yield
     torch.set_num_threads(threads)
 
+
+
+@pytest.fixture(scope="session")
+def _preloaded_run_suite():
+    with preloaded_server() as run_suite:
+        yield run_suite
+
+
+@pytest.fixture
+def preloaded_runs(_preloaded_run_suite, monkeypatch):
+    """``conformance.runner.run_suite`` replaced, for the test, by the session's preloaded
+    server (quiet runs only: the kill matrix's, ``runner.run_quietly``)."""
+    monkeypatch.setattr(runner, "run_suite", _preloaded_run_suite)

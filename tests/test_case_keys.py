@@ -107,9 +107,15 @@ def test_resolve_case_maps_a_legacy_key_to_its_case_id():
         resolve_case("")
 
 
+@pytest.fixture(scope="module")
+def checkout_cases() -> list[tuple[str, str, list[int]]]:
+    """:func:`_cases` of the checkout, collected from its root (once: the wheel's test compares with it)."""
+    return _cases(sys.executable, ROOT, ROOT)
+
+
 @pytest.mark.parametrize("where", ["root", "elsewhere"])
-def test_every_collected_case_keeps_the_seed_of_its_legacy_key(where, tmp_path):
-    cases = _cases(sys.executable, ROOT if where == "root" else tmp_path, ROOT)
+def test_every_collected_case_keeps_the_seed_of_its_legacy_key(where, tmp_path, request):
+    cases = request.getfixturevalue("checkout_cases") if where == "root" else _cases(sys.executable, tmp_path, ROOT)
     ids = [case_id for case_id, _, _ in cases]
     assert len(ids) == len(set(ids)), "a duplicate case id must be a collection error"
     assert set(COMMITTED_BY_ID) <= set(ids), (
@@ -159,6 +165,9 @@ def suite_copy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> py
     shutil.copy(ROOT / "conftest.py", pytester.path / "conftest.py")  # registers the plugin
     pytester.makepyfile(**{"conformance/suite/support/moved_cases": SHARED_CASES})
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path), str(ROOT)]))
+    # As the suite's runner runs it (conformance/runner.py): no plugin of this environment but
+    # the suite's (here from the conftest); hypothesis alone costs ~2 s a run.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     return pytester
 
 
@@ -236,9 +245,14 @@ def test_the_table_tool_refuses_to_rewrite_the_frozen_table():
     assert LEGACY_TABLE.exists()
 
 
+#: The wheel's statistical case runs at this factor on its sample sizes: equal p-values need the
+#: same seeds and draws, not the power of the full budget (about 1,240 draws instead of 124,000).
+STAT_BUDGET = "0.01"
+
+
 def _stat_pvalues(cli: list[str], cwd: Path, report: Path) -> list[float]:
-    proc = subprocess.run([*cli, "run", "--workers", "0", "--seed", "1", "--case", STAT_CASE, "--report", str(report)],
-                          cwd=cwd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([*cli, "run", "--workers", "0", "--seed", "1", "--case", STAT_CASE, "--budget", STAT_BUDGET,
+                           "--report", str(report)], cwd=cwd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     tests = json.loads((report / "results.json").read_text())["tests"]
     assert [t["case"] for t in tests] == [STAT_CASE]
@@ -257,18 +271,19 @@ def _lend_site_packages(python: str) -> None:
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_has_the_same_case_ids_and_seeds(tmp_path):
+def test_an_installed_wheel_has_the_same_case_ids_and_seeds(tmp_path, checkout_cases):
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
                     "-w", str(wheels)], check=True, capture_output=True, timeout=300)
     (wheel,) = wheels.glob("dspark_conformance-*.whl")
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    # No pip of its own (ensurepip takes ~10 s): this interpreter's pip installs into it (pip --python).
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     python = str(env_dir / "bin" / "python")
     if sys.prefix != sys.base_prefix:  # this pytest runs in a venv: lend its packages (torch) too
         _lend_site_packages(python)
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", str(wheel)],
+                   check=True, capture_output=True, timeout=300)
     elsewhere = tmp_path / "project"
     elsewhere.mkdir()
     where = subprocess.run([python, "-c", "import conformance, sys; print(conformance.__file__)"], cwd=elsewhere,
@@ -276,7 +291,7 @@ def test_an_installed_wheel_has_the_same_case_ids_and_seeds(tmp_path):
     assert str(env_dir) in where, where  # the wheel's copy, not the checkout's
     assert subprocess.run([python, "-c", "import fixtures.mutants"], cwd=elsewhere,
                           capture_output=True).returncode != 0  # fixtures is not installed
-    assert _cases(python, elsewhere) == _cases(sys.executable, ROOT, ROOT)
+    assert _cases(python, elsewhere) == checkout_cases
     installed = _stat_pvalues([python, "-m", "conformance.cli"], elsewhere, tmp_path / "installed")
     checkout = _stat_pvalues([sys.executable, "-m", "conformance.cli"], ROOT, tmp_path / "checkout")
     assert installed == checkout and installed

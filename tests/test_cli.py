@@ -221,15 +221,27 @@ def test_unsupported_feature_is_a_skip_naming_it(tmp_path):
                                     "(no multinomial method here)"), skipped[0]
 
 
+# The lost-context runs start a fresh process (a whole collection, ~7 s) for each case its
+# predecessors left not run: each selects the few cases its check needs, in the order they run.
+#: A case of test_S6_match_expected_law, the test the toy ledgers expect to fail.
+LEDGER_LAW_CASE = "S6/match-expected/4.7-max6"
+#: The cases of test_S6_lengths_stay_in_range, which no toy ledger lists.
+RANGE_CASES = ("S6/range/match-expected", "S6/range/multinomial")
+
+
+def _cases(*case_ids: str) -> list[str]:
+    return [arg for case_id in case_ids for arg in ("--case", case_id)]
+
+
 def test_a_lost_cuda_context_is_no_expected_failure_and_its_process_cases_run_again(tmp_path):
     """conformance.cuda_context: the case that loses the CUDA context fails even where the
     ledger expects it to fail; the later cases of its process did not run, and the main job
     runs them again in fresh processes until each has its own outcome."""
     code, out = _run(tmp_path, "--impl", "tests.toy_adapters:loses_the_cuda_context",
-                     "-k", "test_S6_match_expected_law or test_S6_lengths_stay_in_range")
+                     *_cases(LEDGER_LAW_CASE, *RANGE_CASES))
     assert code == cli.EXIT_FAIL, out
     tests = json.loads((tmp_path / "results.json").read_text())["tests"]
-    assert len(tests) > 2 and any("test_S6_lengths_stay_in_range" in t["nodeid"] for t in tests), tests
+    assert len(tests) == 3 and any("test_S6_lengths_stay_in_range" in t["nodeid"] for t in tests), tests
     # Every case ran in the end (each toy call loses the context, so each fails with that error).
     assert all(t["outcome"] == "failed" and "illegal memory access" in t["reason"]
                and "not run" not in t["reason"] for t in tests), [(t["outcome"], t["reason"][-200:]) for t in tests]
@@ -248,7 +260,7 @@ def test_a_lost_cuda_context_declared_by_the_ledger_is_the_expected_failure(tmp_
     """ExpectedFailure.loses_cuda_context: the declared cases are expected failures; a case
     the ledger does not list still fails, and every case gets its own outcome."""
     code, out = _run(tmp_path, "--impl", "tests.toy_adapters:loses_the_cuda_context_as_declared",
-                     "-k", "test_S6_match_expected_law or test_S6_lengths_stay_in_range")
+                     *_cases(LEDGER_LAW_CASE, RANGE_CASES[0]))
     assert code == cli.EXIT_FAIL, out
     tests = json.loads((tmp_path / "results.json").read_text())["tests"]
     outcomes = {t["nodeid"].split("::")[1].split("[")[0]: set() for t in tests}
@@ -263,7 +275,7 @@ def test_a_run_whose_lost_cases_all_ran_again_exits_by_its_records(tmp_path):
     every case its own outcome (here: the declared expected failure), the records decide:
     PASS, exit 0 (SGLang 0.5.23 on the H200, session 8: report PASS, exit 1)."""
     code, out = _run(tmp_path, "--impl", "tests.toy_adapters:loses_the_cuda_context_as_declared",
-                     "-k", "test_S6_match_expected_law")
+                     *_cases(LEDGER_LAW_CASE, "S6/match-expected/2.25-max3"))
     payload = json.loads((tmp_path / "results.json").read_text())
     tests = payload["tests"]
     assert len(tests) > 1 and {t["outcome"] for t in tests} == {"xfailed"}, tests

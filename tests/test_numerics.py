@@ -67,6 +67,7 @@ def test_compare_fails_beyond_the_bound_and_on_nan():
 
 # ----------------------------------------------------------------------------- the suite's cases
 @pytest.mark.slow
+@pytest.mark.usefixtures("preloaded_runs")
 def test_duplicate_sample_block_fails_the_bound_by_orders_of_magnitude():
     cases = [S4_VS_EAGER.format(name) for name in ("vanilla-float32", "rnn-bfloat16")]
     records = _run("mutant:folded-duplicate-sample-block", cases)
@@ -79,6 +80,7 @@ def test_duplicate_sample_block_fails_the_bound_by_orders_of_magnitude():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("preloaded_runs")
 def test_reordered_arithmetic_passes_the_bound_but_is_not_bit_identical():
     records = _run("tests.toy_adapters:reordered", BOUNDED)
     for key in BOUNDED:
