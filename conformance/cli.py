@@ -413,6 +413,9 @@ def run(args: argparse.Namespace) -> int:
                                 "no case of the suite matches the selection (-k, --case, pytest -m)")
         # An interrupted run reports even with no record: the signal can land before the first
         # finished case is recorded (in the plugin's report hook), and the verdict is INTERRUPTED.
+        if payload is None and (broken := environment_error()) is not None:  # its cause, said in one line
+            return _infra_error(report_dir, None, f"{broken}: the suite cannot run here", command=cmd,
+                                exit_status=returncode)
         if payload is None or (not payload["tests"] and not interrupts.cut):
             return _infra_error(report_dir, payload, f"pytest exited {returncode} without results",
                                 cause=errors[-1] if errors else None, command=cmd, exit_status=returncode)
@@ -601,6 +604,8 @@ def merge_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 #: What every pytest the CLI starts imports, native code included: a broken install of one
 #: is an infrastructure error (exit 3), which a pytest that cannot import it would not report.
+#: ``run`` checks them only when its pytest ended without results (an import in this process
+#: costs 3-5 s that the run's own pytest pays again); the other commands before they start.
 RUNTIME_MODULES = ("torch", "numpy", "scipy.stats")
 
 
@@ -646,13 +651,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"command starts would import in place of the one running, {_PACKAGE}: run it from another "
                   "directory, or run that copy (python -m conformance.cli from its checkout)", file=sys.stderr)
             return EXIT_INFRA
-        broken = environment_error()
+        # run: pytest imports these itself, so they are checked only where it ends without results
+        broken = environment_error() if args.command != "run" else None
         if broken is not None:
-            message = f"{broken}: the suite cannot run here"
-            if args.command == "run" and args.report is not None:  # no earlier PASS may survive there
-                report_dir = _fresh_report_dir(args.report)
-                return EXIT_INFRA if report_dir is None else _infra_error(report_dir, None, message)
-            print(f"dspark-conformance: {message}", file=sys.stderr)
+            print(f"dspark-conformance: {broken}: the suite cannot run here", file=sys.stderr)
             return EXIT_INFRA
     if getattr(args, "device", None) == "cuda":
         import torch
