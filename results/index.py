@@ -108,12 +108,24 @@ def perf_rows(root: Path = HERE) -> list[list[str]]:
 
 
 def perf_documents(root: Path = HERE) -> list[str]:
-    """One list item per document under ``root/perf``: a link and the document's title."""
+    """One list item per document under ``root/perf``: a link and the document's title; and
+    one per folder of a measurement (its ``README.md`` says what each file is): the README's
+    link and title, then a link to each of its other files."""
     items = []
     for path in sorted((root / "perf").glob("*.md")):
-        title = next((line[2:].strip() for line in path.read_text().splitlines() if line.startswith("# ")), path.stem)
-        items.append(f"- [{path.name}]({path.relative_to(root)}): {title}")
+        items.append(f"- [{path.name}]({path.relative_to(root)}): {_title(path)}")
+    for folder in sorted(p for p in (root / "perf").iterdir() if p.is_dir()):
+        readme = folder / "README.md"
+        if not readme.is_file():
+            raise ValueError(f"{folder.relative_to(root)}: a measurement's folder has a README.md saying what it holds")
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and p != readme)
+        items.append(f"- [{folder.name}/]({readme.relative_to(root)}): {_title(readme)}; "
+                     + ", ".join(f"[{p.relative_to(folder)}]({p.relative_to(root)})" for p in files))
     return items
+
+
+def _title(path: Path) -> str:
+    return next((line[2:].strip() for line in path.read_text().splitlines() if line.startswith("# ")), path.stem)
 
 
 def _calibration_what(path: Path) -> str:

@@ -481,7 +481,16 @@ def _same(a, b) -> bool:
 
 
 def _probe(capability: type, impl) -> list:
-    return PROBES[capability](impl)
+    """The probe's outputs, drawn with one intra-op torch thread: the tiny models' forward
+    passes round by thread count, and a worker's count depends on the tests it ran before (the
+    reference's probes are cached), so the two sides of a comparison could differ in the last
+    bits (loop-scheduler-reads-stale-confidences did, in a full run)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return PROBES[capability](impl)
+    finally:
+        torch.set_num_threads(threads)
 
 
 # Capabilities the reference implements but its adapter does not offer (offering the batch

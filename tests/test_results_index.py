@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 _SPEC = importlib.util.spec_from_file_location("results_index", ROOT / "results" / "index.py")
 index = importlib.util.module_from_spec(_SPEC)
@@ -52,3 +54,14 @@ def test_a_run_that_left_only_its_console_log_is_listed_with_the_logs_verdict(tm
         "section ...\noverall: FAIL\nFAILED S2/x: boom  replay: ...\n")
     assert [r[:5] for r in index.conformance_rows(root)] == [["vllm", "0.34.0", "cuda (h100)", "run", "FAIL (console log)"]]
 
+
+
+def test_a_measurement_folder_is_listed_file_by_file_under_its_readme(tmp_path: Path):
+    folder = tmp_path / "perf" / "h100-run"
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text("{}")
+    with pytest.raises(ValueError, match="h100-run: a measurement's folder has a README.md"):
+        index.perf_documents(tmp_path)
+    (folder / "README.md").write_text("# One H100 run\n")
+    assert index.perf_documents(tmp_path) == [
+        "- [h100-run/](perf/h100-run/README.md): One H100 run; [results.json](perf/h100-run/results.json)"]
