@@ -133,7 +133,7 @@ COMMANDS: dict[str, Check] = {
     # docs/VENDORS.md
     "PYTHONPATH=. dspark-conformance run --impl toy_engine_adapter:make_adapter": Check(PARSE, _MINUTES),
     "python -m conformance.suite.support.tp_ranks": Check(
-        HELP, "started by the suite once per rank, with its arguments"),
+        HELP, "started by the suite once per rank, with its arguments, and fed cases on its stdin"),
     "dspark-conformance run --impl my-engine": Check(PARSE, "needs the vendor's engine and its entry point"),
     "dspark-conformance run ...": Check(PARSE, "the gate command above, by its console script", as_=(
         "dspark-conformance run --impl my-engine --device cuda --report reports/gate")),

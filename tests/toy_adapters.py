@@ -1,8 +1,10 @@
 """Small adapters used by tests/test_cli.py (the plugin and the main job),
-tests/test_numerics.py (the two SPEC S0 levels) and tests/test_boundary.py (broken return
-values)."""
+tests/test_numerics.py (the two SPEC S0 levels), tests/test_boundary.py (broken return
+values) and tests/test_tensor_parallel.py (rank processes that hang, die or raise)."""
 
 import copy
+import os
+import time
 
 import torch
 
@@ -187,3 +189,37 @@ def carried_forward_ledger() -> c.Adapter:
                     newest_measured={"cpu": "1.0", "cuda": "1.0"})
     return c.Adapter("toy:engine==1.1", c.Conventions(), {c.SimulatedAcceptance: reference.SimulatedAcceptance()},
                      expected_failures=ledger.expected_failures("1.1"))
+
+
+class _TPRankFault(reference.TensorParallelRound):
+    """``fault`` in ``tp_round``: on rank 1 ``"hang"`` (before the first collective) or
+    ``"exit"`` (code 3, after the round, saying so), on every rank ``"unsupported"``
+    (``NotImplementedError``); otherwise the reference's round."""
+
+    def __init__(self, fault: str) -> None:
+        super().__init__()
+        self.fault = fault
+
+    def tp_round(self, group, *args, **kwargs):
+        if self.fault == "unsupported":
+            raise NotImplementedError("toy: no tensor parallelism")
+        if group.rank == 1 and self.fault == "hang":
+            time.sleep(3600)
+        out = super().tp_round(group, *args, **kwargs)
+        if group.rank == 1 and self.fault == "exit":
+            print("toy: rank 1 leaves", flush=True)
+            os._exit(3)
+        return out
+
+
+def tp_rank_hangs() -> c.Adapter:
+    return c.Adapter("toy:tp-rank-hangs", c.Conventions(), {c.TensorParallelRound: _TPRankFault("hang")})
+
+
+def tp_rank_exits() -> c.Adapter:
+    return c.Adapter("toy:tp-rank-exits", c.Conventions(), {c.TensorParallelRound: _TPRankFault("exit")})
+
+
+def tp_unsupported() -> c.Adapter:
+    return c.Adapter("toy:tp-unsupported", c.Conventions(), {c.TensorParallelRound: _TPRankFault("unsupported")})
+

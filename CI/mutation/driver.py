@@ -79,7 +79,7 @@ SECTION_TESTS = {
     "speculative": ("S9", ("conformance/suite/test_speculative.py", "conformance/suite/test_round.py")),
 }
 #: Section files whose implementation calls run in child processes (S5's tensor-parallel
-#: cases: ``conformance.suite.support.tp_ranks`` starts each gloo rank as a new Python process).
+#: cases: ``conformance.suite.support.tp_ranks`` runs each gloo rank in a Python process of its own).
 #: mutmut cannot trace them: its stats run records which tests reach a function through a
 #: trampoline that reads ``mutmut.config``, which a new process never loads
 #: (``record_trampoline_hit`` raises, the stats run fails and no mutant is checked; H200

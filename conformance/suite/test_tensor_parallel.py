@@ -3,7 +3,8 @@ ranks that diverge in draft noise or verify budget").
 
 Two ranks run as two processes in one ``torch.distributed`` group
 (:mod:`conformance.suite.support.tp_ranks`; gloo on CPU, or NCCL with one GPU per rank, by the
-same code) and each calls the implementation's own
+same code; the processes are started at a pytest process's first case and reused, each case
+in a new group with new inputs and generators) and each calls the implementation's own
 :class:`~conformance.contract.TensorParallelRound` on identical request inputs: head weights,
 base and target logits, confidences, and each request's seed and position. The ranks must
 return identical draft tokens, verify lengths, accepted counts and committed tokens, bit for
@@ -35,7 +36,7 @@ from conformance.cases import case, case_id
 from conformance.contract import TensorParallelRound
 from conformance.inputs import markov_head_state
 from conformance.inputs.seeding import input_generator, sub_seed
-from conformance.suite.support.tp_ranks import RankFailure, run_ranks
+from conformance.suite.support.tp_ranks import RankFailure, RankPool, run_ranks
 
 BATCH, GAMMA, VOCAB, RANK, HIDDEN = 6, 4, 32, 4, 6
 WORLD = 2
@@ -91,11 +92,22 @@ def check_ranks_agree(case, results):
             )
 
 
-def run_case(case, impl, backend, head_type, rank_local, case_seed, workdir, zero_length_rows=()):
+@pytest.fixture(scope="session")
+def rank_pool():
+    """The rank processes of this pytest process (an xdist worker), started at its first
+    tensor-parallel case, reused by the next (a failed case ends them; the next starts new
+    ones) and ended with the session: a rank's start-up (torch, the suite, the adapter) is
+    seconds, its round a fraction of one."""
+    pool = RankPool()
+    yield pool
+    pool.close()
+
+
+def run_case(case, impl, backend, head_type, rank_local, case_seed, workdir, pool, zero_length_rows=()):
     """Both ranks' outputs; an IUT that raises ``NotImplementedError`` on a rank is a skip."""
     try:
         return run_ranks(impl, backend, tp_payload(head_type, case_seed, rank_local, zero_length_rows), workdir,
-                         world_size=WORLD)
+                         world_size=WORLD, pool=pool)
     except RankFailure as exc:
         if exc.kind == "unsupported":
             pytest.skip(f"{case.id}: TensorParallelRound: {exc}")
@@ -114,13 +126,14 @@ CPU_CASES = {
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=case_id)
-def test_S5_tensor_parallel_ranks_agree(case, require, dspark_impl, dspark_device, case_seed, tmp_path):
+def test_S5_tensor_parallel_ranks_agree(case, require, dspark_impl, dspark_device, case_seed, tmp_path,
+                                        rank_pool):
     require(TensorParallelRound)
     if dspark_device.type != "cpu":
         pytest.skip(f"{case.id}: the gloo case runs its ranks on the CPU; the NCCL case covers CUDA")
     head_type, rank_local = CPU_CASES[case]
 
-    results = run_case(case, dspark_impl, "gloo", head_type, rank_local, case_seed, tmp_path)
+    results = run_case(case, dspark_impl, "gloo", head_type, rank_local, case_seed, tmp_path, rank_pool)
 
     check_ranks_agree(case, results)
 
@@ -138,7 +151,8 @@ ZERO_LENGTH_CASES = {
 
 
 @pytest.mark.parametrize("case", ZERO_LENGTH_CASES, ids=case_id)
-def test_S5_tensor_parallel_zero_length_rows_agree(case, require, dspark_impl, dspark_device, case_seed, tmp_path):
+def test_S5_tensor_parallel_zero_length_rows_agree(case, require, dspark_impl, dspark_device, case_seed, tmp_path,
+                                                   rank_pool):
     """Rows ``ZERO_LENGTH_ROWS`` get survival 0 (Algorithm 1, SPEC S8, admits none of their
     drafts), the others survivals that every rank's table admits; the ranks' generators
     differ. A row that verifies nothing still emits a token drawn from ``p_1``, and SPEC S5
@@ -148,7 +162,7 @@ def test_S5_tensor_parallel_zero_length_rows_agree(case, require, dspark_impl, d
         pytest.skip(f"{case.id}: the gloo case runs its ranks on the CPU")
 
     results = run_case(case, dspark_impl, "gloo", ZERO_LENGTH_CASES[case], True, case_seed, tmp_path,
-                       zero_length_rows=ZERO_LENGTH_ROWS)
+                       rank_pool, zero_length_rows=ZERO_LENGTH_ROWS)
 
     check_ranks_agree(case, results)
     lengths = results[0]["verify_lengths"]
@@ -171,7 +185,8 @@ NCCL_CASES = {
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", NCCL_CASES, ids=case_id)
-def test_S5_tensor_parallel_ranks_agree_on_two_gpus(case, dspark_adapter, dspark_impl, case_seed, tmp_path):
+def test_S5_tensor_parallel_ranks_agree_on_two_gpus(case, dspark_adapter, dspark_impl, case_seed, tmp_path,
+                                                    rank_pool):
     if torch.cuda.device_count() < WORLD:
         pytest.skip(f"{case.id}: needs {WORLD} CUDA devices for one NCCL rank each, found "
                     f"{torch.cuda.device_count()}")
@@ -181,6 +196,6 @@ def test_S5_tensor_parallel_ranks_agree_on_two_gpus(case, dspark_adapter, dspark
     if why is not None:
         pytest.skip(f"capability TensorParallelRound of {dspark_adapter.name} {why}")
 
-    results = run_case(case, dspark_impl, "nccl", NCCL_CASES[case], True, case_seed, tmp_path)
+    results = run_case(case, dspark_impl, "nccl", NCCL_CASES[case], True, case_seed, tmp_path, rank_pool)
 
     check_ranks_agree(case, results)
