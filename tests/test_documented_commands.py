@@ -75,7 +75,7 @@ SCRIPTS = "CI"
 PROGRAMS = ("dspark-conformance", "pip", "pip3", "python", "python3", "CI/")
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
 # The shell variables the workflow steps set or receive, at their inputs' defaults (shard 0).
-STEP_VARIABLES = {"FIRST": "1", "ARGS": ""}
+STEP_VARIABLES = {"FIRST": "1", "ARGS": "", "SHARD_INDEX": "1", "SHARD_COUNT": "24"}
 CI_ENTRY = ".ci/run"
 # The words of CI_ENTRY that only its run gives a value (a scratch directory, the commit's
 # seed, the loop's engine: its first), as the commands are checked; a command still holding
@@ -170,6 +170,10 @@ COMMANDS: dict[str, Check] = {
         PARSE, "aggregates the merged shards"),
     "dspark-conformance null-replay --replicates 1000000 --device cpu --report reports/null-replay": Check(
         PARSE, "a million replicates per assertion: minutes"),
+    "PYTHONPATH=engine dspark-conformance run --impl mlx-dspark==0.20.3 --shard 1/24 --workers 2 "
+    "--report reports/shard-1 -- -m statistical": Check(PARSE, "needs mlx-dspark and MLX; a shard: hours"),
+    "dspark-conformance merge-reports reports/mlx-dspark-statistical shards/*": Check(
+        PARSE, "merges the shards' artifacts"),
     "python -m pytest -n 2 --dist worksteal --junitxml=reports/pytest-junit.xml": Check(
         HELP, "the whole test suite: 20+ minutes"),
     "CI/gate.sh --impl reference --report reports/gate": Check(HELP, _MINUTES, help="CI/gate.sh --help"),
