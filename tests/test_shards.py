@@ -292,3 +292,13 @@ def test_cases_run_again_are_not_sharded_again(tmp_path):
     assert {t["case"] for t in tests} == {cases[1], cases[3]}, done.stdout + done.stderr
     assert "running them again in a fresh process (round 1)" in done.stderr, done.stderr
     assert all("illegal memory access" in t["reason"] and "not run" not in t["reason"] for t in tests), tests
+
+
+def test_a_shard_dealt_no_case_says_there_are_more_shards_than_cases(tmp_path):
+    command = [sys.executable, "-m", "conformance.cli", "run", "--workers", "0", "--report", str(tmp_path),
+               "--shard", "2/2", "--case", "S6/match-expected/integer-1"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == cli.EXIT_INFRA, done.stdout + done.stderr
+    message = "--shard 2/2: the shard holds none of the 1 selected cases: run at most 1 shards"
+    assert message in done.stderr and _results(tmp_path)["error"] == message, done.stderr
+    assert _results(tmp_path)["shard"] == [2, 2]
