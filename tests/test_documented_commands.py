@@ -116,6 +116,8 @@ COMMANDS: dict[str, Check] = {
     "pip install -e .": Check(DRY_RUN, "installs torch and the test tools from the index"),
     "dspark-conformance run": Check(PARSE, _MINUTES),
     "python -m pytest -n 2 --dist worksteal": Check(HELP, "the whole test suite: 20+ minutes"),
+    "dspark-conformance merge-reports OUT SRC...": Check(
+        PARSE, "a synopsis; merges shard report directories", as_="dspark-conformance merge-reports OUT SRC"),
     "pip wheel --no-deps . -w dist": Check(RUN),
     "pip install dist/dspark_conformance-*.whl": Check(DRY_RUN, "installs torch and the test tools from the index"),
     "pip install --no-deps --target DIR sglang==0.5.23 msgspec": Check(INDEX, _ENGINE),
@@ -145,6 +147,10 @@ COMMANDS: dict[str, Check] = {
         PARSE, "needs a vLLM development tree; installs the adapter's extras from the index",
         as_="dspark-conformance engines --engine vllm --path vllm=."),  # --path must name a directory
     "dspark-conformance engines --engine sglang --release sglang==0.5.23": Check(PARSE, _ENGINE),
+    "dspark-conformance run --impl my-engine --shard 3/24 --report reports/shard-3 -- -m statistical": Check(
+        PARSE, "needs the vendor's engine; one shard of the statistical cases"),
+    "dspark-conformance merge-reports reports/merged reports/shard-*": Check(
+        PARSE, "merges the shards' report directories, which a run of every shard makes"),
     "dspark-conformance run --impl ... --device ... --seed ... --case '<case id>'": Check(
         PARSE, "the replay line's template", as_="dspark-conformance run --impl reference --device cpu "
         "--seed 20260 --case 'S5/parity/random-V8-l4-T1'"),
