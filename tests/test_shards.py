@@ -216,6 +216,24 @@ def test_the_merged_verdict_is_that_of_all_the_records(runs, tmp_path, capsys):
     assert "overall: PASS" in capsys.readouterr().out.split("overall: FAIL")[-1]
 
 
+def test_an_interrupted_shard_makes_the_merge_interrupted(runs, tmp_path, capsys):
+    """A shard stopped by a signal (a job's timeout) keeps its finished cases' records and
+    counts the others as not run: the merge reports them and reads INTERRUPTED (exit 3)."""
+    shards = _shards_copy(runs, tmp_path)
+    for shard in shards:
+        _edit(shard, _passing)
+
+    def interrupted(payload: dict) -> None:
+        payload["tests"].pop()
+        payload.update(exit_status=int(pytest.ExitCode.INTERRUPTED), overall="INTERRUPTED", exit_code=cli.EXIT_INFRA)
+
+    _edit(shards[2], interrupted)
+    assert cli.main(["merge-reports", str(tmp_path / "out"), *map(str, shards)]) == cli.EXIT_INFRA
+    merged = _results(tmp_path / "out")
+    assert merged["overall"] == "INTERRUPTED" and len(merged["tests"]) == 14
+    assert "1 of the 15 selected cases did not run" in capsys.readouterr().out
+
+
 def _refused(argv: list[str], capsys) -> str:
     code = cli.main(["merge-reports", *argv])
     err = capsys.readouterr().err
