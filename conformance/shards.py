@@ -82,8 +82,8 @@ def check_shards(shards: Sequence[tuple[str, dict[str, Any]]]) -> None:
             differs.
     """
     for source, payload in shards:
-        shard = payload.get("shard")
-        if not (isinstance(shard, list) and len(shard) == 2):
+        shard = payload.get("shard") if isinstance(payload, dict) else None
+        if not (isinstance(shard, list) and len(shard) == 2 and isinstance(payload.get("tests"), list)):
             raise ShardMergeError(f"sources: {source} is no shard's report: its results.json has no 'shard' "
                                   "(run each shard with --shard I/N)")
         if "error" in payload or not payload.get("tests"):
