@@ -3,7 +3,9 @@
 ``dspark-conformance run [--impl NAME] [--device cpu|cuda] [--report DIR]`` runs the
 conformance suite (pytest underneath, xdist-parallel) on one implementation, prints the
 conformance matrix by SPEC section and writes ``results.json``, ``report.md`` and
-``junit.xml`` under ``--report``.
+``junit.xml`` under ``--report``. ``run --shard I/N`` runs one shard of the selected cases
+(``conformance.shards``) and ``merge-reports OUT SRC...`` merges the shards' reports into one,
+its verdict recomputed from the merged records.
 
 Exit codes (the gate contract, also used by ``CI/gate.sh``):
 
@@ -27,13 +29,14 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 from pytest import ExitCode
 
 from dspark_conformance_plugin import shadowing_package
 
-from . import budget
+from . import budget, shards
 from .cuda_context import lost_cases, out_of_memory_cases
 from .interrupts import interruptible
 from .report import markdown, matrix as report
@@ -66,6 +69,13 @@ def _seed(value: str) -> int:
     if not value.isdigit() or int(value) >= 2**64:
         raise argparse.ArgumentTypeError(f"expected an integer in [0, 2^64), got {value!r}")
     return int(value)
+
+
+def _shard(value: str) -> tuple[int, int]:
+    try:
+        return shards.parse_shard(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _non_empty(value: str) -> str:
@@ -117,7 +127,8 @@ Conformance suite for DSpark speculative decoding. 'run' runs it on one
 implementation (the bundled reference by default), prints the conformance
 matrix by SPEC section and writes the reports; 'mutants', 'calibrate',
 'null-replay' and 'merge-runs' measure the suite itself; 'engines' checks each
-engine's newest release against its adapter (the drift check).
+engine's newest release against its adapter (the drift check); 'merge-reports'
+merges the reports of 'run --shard I/N' shards into one.
 'dspark-conformance COMMAND --help' lists a command's options."""
 
 
@@ -192,6 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tracebacks", action="store_true",
                      help="print each failing case's pytest traceback, and a statistical failure's worst bins, on "
                      "the console too (junit.xml and report.md always hold them)")
+    run.add_argument("--shard", type=_shard, default=None, metavar="I/N",
+                     help="run only shard I of N (1 <= I <= N) of the selected cases (after -k, --case, pytest -m): "
+                     "their case ids sorted and dealt round-robin, the same in every shard, so N shards run each "
+                     "case once; merge their reports with merge-reports")
     run.add_argument("pytest_args", nargs="*", help="extra arguments passed to pytest after '--'")
     mut = sub.add_parser("mutants", help="kill matrix: each mutant against the tests of its section",
                          description="The kill matrix: each mutant (the reference with one known fault) against "
@@ -266,6 +281,17 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("out", type=Path, help="report directory whose runs.jsonl receives the records")
     merge.add_argument("sources", type=Path, nargs="+",
                        help="report directories, runs.jsonl files or runs.jsonl.gz archives")
+    reports = sub.add_parser(
+        "merge-reports", help="merge the report directories of 'run --shard I/N' shards into one report",
+        description="Merge the report directories of the shards of one run ('run --shard I/N', each of 1..N "
+        "once) into one report directory OUT: results.json, report.md, report.html and junit.xml, the verdict and "
+        "exit code recomputed from the merged records as 'run' computes them. Shards of different "
+        "implementations, devices, base seeds, budgets, adapter settings, shard counts or selections, a case in "
+        "two shards, a shard missing or without a verdict are refused (exit 3).")
+    reports.add_argument("out", type=lambda value: Path(_non_empty(value)),
+                         help="report directory for the merged reports (its earlier reports are replaced)")
+    reports.add_argument("sources", type=Path, nargs="+",
+                         help="the shards' report directories (each with results.json)")
     for command in sub.choices.values():
         command.set_defaults(command_parser=command)
     return parser
@@ -306,10 +332,10 @@ def _take_junit_option(pytest_args: list[str]) -> tuple[Path | None, list[str]]:
     return path, rest
 
 
-def _write_junit(report_dir: Path, sessions: list[Path], copy_to: Path | None) -> bool:
+def _write_junit(report_dir: Path, sessions: list[Path], copy_to: Path | None, *, remove: bool = True) -> bool:
     """Merge the sessions' JUnit files into ``report_dir/junit.xml`` (``report.junit``),
-    remove them, copy the result to ``copy_to``; False (files left as they are) if a session
-    wrote none or one cannot be read."""
+    remove them (unless not ``remove``: a shard's), copy the result to ``copy_to``; False
+    (files left as they are) if a session wrote none or one cannot be read."""
     target = report_dir / "junit.xml"
     try:
         merge_junit(sessions, target)
@@ -319,7 +345,7 @@ def _write_junit(report_dir: Path, sessions: list[Path], copy_to: Path | None) -
     except (ValueError, ET.ParseError, OSError) as exc:
         print(f"dspark-conformance: junit.xml not written ({exc})", file=sys.stderr)
         return False
-    for session in sessions:
+    for session in sessions if remove else ():
         session.unlink(missing_ok=True)
     return True
 
@@ -329,19 +355,22 @@ _REPORT_FILES = ("results.json", "results-serial.json", "report.md", "report.htm
 
 
 def _infra_error(report_dir: Path, payload: dict | None, message: str, *, cause: str | None = None,
-                 command: list[str] | None = None, exit_status: int | None = None) -> int:
+                 command: list[str] | None = None, exit_status: int | None = None,
+                 shard: tuple[int, int] | None = None) -> int:
     """End a run that produced no verdict: print ``message``, write results.json with
     ``overall`` ERROR, ``exit_code`` 3 and ``error`` (pytest's payload kept where there is
     one), remove the sessions' partial JUnit files; returns EXIT_INFRA. ``command``: the
     pytest command that ended without results, and ``cause``: the error it printed (on the
     terminal already, so printed once), both kept in results.json (``error``, ``command``),
-    with pytest's ``exit_status`` where pytest ran and wrote no payload (None: no pytest ran)."""
+    with pytest's ``exit_status`` where pytest ran and wrote no payload (None: no pytest ran), and
+    ``shard`` (``run --shard``) where pytest wrote none."""
     where = " (pytest's output above; the pytest command is in results.json)" if command else ""
     print(f"dspark-conformance: {message}{where}", file=sys.stderr)
     record = dict(payload or {"tests": []}, overall="ERROR", exit_code=EXIT_INFRA,
                   error=f"{message} ({cause})" if cause else message,
                   **({"command": " ".join(command)} if command else {}),
-                  **({"exit_status": int(exit_status)} if exit_status is not None and not payload else {}))
+                  **({"exit_status": int(exit_status)} if exit_status is not None and not payload else {}),
+                  **({"shard": list(shard)} if shard and not payload else {}))
     try:
         (report_dir / "results.json").write_text(json.dumps(record, indent=1))
         for partial in report_dir.glob("junit-*.xml"):
@@ -383,12 +412,16 @@ def run(args: argparse.Namespace) -> int:
     sessions = [report_dir / "junit-parallel.xml", report_dir / "junit-serial.xml"]
 
     def command(cases: list[str] | None, json_file: Path, junit: Path, *, phase: str = "all",
-                workers: str = args.workers) -> list[str]:
+                workers: str = args.workers, shard: tuple[int, int] | None = args.shard) -> list[str]:
         return pytest_command(
             impl=args.impl, device=args.device, json_path=json_file, junit_path=junit, seed=args.seed,
             workers=workers, keyword=args.keyword, cases=cases, extra=extra, phase=phase,
-            console="progress+tracebacks" if args.tracebacks else "progress",
+            console="progress+tracebacks" if args.tracebacks else "progress", shard=shard,
         )
+
+    # A case run again names its case, which the shard's partition of that one case would drop.
+    again = functools.partial(command, shard=None)
+    infra_error = functools.partial(_infra_error, shard=args.shard)
 
     errors: list[str] = []  # pytest's ERROR: lines (a usage error's cause), for results.json
     with interruptible() as interrupts:
@@ -409,45 +442,99 @@ def run(args: argparse.Namespace) -> int:
         if payload is not None and interrupts.cut:
             payload["exit_status"] = int(ExitCode.INTERRUPTED)
         if payload is not None and not payload["tests"] and returncode in (ExitCode.OK, ExitCode.NO_TESTS_COLLECTED):
-            return _infra_error(report_dir, payload,
-                                "no case of the suite matches the selection (-k, --case, pytest -m)")
+            dealt = (payload.get("shard_selection") or {}).get("cases")
+            if args.shard and dealt:
+                return infra_error(report_dir, payload, f"--shard {args.shard[0]}/{args.shard[1]}: the shard holds "
+                                   f"none of the {dealt} selected cases: run at most {dealt} shards")
+            return infra_error(report_dir, payload,
+                               "no case of the suite matches the selection (-k, --case, pytest -m)")
         # An interrupted run reports even with no record: the signal can land before the first
         # finished case is recorded (in the plugin's report hook), and the verdict is INTERRUPTED.
         if payload is None and (broken := environment_error()) is not None:  # its cause, said in one line
-            return _infra_error(report_dir, None, f"{broken}: the suite cannot run here", command=cmd,
-                                exit_status=returncode)
+            return infra_error(report_dir, None, f"{broken}: the suite cannot run here", command=cmd,
+                               exit_status=returncode)
         if payload is None or (not payload["tests"] and not interrupts.cut):
-            return _infra_error(report_dir, payload, f"pytest exited {returncode} without results",
-                                cause=errors[-1] if errors else None, command=cmd, exit_status=returncode)
+            return infra_error(report_dir, payload, f"pytest exited {returncode} without results",
+                               cause=errors[-1] if errors else None, command=cmd, exit_status=returncode)
         reran = False
         if (not report.interrupted(payload) and args.device == "cuda" and args.workers != "0"
                 and out_of_memory_cases(payload["tests"])):
-            payload, reran = rerun_out_of_memory(payload, functools.partial(command, workers="0"), report_dir), True
+            payload, reran = rerun_out_of_memory(payload, functools.partial(again, workers="0"), report_dir), True
         if not report.interrupted(payload) and lost_cases(payload["tests"]):
-            payload, reran = rerun_lost_cases(payload, command, report_dir), True
+            payload, reran = rerun_lost_cases(payload, again, report_dir), True
         if reran and returncode == ExitCode.TESTS_FAILED:
             # pytest's exit 1 came from records that the fresh runs replaced: the records decide
             # now (a case that failed keeps the run's FAIL through them).
             returncode = ExitCode.OK
             payload["exit_status"] = int(ExitCode.OK)
+    reruns = sorted(report_dir.glob("junit-rerun-*.xml"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    return _write_reports(payload, returncode, report_dir, tracebacks=args.tracebacks,
+                          junit=lambda: _write_junit(report_dir, sessions + reruns, junit_copy), junit_copy=junit_copy)
+
+
+def _write_reports(payload: dict, returncode: int, report_dir: Path, *, tracebacks: bool,
+                   junit: Callable[[], bool], junit_copy: Path | None = None) -> int:
+    """End a run (or a merge of shards) with a verdict: compute it and the exit code from
+    ``payload``'s records and pytest's ``returncode``, write results.json, print the
+    matrix, write report.md and report.html, then ``junit()`` (which writes junit.xml and
+    says whether it did); returns the exit code."""
     # What a CI reading the file needs: the verdict and this command's exit code ("exit_status"
     # stays pytest's: 2 is its INTERRUPTED where the gate's 2 is INCONCLUSIVE).
     payload["overall"] = report.overall(report.run_rows(payload), payload)
     payload["exit_code"] = exit_code(returncode, payload)
-    json_path.write_text(json.dumps(payload, indent=1))
-    print(report.format_matrix(payload, details=args.tracebacks))
-    if not args.tracebacks and any(t["outcome"] in report.DECIDING for t in payload["tests"]):
+    (report_dir / "results.json").write_text(json.dumps(payload, indent=1))
+    print(report.format_matrix(payload, details=tracebacks))
+    if not tracebacks and any(t["outcome"] in report.DECIDING for t in payload["tests"]):
         print(f"tracebacks: {report_dir}/junit.xml; each reason whole, with its bins: {report_dir}/report.md "
               "(or add --tracebacks to a replay line to print them here)")
     markdown.write_markdown(payload, report_dir / "report.md")
     from .report import html as html_report  # imports torch: not needed before a run ends
 
     html_report.write_html(payload, report_dir)
-    reruns = sorted(report_dir.glob("junit-rerun-*.xml"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
-    written = ", junit.xml" if _write_junit(report_dir, sessions + reruns, junit_copy) else ""
+    written = ", junit.xml" if junit() else ""
     print(f"report: {report_dir}/report.md, report.html, results.json{written}"
           + (f" (junit.xml also at {junit_copy})" if written and junit_copy else ""))
     return payload["exit_code"]
+
+
+def merge_reports(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``merge-reports OUT SRC...``: the shards' results.json merged (``conformance.shards``),
+    the reports written and the verdict computed as ``run`` does; their junit.xml merged
+    where every shard has one."""
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"out: expected a directory, got the file {args.out}")
+    for source in args.sources:
+        if not (source / "results.json").is_file():
+            parser.error(f"sources: expected a shard's report directory (with results.json), got {source}")
+        if source.resolve() == args.out.resolve():
+            parser.error(f"out: {args.out} is also a source; merge into another directory")
+    loaded = []
+    for source in args.sources:
+        try:
+            loaded.append((str(source), json.loads((source / "results.json").read_text())))
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"dspark-conformance merge-reports: sources: {source}/results.json cannot be read ({exc})",
+                  file=sys.stderr)
+            return EXIT_INFRA
+    try:
+        returncode, payload = shards.merge_shards(loaded)
+    except shards.ShardMergeError as exc:
+        print(f"dspark-conformance merge-reports: {exc}", file=sys.stderr)
+        return EXIT_INFRA
+    report_dir = _fresh_report_dir(args.out)
+    if report_dir is None:
+        return EXIT_INFRA
+    by_index = {shard["shard"][0]: Path(source) for source, shard in loaded}
+    junits = [by_index[index] / "junit.xml" for index in sorted(by_index)]  # the records' order
+
+    def junit() -> bool:
+        lacking = [str(path.parent) for path in junits if not path.is_file()]
+        if lacking:
+            print(f"dspark-conformance: junit.xml not written (no junit.xml in {', '.join(lacking)})", file=sys.stderr)
+            return False
+        return _write_junit(report_dir, junits, None, remove=False)
+
+    return _write_reports(payload, returncode, report_dir, tracebacks=False, junit=junit)
 
 
 def _replay_results(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict | None:
@@ -638,7 +725,7 @@ def _other_copy(search_path: list[str]) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     parser = args.command_parser  # a usage error after parsing shows the command's usage
-    if args.command != "merge-runs":  # every other command starts pytest here, cwd first on its sys.path
+    if args.command not in ("merge-runs", "merge-reports"):  # the others start pytest, cwd first on its sys.path
         search = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         shadow = shadowing_package(search)
         if shadow is not None:
@@ -688,6 +775,8 @@ def main(argv: list[str] | None = None) -> int:
         return engines(args, parser)
     if args.command == "merge-runs":
         return merge_runs(args, parser)
+    if args.command == "merge-reports":
+        return merge_reports(args, parser)
     raise AssertionError(f"unhandled command {args.command!r}")
 
 

@@ -26,6 +26,8 @@ Options:
 * ``--dspark-strict-ledger``   an expected-failure entry that matches no test is an error
   (the main job sets it; a partial run only warns);
 * ``--dspark-budget FACTOR``   scale statistical sample sizes (runtime vs power; alpha fixed).
+* ``--dspark-shard I/N``       run only shard I of N of the selected cases (``conformance.shards``:
+  the selected case ids sorted and dealt round-robin; taken before ``--dspark-phase``);
 * ``--dspark-progress``       a line per SPEC section as its cases finish, in place of the
   dots, and the suite cases' tracebacks left to the reports (``conformance.progress``);
   ``--dspark-tracebacks`` prints those too.
@@ -63,6 +65,7 @@ from . import budget
 from .cuda_context import CudaContextLost, is_context_error, release_cached_memory, synchronize
 from .sections import section_of
 from .seeds import resolve_case, seed_of_case
+from .shards import parse_shard, selection_digest, shard_cases
 from .session import CASE_PROPERTY, DEFAULT_BASE_SEED, SESSION_KEY, RunSession, run_session
 
 if TYPE_CHECKING:
@@ -89,6 +92,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dspark-phase", default="all", choices=PHASES,
                     help="'parallel': leave out the latency_bound cases; 'serial': only those (the runner's two "
                     "phases: on a GPU shared by parallel workers every round trip waits on their kernels)")
+    group.addoption("--dspark-shard", default=None, metavar="I/N",
+                    help="run only shard I of N (1 <= I <= N) of the cases the selection keeps (-k, -m, "
+                    "--dspark-case): their case ids sorted and dealt round-robin, so N shards run each case once")
     group.addoption("--dspark-strict-ledger", action="store_true", help="unmatched expected-failure entries are errors")
     group.addoption("--dspark-progress", action="store_true",
                     help="in place of pytest's dots, a line per SPEC section as its cases finish (done of selected, "
@@ -109,6 +115,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from exc
     session = RunSession(config)
+    if config.getoption("--dspark-shard") is not None:
+        try:
+            session.shard = parse_shard(config.getoption("--dspark-shard"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--dspark-shard: {exc}") from exc
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "dspark_session")
     if config.getoption("--dspark-progress") and not hasattr(config, "workerinput"):  # the process that prints
@@ -246,12 +257,16 @@ def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[p
 
 #: The worker output key under which an xdist worker sends the controller its cases left to the other phase.
 _HELD_KEY = "dspark_held_for_other_phase"
+#: ... and the selection its shard was dealt from (``conformance.shards.selection_digest``).
+_SHARD_KEY = "dspark_shard_selection"
 
 
 # trylast: after -k / -m deselect, so that the counts are of cases that would run
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
 def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Apply ``--dspark-phase``: ``parallel`` deselects the suite's ``latency_bound`` items,
+    """Apply ``--dspark-shard`` (``conformance.shards``: the suite items that -k / -m /
+    ``--dspark-case`` kept, dealt by case id; the same in both phases, taken before the phase),
+    then ``--dspark-phase``: ``parallel`` deselects the suite's ``latency_bound`` items,
     ``serial`` every other suite item (foreign items stay); ``all`` keeps them, first in the
     order (the longest cases, to start before the rest where workers share them out). Records the
     selected suite cases per SPEC section, and those left to the other phase
@@ -262,11 +277,19 @@ def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[py
     phase = config.getoption("--dspark-phase")
     if phase == "all":  # run among the others, the longest cases start first (xdist hands out items in order)
         items.sort(key=lambda item: not (is_suite_item(item) and item.get_closest_marker("latency_bound")))
+    session = run_session(config)
     suite = [item for item in items if is_suite_item(item)]
+    if session.shard is not None and suite:
+        case_ids = {id(item): item_case_id(item) for item in suite}
+        kept = shard_cases(case_ids.values(), *session.shard)
+        _deselect(config, items, [item for item in suite if case_ids[id(item)] not in kept])
+        suite = [item for item in suite if case_ids[id(item)] in kept]
+        session.shard_selection = selection_digest(case_ids.values())
+        if hasattr(config, "workeroutput"):
+            config.workeroutput[_SHARD_KEY] = session.shard_selection
     held = [] if phase == "all" else [
         item for item in suite if (item.get_closest_marker("latency_bound") is not None) != (phase == "serial")]
     _deselect(config, items, held)
-    session = run_session(config)
     session.selected_by_section = _by_section(item.name for item in suite if item not in held)
     session.held_for_other_phase = _by_section(item.name for item in held)
     if hasattr(config, "workeroutput"):
@@ -287,9 +310,11 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
     """xdist's controller, a worker gone: the cases per section it left to the other phase."""
-    held = getattr(node, "workeroutput", {}).get(_HELD_KEY)
-    if held is not None:
-        run_session(node.config).held_for_other_phase = held
+    output = getattr(node, "workeroutput", {})
+    if output.get(_HELD_KEY) is not None:
+        run_session(node.config).held_for_other_phase = output[_HELD_KEY]
+    if output.get(_SHARD_KEY) is not None:
+        run_session(node.config).shard_selection = output[_SHARD_KEY]
 
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], dropped: list[pytest.Item]) -> None:

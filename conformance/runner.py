@@ -50,11 +50,12 @@ CONSOLES = {"pytest": [], "progress": ["--dspark-progress"],
 def pytest_command(
     *, impl: str, device: str, json_path: Path, junit_path: Path | None = None, seed: int | None = None,
     workers: str = "auto", keyword: str | None = None, extra: list[str] | None = None,
-    cases: list[str] | None = None, phase: str = "all", console: str = "pytest",
+    cases: list[str] | None = None, phase: str = "all", console: str = "pytest", shard: tuple[int, int] | None = None,
 ) -> list[str]:
     """The pytest command line behind every subcommand: one adapter, the whole suite or only
     the given case ids (``conformance.seeds``; as results.json names them); ``phase`` is
-    the plugin's ``--dspark-phase``; ``console`` one of :data:`CONSOLES`. Run it with
+    the plugin's ``--dspark-phase``; ``console`` one of :data:`CONSOLES`; ``shard`` ``(I, N)``
+    its ``--dspark-shard`` (``conformance.shards``). Run it with
     :data:`PYTEST_ENV` (:func:`run_suite` does)."""
     cmd = [
         # The host's configuration stays out: without "-c", pytest adopts the first pytest.ini /
@@ -75,6 +76,8 @@ def pytest_command(
     if keyword:
         cmd += ["-k", keyword]
     cmd += [f"--dspark-case={key}" for key in cases or ()]
+    if shard is not None:
+        cmd.append(f"--dspark-shard={shard[0]}/{shard[1]}")
     if phase != "all":
         cmd.append(f"--dspark-phase={phase}")
     cmd += CONSOLES[console]
@@ -144,6 +147,8 @@ def merge_phases(*phases: tuple[int, dict | None]) -> tuple[int, dict | None]:
               "collection_errors": list({e["module"]: e for p in payloads
                                          for e in p.get("collection_errors") or ()}.values())}
     merged.pop("held_for_other_phase", None)  # a phase's count: the merged run has both
+    if "shard_selection" in merged:  # unknown in a phase whose workers were all interrupted
+        merged["shard_selection"] = next((p["shard_selection"] for p in payloads if p.get("shard_selection")), None)
     interrupted = any(p.get("exit_status") == ExitCode.INTERRUPTED for p in payloads)
     merged["exit_status"] = int(ExitCode.INTERRUPTED) if interrupted else code
     return code, merged

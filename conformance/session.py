@@ -59,6 +59,10 @@ class RunSession:
         self.selected_by_section: dict[str, int] | None = None
         self.held_for_other_phase: dict[str, int] | None = None
         self.collection_errors: list[dict[str, str]] = []
+        #: ``(I, N)`` of ``--dspark-shard`` (None: not sharded), and the selection the shard was
+        #: dealt from (``conformance.shards.selection_digest``; None: not known)
+        self.shard: tuple[int, int] | None = None
+        self.shard_selection: dict[str, Any] | None = None
 
     @property
     def adapter(self) -> "Adapter":
@@ -151,6 +155,7 @@ class RunSession:
             "selected_by_section": self.selected_by_section,
             "held_for_other_phase": self.held_for_other_phase,
             "collection_errors": self.collection_errors,
+            **({"shard": list(self.shard), "shard_selection": self.shard_selection} if self.shard else {}),
             "tests": self.records,
         }
         Path(path).parent.mkdir(parents=True, exist_ok=True)

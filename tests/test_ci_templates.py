@@ -1,9 +1,14 @@
-"""The sharded calibration workflow (CI/github/calibrate-sharded.yml): every command it runs
-exists with the options it passes, its shards cover the base seeds once, and its defaults
-reach the clean runs a direct bound at the family-wise budget needs."""
+"""The sharded workflows. The calibration (CI/github/calibrate-sharded.yml): every command it
+runs exists with the options it passes, its shards cover the base seeds once, and its defaults
+reach the clean runs a direct bound at the family-wise budget needs. mlx-dspark's statistical
+matrix (CI/github/mlx-dspark-statistical.yml): its plan makes shards 1..N, each runs the same
+command but for ``--shard I/N``, and the merge job merges what they upload."""
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +78,67 @@ def test_merge_job_aggregates_what_it_merged():
     out = parser.parse_args(merge).out
     args = parser.parse_args(aggregate)
     assert args.report == out and (args.seeds, args.power_seeds, args.replicates) == (0, 0, 0)
+
+
+STATISTICAL = WORKFLOW.parent / "mlx-dspark-statistical.yml"
+FINDINGS = WORKFLOW.parents[2] / "docs" / "conformance" / "mlx-dspark-findings.md"
+
+
+def _step(job: dict, text: str) -> dict:
+    return next(step for step in job["steps"] if text in step.get("run", "") or text in step.get("uses", ""))
+
+
+def _plan(job: dict, shards: str, tmp_path: Path) -> dict[str, str]:
+    """The plan step run (its python3 this interpreter) for the input ``shards``: its outputs."""
+    output = tmp_path / "github-output"
+    step = _step(job, "GITHUB_OUTPUT")
+    env = {**os.environ, "GITHUB_OUTPUT": str(output),
+           **{k: v.replace("${{ inputs.shards || '24' }}", shards) for k, v in step["env"].items()}}
+    done = subprocess.run(["bash", "-c", step["run"].replace("python3 ", f"{shlex.quote(sys.executable)} ", 1)],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return dict(line.split("=", 1) for line in output.read_text().splitlines())
+
+
+def test_the_statistical_shards_each_run_one_shard_of_one_command(tmp_path):
+    doc = yaml.safe_load(STATISTICAL.read_text())
+    triggers, jobs = doc[True], doc["jobs"]
+    assert triggers["schedule"] and "workflow_dispatch" in triggers
+    default = triggers["workflow_dispatch"]["inputs"]["shards"]["default"]
+    assert default == "24" and "|| '24'" in _step(jobs["plan"], "GITHUB_OUTPUT")["env"]["SHARD_COUNT"]
+    plan = _plan(jobs["plan"], default, tmp_path)
+    count = int(plan["count"])
+    assert yaml.safe_load(plan["shards"]) == list(range(1, count + 1)) and count == 24
+    shard = jobs["shard"]
+    assert shard["timeout-minutes"] == 360 and shard["strategy"]["fail-fast"] is False
+    step = _step(shard, "dspark-conformance run")
+    line = next(text for text in step["run"].splitlines() if "dspark-conformance run" in text).split(" || ")[0]
+    parser, runs = cli.build_parser(), []
+    for index in range(1, count + 1):
+        values = {"${{ matrix.shard }}": str(index), "${{ needs.plan.outputs.count }}": str(count)}
+        env = {name: values[value] for name, value in step["env"].items()}
+        words = shlex.split(re.sub(r"\$(\w+)", lambda m: env[m.group(1)], line))
+        assert words[:2] == ["PYTHONPATH=engine", "dspark-conformance"], words
+        runs.append(vars(parser.parse_args(words[2:])))
+    assert [run["shard"] for run in runs] == [(index, count) for index in range(1, count + 1)]
+    assert [run["report"] for run in runs] == [Path(f"reports/shard-{index}") for index in range(1, count + 1)]
+    others = [{k: v for k, v in run.items() if k not in ("shard", "report", "command_parser")} for run in runs]
+    assert all(other == others[0] for other in others)
+    assert (others[0]["impl"], others[0]["workers"], others[0]["pytest_args"]) == (
+        "mlx-dspark==0.20.3", "2", ["-m", "statistical"])
+    # the engine installed by the findings' install line (its packages and pins)
+    install = re.search(r"^pip install --no-deps --target \S+ (mlx-dspark==.*)$", FINDINGS.read_text(), re.M)
+    assert f"pip install --no-deps --target engine {install.group(1)}" in _step(shard, "mlx-dspark==")["run"]
+    upload = _step(shard, "actions/upload-artifact")["with"]
+    assert (upload["name"], upload["path"]) == ("shard-${{ matrix.shard }}", "reports/shard-${{ matrix.shard }}/")
+
+
+def test_the_statistical_merge_job_merges_every_shards_upload():
+    jobs = yaml.safe_load(STATISTICAL.read_text())["jobs"]
+    merge = jobs["merge"]
+    assert merge["needs"] == "shard" and merge["if"] == "always()"
+    download = _step(merge, "actions/download-artifact")["with"]
+    assert download == {"pattern": "shard-*", "path": "shards"}  # one folder per artifact: shards/shard-I/
+    args = cli.build_parser().parse_args(shlex.split(_step(merge, "merge-reports")["run"])[1:])
+    assert args.sources == [Path("shards/*")] and args.out == Path("reports/mlx-dspark-statistical")
+    assert _step(merge, "actions/upload-artifact")["with"]["path"] == f"{args.out}/"

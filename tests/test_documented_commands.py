@@ -75,7 +75,7 @@ SCRIPTS = "CI"
 PROGRAMS = ("dspark-conformance", "pip", "pip3", "python", "python3", "CI/")
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
 # The shell variables the workflow steps set or receive, at their inputs' defaults (shard 0).
-STEP_VARIABLES = {"FIRST": "1", "ARGS": ""}
+STEP_VARIABLES = {"FIRST": "1", "ARGS": "", "SHARD_INDEX": "1", "SHARD_COUNT": "24"}
 CI_ENTRY = ".ci/run"
 # The words of CI_ENTRY that only its run gives a value (a scratch directory, the commit's
 # seed, the loop's engine: its first), as the commands are checked; a command still holding
@@ -116,6 +116,8 @@ COMMANDS: dict[str, Check] = {
     "pip install -e .": Check(DRY_RUN, "installs torch and the test tools from the index"),
     "dspark-conformance run": Check(PARSE, _MINUTES),
     "python -m pytest -n 2 --dist worksteal": Check(HELP, "the whole test suite: 20+ minutes"),
+    "dspark-conformance merge-reports OUT SRC...": Check(
+        PARSE, "a synopsis; merges shard report directories", as_="dspark-conformance merge-reports OUT SRC"),
     "pip wheel --no-deps . -w dist": Check(RUN),
     "pip install dist/dspark_conformance-*.whl": Check(DRY_RUN, "installs torch and the test tools from the index"),
     "pip install --no-deps --target DIR sglang==0.5.23 msgspec": Check(INDEX, _ENGINE),
@@ -145,6 +147,10 @@ COMMANDS: dict[str, Check] = {
         PARSE, "needs a vLLM development tree; installs the adapter's extras from the index",
         as_="dspark-conformance engines --engine vllm --path vllm=."),  # --path must name a directory
     "dspark-conformance engines --engine sglang --release sglang==0.5.23": Check(PARSE, _ENGINE),
+    "dspark-conformance run --impl my-engine --shard 3/24 --report reports/shard-3 -- -m statistical": Check(
+        PARSE, "needs the vendor's engine; one shard of the statistical cases"),
+    "dspark-conformance merge-reports reports/merged reports/shard-*": Check(
+        PARSE, "merges the shards' report directories, which a run of every shard makes"),
     "dspark-conformance run --impl ... --device ... --seed ... --case '<case id>'": Check(
         PARSE, "the replay line's template", as_="dspark-conformance run --impl reference --device cpu "
         "--seed 20260 --case 'S5/parity/random-V8-l4-T1'"),
@@ -170,6 +176,10 @@ COMMANDS: dict[str, Check] = {
         PARSE, "aggregates the merged shards"),
     "dspark-conformance null-replay --replicates 1000000 --device cpu --report reports/null-replay": Check(
         PARSE, "a million replicates per assertion: minutes"),
+    "PYTHONPATH=engine dspark-conformance run --impl mlx-dspark==0.20.3 --shard 1/24 --workers 2 "
+    "--report reports/shard-1 -- -m statistical": Check(PARSE, "needs mlx-dspark and MLX; a shard: hours"),
+    "dspark-conformance merge-reports reports/mlx-dspark-statistical shards/*": Check(
+        PARSE, "merges the shards' artifacts"),
     "python -m pytest -n 2 --dist worksteal --junitxml=reports/pytest-junit.xml": Check(
         HELP, "the whole test suite: 20+ minutes"),
     "CI/gate.sh --impl reference --report reports/gate": Check(HELP, _MINUTES, help="CI/gate.sh --help"),

@@ -248,6 +248,7 @@ def _header(payload: dict, rows: list[report.SectionRow]) -> str:
         ("device", _e(payload["device"])),
         ("base seed", _e(payload["base_seed"])),
         ("wall time", f"{float(payload['wall_s']):.1f} s"),
+        *(("shards", _e(part)) for part in filter(None, [report.shard_text(payload)])),
         ("tests", str(len(payload["tests"]))),
         ("coverage", _e(coverage.removeprefix("coverage: "))
          + "".join(f"<br><strong>{_e(line)}</strong>" for line in warning)),

@@ -10,7 +10,7 @@ from typing import Any
 
 from conformance.report.matrix import (
     DECIDING, TIME_NOTE, collection_error_lines, coverage_lines, engine_notices, not_run_line, overall, run_rows,
-    short_reason, table, worst_bins,
+    shard_text, short_reason, table, worst_bins,
 )
 
 #: The order of report.md's "Not passed" list: what fails a run, then INCONCLUSIVE, then the rest.
@@ -50,13 +50,15 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
     rows = run_rows(payload)
     cells = table(rows)
     missing = not_run_line(rows)
+    part = shard_text(payload)
     out = [
         f"# DSpark conformance: `{payload['impl']}` on {payload['device']}",
         "",
         f"{payload.get('description', '')}",
         "",
         f"Base seed {payload['base_seed']}; wall time {payload['wall_s']} s; "
-        f"capabilities: {', '.join(payload['capabilities']) or 'none'}; overall **{overall(rows, payload)}**.",
+        f"{f'{part}; ' if part else ''}capabilities: {', '.join(payload['capabilities']) or 'none'}; "
+        f"overall **{overall(rows, payload)}**.",
         *(line for coverage in coverage_lines(rows, payload["tests"]) for line in ("", f"{coverage}.")),
         *(["", "Offered but unable to run here (their cases skip): "
            + "; ".join(f"{cap} ({why})" for cap, why in payload["cannot_run_here"].items()) + "."]

@@ -209,6 +209,18 @@ def engine_notices(payload: dict[str, Any]) -> list[str]:
     return lines
 
 
+def shard_text(payload: dict[str, Any]) -> str | None:
+    """What part of a sharded run a report holds (``conformance.shards``): ``shard 3/24 of
+    117 selected cases``, or ``merged from 24 shards``; None for a run that was not sharded."""
+    if payload.get("shard"):
+        index, count = payload["shard"]
+        dealt = (payload.get("shard_selection") or {}).get("cases")
+        return f"shard {index}/{count}" + (f" of {dealt} selected cases" if dealt is not None else "")
+    if payload.get("shards"):
+        return f"merged from {payload['shards']['count']} shards (wall: the longest shard's)"
+    return None
+
+
 def interrupted(payload: dict[str, Any]) -> bool:
     """Whether pytest reported the run as interrupted (exit status 2: a signal or a deadline
     stopped it before every case ran)."""
@@ -297,9 +309,10 @@ def format_matrix(payload: dict[str, Any], *, details: bool = False) -> str:
     cells = table(rows)
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
     settings = "".join(f" {name}={value}" for name, value in payload.get("replay_env", {}).items())
+    part = shard_text(payload)
     lines = [
         f"DSpark conformance: impl={payload['impl']} device={payload['device']} "
-        f"seed={payload['base_seed']} wall={payload['wall_s']}s{settings}",
+        f"seed={payload['base_seed']} wall={payload['wall_s']}s{settings}{f'; {part}' if part else ''}",
     ]
     for i, r in enumerate(cells):
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths)))
