@@ -92,10 +92,16 @@ class RoundParts:
     def draft_token(self, step_logits: Tensor, law: Tensor, greedy_mask: Tensor, noise: Tensor) -> Tensor:
         """``[B]`` int64: the exponential race ``argmax law / E`` on sampling rows, the
         lowest-index argmax of ``step_logits`` on greedy rows (SPEC S3)."""
-        race = sample_step(law.log(), torch.ones_like(law[:, 0]), torch.zeros_like(greedy_mask), noise=noise)
-        greedy = sample_step(step_logits.to(torch.float32), torch.ones_like(law[:, 0]), torch.ones_like(greedy_mask),
-                             noise=noise)
-        return torch.where(greedy_mask, greedy, race)
+        # Each row is drawn on its own: the race runs on the sampling rows, the argmax on the
+        # greedy rows only (a call over every row would give each row the same token).
+        if bool(greedy_mask.all()):
+            return sample_step(step_logits.to(torch.float32), torch.ones_like(law[:, 0]), greedy_mask, noise=noise)
+        tokens = sample_step(law.log(), torch.ones_like(law[:, 0]), torch.zeros_like(greedy_mask), noise=noise)
+        if bool(greedy_mask.any()):
+            greedy_logits = step_logits[greedy_mask].to(torch.float32)
+            tokens[greedy_mask] = sample_step(greedy_logits, torch.ones_like(greedy_logits[:, 0]),
+                                              torch.ones_like(greedy_mask[greedy_mask]), noise=noise[greedy_mask])
+        return tokens
 
     def handoff(self, laws: Tensor, corrected: Tensor, temps: Tensor, greedy_mask: Tensor,
                 truncation: Truncation | None) -> Tensor:
@@ -193,12 +199,14 @@ def draft_and_verify(
     rows, gamma, vocab = base_logits.shape
     temps = clamp_temperature(temperatures).to(torch.float32)
     laws, noises = [], []
+    any_greedy = bool(greedy_mask.any())
 
     def sampler(step_logits: Tensor, k: int) -> Tensor:
         noise = parts.draft_noise(rows, vocab, k, base_logits.device, generator, seeds, positions)
         law = parts.draft_law(step_logits, temps, truncation)
         token = parts.draft_token(step_logits, law, greedy_mask, noise)
-        laws.append(torch.where(greedy_mask[:, None], F.one_hot(token, vocab).to(law.dtype), law))
+        laws.append(torch.where(greedy_mask[:, None], F.one_hot(token, vocab).to(law.dtype), law) if any_greedy
+                    else law)
         noises.append(noise)
         return token
 
