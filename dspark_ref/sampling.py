@@ -103,9 +103,14 @@ def _check_noise(noise: object, shape: Sequence[int]) -> torch.Tensor:
 
 def _first_argmax(values: torch.Tensor) -> torch.Tensor:
     """Index of the row maximum of ``[B, V]`` values, lowest index among ties (no NaN)."""
-    best = values.max(dim=-1, keepdim=True).values
-    positions = torch.arange(values.shape[-1], device=values.device)
-    return torch.where(values == best, positions, values.shape[-1]).min(dim=-1).values
+    width = values.shape[-1]
+    best = values.amax(dim=-1, keepdim=True)
+    # Positions in the narrowest integer type that holds the sentinel ``width``: the same
+    # minimum, a fraction of the bytes to select and reduce.
+    narrow = next(dtype for dtype in (torch.uint8, torch.int16, torch.int32, torch.int64)
+                  if width <= torch.iinfo(dtype).max)
+    positions = torch.arange(width, device=values.device, dtype=narrow)
+    return torch.where(values == best, positions, width).amin(dim=-1).to(torch.int64)
 
 
 def clamp_temperature(temperatures: torch.Tensor) -> torch.Tensor:
