@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from dspark_ref._rows import rowwise
 from dspark_ref._checks import (
     FLOAT_DTYPES,
     INT_DTYPES,
@@ -504,6 +505,23 @@ class Truncation:
         return _truncate(flat, *per_position, self.top_k_ties).reshape(logits.shape)
 
 
+def laws_by_rows(law_of: Callable[[torch.Tensor, torch.Tensor, Truncation | None], torch.Tensor],
+                 logits: torch.Tensor, temperatures: torch.Tensor, truncation: Truncation | None) -> torch.Tensor:
+    """``law_of(logits, temperatures, truncation)`` for a ``law_of`` that works row by row
+    (``logits [B, ...]``, ``temperatures [B]``), computed once per group of bit-identical rows
+    (:func:`dspark_ref._rows.rowwise`) when the sets are this module's own (``truncation`` a
+    :class:`Truncation` itself, or None); a subclass's sets are taken on the whole batch."""
+    if truncation is not None and type(truncation) is not Truncation:
+        return law_of(logits, temperatures, truncation)
+    cut = (None, None, None) if truncation is None else (truncation.top_k, truncation.top_p, truncation.min_p)
+
+    def on_rows(rows, temps, top_k, top_p, min_p):
+        return law_of(rows, temps, None if truncation is None else
+                      dataclasses.replace(truncation, top_k=top_k, top_p=top_p, min_p=min_p))
+
+    return rowwise(on_rows, logits, temperatures, *cut)
+
+
 class RaceSteps:
     """The steps of :func:`sample_step` after validation and truncation, one overridable
     method each (SPEC S3).
@@ -598,9 +616,8 @@ def sample_step(
         noise = exponential_noise(logits.shape, generator=generator, device=logits.device)
     noise = noise[:, :vocab_size]
     scaled = steps.scaled(logits, temperatures)
-    if top_k is not None or top_p is not None or min_p is not None:
-        scaled = _truncate(scaled, top_k, top_p, min_p, top_k_ties)
-    probs = torch.softmax(scaled, dim=-1)
+    probs = rowwise(lambda rows, *cut: torch.softmax(_truncate(rows, *cut, top_k_ties), dim=-1), scaled, top_k, top_p,
+                    min_p)
     if _values_checkable(greedy_mask):  # a batch of one kind skips the other kind's step
         if not bool(greedy_mask.any()):
             return _first_argmax(steps.keys(probs, noise))

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from dspark_ref._checks import FLOAT_DTYPES, check_same_device, check_tensor
 from dspark_ref.markov import MarkovHead, sample_block
-from dspark_ref.sampling import Truncation, clamp_temperature, exponential_noise, sample_step
+from dspark_ref.sampling import Truncation, clamp_temperature, exponential_noise, laws_by_rows, sample_step
 from dspark_ref.verify import VerifyResult, chain_verify, seeded_uniforms
 
 __all__ = ["DRAFT_STREAM", "RoundResult", "RoundParts", "draft_and_verify"]
@@ -85,9 +85,12 @@ class RoundParts:
     def draft_law(self, step_logits: Tensor, temps: Tensor, truncation: Truncation | None) -> Tensor:
         """The law ``[B, V]`` float32 a sampling row draws from: ``softmax`` of the
         corrected logits at ``T``, truncated by the request (SPEC S3)."""
-        logits = step_logits.to(torch.float32)
-        scaled = logits / temps[:, None] if truncation is None else truncation.apply(logits, temps)
-        return torch.softmax(scaled, dim=-1)
+        def law(logits: Tensor, temps: Tensor, truncation: Truncation | None) -> Tensor:
+            logits = logits.to(torch.float32)
+            scaled = logits / temps[:, None] if truncation is None else truncation.apply(logits, temps)
+            return torch.softmax(scaled, dim=-1)
+
+        return laws_by_rows(law, step_logits, temps, truncation)
 
     def draft_token(self, step_logits: Tensor, law: Tensor, greedy_mask: Tensor, noise: Tensor) -> Tensor:
         """``[B]`` int64: the exponential race ``argmax law / E`` on sampling rows, the

@@ -34,7 +34,7 @@ from dspark_ref._checks import (
     check_tensor,
     check_token_ids,
 )
-from dspark_ref.sampling import Truncation, clamp_temperature, greedy_argmax
+from dspark_ref.sampling import Truncation, clamp_temperature, greedy_argmax, laws_by_rows
 
 __all__ = [
     "ACCEPT_STREAM",
@@ -236,12 +236,15 @@ def _step_laws(logits: torch.Tensor, temperatures: torch.Tensor, greedy_mask: to
                truncation: Truncation | None = None) -> torch.Tensor:
     """float64 ``softmax(L / T)`` per position (truncated when ``truncation`` is given);
     one-hot lowest-index argmax on greedy rows."""
-    logits64, temps64 = logits.to(torch.float64), temperatures.to(torch.float64)
-    if truncation is None:
-        scaled = logits64 / temps64[:, None, None]
-    else:
-        scaled = truncation.apply(logits64, temps64)
-    laws = torch.softmax(scaled, dim=-1)
+    def tempered(logits: torch.Tensor, temperatures: torch.Tensor, truncation: Truncation | None) -> torch.Tensor:
+        logits64, temps64 = logits.to(torch.float64), temperatures.to(torch.float64)
+        if truncation is None:
+            scaled = logits64 / temps64[:, None, None]
+        else:
+            scaled = truncation.apply(logits64, temps64)
+        return torch.softmax(scaled, dim=-1)
+
+    laws = laws_by_rows(tempered, logits, temperatures, truncation)
     if bool(greedy_mask.any()):
         greedy = logits[greedy_mask]
         rows, steps, vocab = greedy.shape
