@@ -52,39 +52,39 @@ def distinct_rows(rows: Tensor, *params: Tensor | None) -> tuple[Tensor, Tensor]
     n = rows.shape[0]
     if n < MIN_ROWS or rows.device.type != "cpu" or rows.dim() == 0 or rows[0].numel() > MAX_WIDTH:
         return None
-    columns = [_bits(rows)] + [_bits(p) for p in params if p is not None]
-    # Grouping keys: a few columns of each tensor; a key shared by rows that differ only
-    # elsewhere merges groups that the full check below then rejects (no grouping).
-    keys = []
+    # A parameter equal on every row (the common case) groups nothing: left out.
+    columns = [_bits(rows)] + [bits for bits in (_bits(p) for p in params if p is not None)
+                               if not torch.equal(bits, bits[:1].expand_as(bits))]
+    # One grouping key from a few columns of each tensor (wrapping int64 arithmetic): rows
+    # that share it but differ elsewhere make the full check below fail (no grouping).
+    key = torch.zeros(n, dtype=torch.int64)
     for bits in columns:
         width = bits.shape[1]
-        for j in sorted({0, width // 2, width - 1}):
-            column = bits[:, j]
-            if bool((column != column[0]).any()):
-                keys.append(column)
-    index = torch.full((n,), -1, dtype=torch.int64)
+        for j in sorted({0, width - 1}):
+            key = key * 1_000_003 + bits[:, j]
+    index = torch.zeros(n, dtype=torch.int64)
     free = torch.ones(n, dtype=torch.bool)
     firsts: list[int] = []
-    left = n
+    left, middle = n, n // 2
     while left > n // TAIL_FRACTION:
         if len(firsts) == MOST_GROUPS:
             return None
-        # The middle free row: a large group holds it whatever the order of the rows.
-        start = int(free.nonzero()[left // 2, 0])
-        same = free.clone()
-        for key in keys:
-            same &= key == key[start]
+        # A free row from the middle on: a large group holds it whatever the order of the rows.
+        after = free[middle:]
+        start = middle + int(after.to(torch.uint8).argmax()) if bool(after.any()) else \
+            int(free.to(torch.uint8).argmax())
+        same = (key == key[start]) & free
         count = int(same.sum())
-        if count < n // (2 * MOST_GROUPS):
-            return None  # groups this small: too many of them to pay
-        index[same] = len(firsts)
+        if not firsts and count < n // (2 * MOST_GROUPS):
+            return None  # the row in the middle has few equals: mostly distinct rows
+        index = torch.where(same, len(firsts), index)
         firsts.append(start)
         free &= ~same
         left -= count
     tail = free.nonzero()[:, 0]
     index[tail] = len(firsts) + torch.arange(tail.shape[0])
     first = torch.cat([torch.tensor(firsts, dtype=torch.int64), tail])
-    if not all(torch.equal(bits, bits[first][index]) for bits in columns):
+    if not all(torch.equal(bits, bits[first].index_select(0, index)) for bits in columns):
         return None
     return first, index
 
@@ -97,4 +97,4 @@ def rowwise(fn: Callable[..., Tensor], rows: Tensor, *params: Tensor | None) -> 
     if groups is None:
         return fn(rows, *params)
     first, index = groups
-    return fn(rows[first], *(None if p is None else p[first] for p in params))[index]
+    return fn(rows[first], *(None if p is None else p[first] for p in params)).index_select(0, index)

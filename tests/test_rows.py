@@ -39,7 +39,7 @@ def test_repeated_rows_are_computed_once_each_with_the_same_result():
 
 
 def test_rows_that_differ_anywhere_are_never_merged():
-    """A row equal to its group in the grouping keys (columns 0, 4 and 7 of 8) but not
+    """A row equal to its group in the grouping keys (columns 0 and 7 of 8) but not
     elsewhere, by a value, the sign of a zero or a NaN, keeps its own bits: every row's
     representative is bit-identical to it."""
     logits, temperatures = _batch(tail=0)
