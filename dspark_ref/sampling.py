@@ -618,7 +618,7 @@ def sample_step(
     scaled = steps.scaled(logits, temperatures)
     probs = rowwise(lambda rows, *cut: torch.softmax(_truncate(rows, *cut, top_k_ties), dim=-1), scaled, top_k, top_p,
                     min_p)
-    if _values_checkable(greedy_mask):  # a batch of one kind skips the other kind's step
+    if greedy_mask.device.type == "cpu":  # a batch of one kind skips the other kind's step (no GPU sync)
         if not bool(greedy_mask.any()):
             return _first_argmax(steps.keys(probs, noise))
         if bool(greedy_mask.all()):
