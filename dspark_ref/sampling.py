@@ -108,8 +108,7 @@ def _first_argmax(values: torch.Tensor) -> torch.Tensor:
     best = values.amax(dim=-1, keepdim=True)
     # Positions in the narrowest integer type that holds the sentinel ``width``: the same
     # minimum, a fraction of the bytes to select and reduce.
-    narrow = next(dtype for dtype in (torch.uint8, torch.int16, torch.int32, torch.int64)
-                  if width <= torch.iinfo(dtype).max)
+    narrow = torch.uint8 if width <= 255 else torch.int16 if width <= 32767 else torch.int64
     positions = torch.arange(width, device=values.device, dtype=narrow)
     return torch.where(values == best, positions, width).amin(dim=-1).to(torch.int64)
 

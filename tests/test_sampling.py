@@ -130,6 +130,17 @@ def test_s3_greedy_argmax_ties_to_lowest_index(dtype):
     assert greedy_argmax(logits).tolist() == [1, 1, 0, 2]
 
 
+@pytest.mark.parametrize("vocab", [255, 256, 32767, 32768, 70000])
+def test_s3_greedy_argmax_past_every_narrow_index_width(vocab):
+    """The argmax's positions are kept in the narrowest integer type holding ``V``: ids past
+    255 and 32767 come out whole, ties still to the lowest."""
+    logits = torch.zeros(3, vocab)
+    logits[0, vocab - 1] = 1.0
+    logits[1, [vocab - 2, vocab - 1]] = 1.0
+    logits[2, [300 % vocab, vocab - 1]] = 1.0
+    assert greedy_argmax(logits).tolist() == [vocab - 1, vocab - 2, min(300 % vocab, vocab - 1)]
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.lists(st.integers(-3, 3), min_size=1, max_size=12), min_size=1, max_size=5).filter(
     lambda rows: len({len(r) for r in rows}) == 1
