@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from dspark_ref._rows import rowwise
 from dspark_ref._checks import (
     FLOAT_DTYPES,
     INT_DTYPES,
@@ -103,9 +104,13 @@ def _check_noise(noise: object, shape: Sequence[int]) -> torch.Tensor:
 
 def _first_argmax(values: torch.Tensor) -> torch.Tensor:
     """Index of the row maximum of ``[B, V]`` values, lowest index among ties (no NaN)."""
-    best = values.max(dim=-1, keepdim=True).values
-    positions = torch.arange(values.shape[-1], device=values.device)
-    return torch.where(values == best, positions, values.shape[-1]).min(dim=-1).values
+    width = values.shape[-1]
+    best = values.amax(dim=-1, keepdim=True)
+    # Positions in the narrowest integer type that holds the sentinel ``width``: the same
+    # minimum, a fraction of the bytes to select and reduce.
+    narrow = torch.uint8 if width <= 255 else torch.int16 if width <= 32767 else torch.int64
+    positions = torch.arange(width, device=values.device, dtype=narrow)
+    return torch.where(values == best, positions, width).amin(dim=-1).to(torch.int64)
 
 
 def clamp_temperature(temperatures: torch.Tensor) -> torch.Tensor:
@@ -363,38 +368,100 @@ def truncate_logits(
         >>> truncate_logits(torch.tensor([[2.0, 1.0, 1.0, 0.0]]), top_k=torch.tensor([2]), top_k_ties="lowest")
         tensor([[2., 1., -inf, -inf]])
     """
+    _check_truncate_logits(scaled, top_k, top_p, min_p, top_k_ties)
+    out = _truncate(scaled, top_k, top_p, min_p, top_k_ties)
+    return out.clone() if out is scaled else out  # never the caller's tensor itself
+
+
+def _check_truncate_logits(scaled, top_k, top_p, min_p, top_k_ties) -> None:
     check_tensor("scaled", scaled, ndim=2, dtypes=(torch.float32, torch.float64))
     _check_truncation(top_k, top_p, min_p, scaled.shape[0], scaled.device)
     _check_ties(top_k_ties)
-    return _truncate(scaled, top_k, top_p, min_p, top_k_ties)
 
 
 def _truncate(scaled: torch.Tensor, top_k, top_p, min_p, top_k_ties: str = "all") -> torch.Tensor:
     width = scaled.shape[-1]
+    whole = not _values_checkable(scaled)  # under CUDA-graph capture: every row, no host read
     if top_k is not None:
         k = top_k.to(torch.int64).clamp(min=0)
         k = torch.where((k == 0) | (k >= width), width, k)  # top_k <= 0 or >= V: keep all
-        order = scaled.sort(dim=-1, descending=True, stable=True)
-        if top_k_ties == "all":
-            kth = order.values.gather(-1, (k - 1)[:, None])
-            scaled = scaled.masked_fill(scaled < kth, -math.inf)
-        else:  # a stable sort lists tied values by index, so the first k are the lowest ids
-            ranks = torch.empty_like(order.indices).scatter_(
-                -1, order.indices, torch.arange(width, device=scaled.device).expand_as(order.indices))
-            scaled = scaled.masked_fill(ranks >= k[:, None], -math.inf)
+        scaled = _on_rows(whole or k < width, scaled, lambda rows, x: _top_k_cut(x, _take(k, rows), top_k_ties))
     if top_p is not None:
-        probs = torch.softmax(scaled, dim=-1)
-        sorted_probs = probs.sort(dim=-1, descending=True).values
-        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-        # The last token needed to reach mass top_p is the last one whose prior mass < top_p.
-        needed = (mass_before < top_p.to(scaled.dtype)[:, None]).sum(dim=-1, keepdim=True)
-        cut = sorted_probs.gather(-1, needed - 1)
-        scaled = scaled.masked_fill(probs < cut, -math.inf)
+        active = whole or (top_p < 1) | ~_keeps_all_at_top_p_1(scaled)
+        scaled = _on_rows(active, scaled, lambda rows, x: _top_p_cut(x, _take(top_p, rows)))
     if min_p is not None:
-        probs = torch.softmax(scaled, dim=-1)
-        floor = min_p.to(scaled.dtype)[:, None] * probs.max(dim=-1, keepdim=True).values
-        scaled = scaled.masked_fill(probs < floor, -math.inf)
+        scaled = _on_rows(whole or min_p > 0, scaled, lambda rows, x: _min_p_cut(x, _take(min_p, rows)))
     return scaled
+
+
+def _take(values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    return values if rows is None else values[rows]
+
+
+def _on_rows(active, scaled: torch.Tensor, cut) -> torch.Tensor:
+    """``scaled`` with ``cut(rows, scaled[rows])`` written into the rows where ``active``
+    (``[B]`` bool, or True for every row; ``rows`` None then), the other rows unchanged.
+
+    A cut is row by row, so a row's result does not depend on the other rows in the call:
+    a row whose parameters keep every token (``top_k`` 0, ``min_p`` 0, ``top_p`` 1 with no
+    probability near the rounding of a cumulative sum; see :func:`_keeps_all_at_top_p_1`)
+    is left out without changing any bit of the result, and the cut's sorts and softmaxes
+    run on the rows that can lose a token only.
+    """
+    if active is True or bool(active.all()):
+        return cut(None, scaled)
+    if not bool(active.any()):
+        return scaled
+    rows = active.nonzero()[:, 0]
+    out = scaled.clone()
+    out[rows] = cut(rows, scaled[rows])
+    return out
+
+
+def _keeps_all_at_top_p_1(scaled: torch.Tensor) -> torch.Tensor:
+    """``[B]`` bool: rows whose top-p cut at ``top_p = 1`` provably keeps every token.
+
+    At ``top_p = 1`` the cut keeps a token iff the rounded mass before it is below 1: a
+    token whose probability is within the cumulative sum's rounding error of 0 can be cut
+    (float32 rows spanning ~17 in tempered logits do). Every finite logit within ``R`` of
+    the row maximum has probability at least ``exp(-R) / V``; the mass before any token is
+    then below 1 by more than ``16 V eps`` (``eps`` the dtype's epsilon), several times
+    the rounding error of the softmax and the cumulative sum (about ``(2V + 4) eps``), so
+    no token is cut. A row with a ``-inf`` logit (or a wider span) is not claimed.
+    """
+    width = scaled.shape[-1]
+    limit = -math.log(16 * width * width * torch.finfo(scaled.dtype).eps)
+    if float(scaled.max() - scaled.min()) < limit:  # every row within the limit: one cheap reduction
+        return torch.ones_like(scaled[:, 0], dtype=torch.bool)
+    return scaled.amax(dim=-1) - scaled.amin(dim=-1) < limit
+
+
+def _top_k_cut(scaled: torch.Tensor, k: torch.Tensor, top_k_ties: str) -> torch.Tensor:
+    width = scaled.shape[-1]
+    order = scaled.sort(dim=-1, descending=True, stable=True)
+    if top_k_ties == "all":
+        kth = order.values.gather(-1, (k - 1)[:, None])
+        return scaled.masked_fill(scaled < kth, -math.inf)
+    # a stable sort lists tied values by index, so the first k are the lowest ids
+    ranks = torch.empty_like(order.indices).scatter_(
+        -1, order.indices, torch.arange(width, device=scaled.device).expand_as(order.indices))
+    return scaled.masked_fill(ranks >= k[:, None], -math.inf)
+
+
+def _top_p_cut(scaled: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    probs = torch.softmax(scaled, dim=-1)
+    sorted_probs = probs.sort(dim=-1, descending=True).values
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    # The last token needed to reach mass top_p is the last one whose prior mass < top_p.
+    needed = (mass_before < top_p.to(scaled.dtype)[:, None]).sum(dim=-1, keepdim=True)
+    cut = sorted_probs.gather(-1, needed - 1)
+    return scaled.masked_fill(probs < cut, -math.inf)
+
+
+def _min_p_cut(scaled: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    probs = torch.softmax(scaled, dim=-1)
+    floor = min_p.to(scaled.dtype)[:, None] * probs.max(dim=-1, keepdim=True).values
+    return scaled.masked_fill(probs < floor, -math.inf)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,8 +499,26 @@ class Truncation:
         steps = logits.shape[1] if logits.dim() == 3 else 1
         scaled = logits / temperatures.to(logits.dtype).reshape((rows,) + (1,) * (logits.dim() - 1))
         per_position = [None if t is None else t.repeat_interleave(steps) for t in (self.top_k, self.top_p, self.min_p)]
-        flat = truncate_logits(scaled.reshape(rows * steps, vocab), *per_position, top_k_ties=self.top_k_ties)
-        return flat.reshape(logits.shape)
+        flat = scaled.reshape(rows * steps, vocab)
+        _check_truncate_logits(flat, *per_position, self.top_k_ties)
+        return _truncate(flat, *per_position, self.top_k_ties).reshape(logits.shape)
+
+
+def laws_by_rows(law_of: Callable[[torch.Tensor, torch.Tensor, Truncation | None], torch.Tensor],
+                 logits: torch.Tensor, temperatures: torch.Tensor, truncation: Truncation | None) -> torch.Tensor:
+    """``law_of(logits, temperatures, truncation)`` for a ``law_of`` that works row by row
+    (``logits [B, ...]``, ``temperatures [B]``), computed once per group of bit-identical rows
+    (:func:`dspark_ref._rows.rowwise`) when the sets are this module's own (``truncation`` a
+    :class:`Truncation` itself, or None); a subclass's sets are taken on the whole batch."""
+    if truncation is not None and type(truncation) is not Truncation:
+        return law_of(logits, temperatures, truncation)
+    cut = (None, None, None) if truncation is None else (truncation.top_k, truncation.top_p, truncation.min_p)
+
+    def on_rows(rows, temps, top_k, top_p, min_p):
+        return law_of(rows, temps, None if truncation is None else
+                      dataclasses.replace(truncation, top_k=top_k, top_p=top_p, min_p=min_p))
+
+    return rowwise(on_rows, logits, temperatures, *cut)
 
 
 class RaceSteps:
@@ -530,8 +615,12 @@ def sample_step(
         noise = exponential_noise(logits.shape, generator=generator, device=logits.device)
     noise = noise[:, :vocab_size]
     scaled = steps.scaled(logits, temperatures)
-    if top_k is not None or top_p is not None or min_p is not None:
-        scaled = _truncate(scaled, top_k, top_p, min_p, top_k_ties)
-    probs = torch.softmax(scaled, dim=-1)
+    probs = rowwise(lambda rows, *cut: torch.softmax(_truncate(rows, *cut, top_k_ties), dim=-1), scaled, top_k, top_p,
+                    min_p)
+    if greedy_mask.device.type == "cpu":  # a batch of one kind skips the other kind's step (no GPU sync)
+        if not bool(greedy_mask.any()):
+            return _first_argmax(steps.keys(probs, noise))
+        if bool(greedy_mask.all()):
+            return steps.greedy_tokens(logits, probs)
     keys = steps.keys(probs, noise)
     return torch.where(greedy_mask, steps.greedy_tokens(logits, probs), _first_argmax(keys))

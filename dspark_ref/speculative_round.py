@@ -28,7 +28,7 @@ from torch import Tensor
 
 from dspark_ref._checks import FLOAT_DTYPES, check_same_device, check_tensor
 from dspark_ref.markov import MarkovHead, sample_block
-from dspark_ref.sampling import Truncation, clamp_temperature, exponential_noise, sample_step
+from dspark_ref.sampling import Truncation, clamp_temperature, exponential_noise, laws_by_rows, sample_step
 from dspark_ref.verify import VerifyResult, chain_verify, seeded_uniforms
 
 __all__ = ["DRAFT_STREAM", "RoundResult", "RoundParts", "draft_and_verify"]
@@ -85,17 +85,26 @@ class RoundParts:
     def draft_law(self, step_logits: Tensor, temps: Tensor, truncation: Truncation | None) -> Tensor:
         """The law ``[B, V]`` float32 a sampling row draws from: ``softmax`` of the
         corrected logits at ``T``, truncated by the request (SPEC S3)."""
-        logits = step_logits.to(torch.float32)
-        scaled = logits / temps[:, None] if truncation is None else truncation.apply(logits, temps)
-        return torch.softmax(scaled, dim=-1)
+        def law(logits: Tensor, temps: Tensor, truncation: Truncation | None) -> Tensor:
+            logits = logits.to(torch.float32)
+            scaled = logits / temps[:, None] if truncation is None else truncation.apply(logits, temps)
+            return torch.softmax(scaled, dim=-1)
+
+        return laws_by_rows(law, step_logits, temps, truncation)
 
     def draft_token(self, step_logits: Tensor, law: Tensor, greedy_mask: Tensor, noise: Tensor) -> Tensor:
         """``[B]`` int64: the exponential race ``argmax law / E`` on sampling rows, the
         lowest-index argmax of ``step_logits`` on greedy rows (SPEC S3)."""
-        race = sample_step(law.log(), torch.ones_like(law[:, 0]), torch.zeros_like(greedy_mask), noise=noise)
-        greedy = sample_step(step_logits.to(torch.float32), torch.ones_like(law[:, 0]), torch.ones_like(greedy_mask),
-                             noise=noise)
-        return torch.where(greedy_mask, greedy, race)
+        # Each row is drawn on its own: the race runs on the sampling rows, the argmax on the
+        # greedy rows only (a call over every row would give each row the same token).
+        if bool(greedy_mask.all()):
+            return sample_step(step_logits.to(torch.float32), torch.ones_like(law[:, 0]), greedy_mask, noise=noise)
+        tokens = sample_step(law.log(), torch.ones_like(law[:, 0]), torch.zeros_like(greedy_mask), noise=noise)
+        if bool(greedy_mask.any()):
+            greedy_logits = step_logits[greedy_mask].to(torch.float32)
+            tokens[greedy_mask] = sample_step(greedy_logits, torch.ones_like(greedy_logits[:, 0]),
+                                              torch.ones_like(greedy_mask[greedy_mask]), noise=noise[greedy_mask])
+        return tokens
 
     def handoff(self, laws: Tensor, corrected: Tensor, temps: Tensor, greedy_mask: Tensor,
                 truncation: Truncation | None) -> Tensor:
@@ -193,12 +202,14 @@ def draft_and_verify(
     rows, gamma, vocab = base_logits.shape
     temps = clamp_temperature(temperatures).to(torch.float32)
     laws, noises = [], []
+    any_greedy = bool(greedy_mask.any())
 
     def sampler(step_logits: Tensor, k: int) -> Tensor:
         noise = parts.draft_noise(rows, vocab, k, base_logits.device, generator, seeds, positions)
         law = parts.draft_law(step_logits, temps, truncation)
         token = parts.draft_token(step_logits, law, greedy_mask, noise)
-        laws.append(torch.where(greedy_mask[:, None], F.one_hot(token, vocab).to(law.dtype), law))
+        laws.append(torch.where(greedy_mask[:, None], F.one_hot(token, vocab).to(law.dtype), law) if any_greedy
+                    else law)
         noises.append(noise)
         return token
 

@@ -34,7 +34,7 @@ from dspark_ref._checks import (
     check_tensor,
     check_token_ids,
 )
-from dspark_ref.sampling import Truncation, clamp_temperature, greedy_argmax
+from dspark_ref.sampling import Truncation, clamp_temperature, greedy_argmax, laws_by_rows
 
 __all__ = [
     "ACCEPT_STREAM",
@@ -236,12 +236,15 @@ def _step_laws(logits: torch.Tensor, temperatures: torch.Tensor, greedy_mask: to
                truncation: Truncation | None = None) -> torch.Tensor:
     """float64 ``softmax(L / T)`` per position (truncated when ``truncation`` is given);
     one-hot lowest-index argmax on greedy rows."""
-    logits64, temps64 = logits.to(torch.float64), temperatures.to(torch.float64)
-    if truncation is None:
-        scaled = logits64 / temps64[:, None, None]
-    else:
-        scaled = truncation.apply(logits64, temps64)
-    laws = torch.softmax(scaled, dim=-1)
+    def tempered(logits: torch.Tensor, temperatures: torch.Tensor, truncation: Truncation | None) -> torch.Tensor:
+        logits64, temps64 = logits.to(torch.float64), temperatures.to(torch.float64)
+        if truncation is None:
+            scaled = logits64 / temps64[:, None, None]
+        else:
+            scaled = truncation.apply(logits64, temps64)
+        return torch.softmax(scaled, dim=-1)
+
+    laws = laws_by_rows(tempered, logits, temperatures, truncation)
     if bool(greedy_mask.any()):
         greedy = logits[greedy_mask]
         rows, steps, vocab = greedy.shape
@@ -516,6 +519,8 @@ def _handed_over_law(draft_probs: torch.Tensor, draft_tokens: torch.Tensor, gree
     """float64 q from handed-over probabilities; one-hot at the draft on greedy rows (a
     greedy draft is its argmax, whatever the probabilities say)."""
     q = draft_probs.to(torch.float64)
+    if not bool(greedy_mask.any()):
+        return q
     one_hot = F.one_hot(draft_tokens.to(torch.int64), q.shape[-1]).to(torch.float64)
     return torch.where(greedy_mask[:, None, None], one_hot, q)
 
@@ -534,7 +539,9 @@ def _check_draft_source(draft_logits, draft_probs, rows: int, num_drafts: int, v
     check_tensor("draft_probs", draft_probs, shape=(rows, num_drafts, vocab), dtypes=FLOAT_DTYPES)
     check_finite("draft_probs", draft_probs)
     sums = draft_probs.to(torch.float64).sum(dim=-1)
-    bad = (draft_probs < 0).any(dim=-1) | ((sums - 1).abs() > DRAFT_PROBS_SUM_TOLERANCE)
+    bad = (sums - 1).abs() > DRAFT_PROBS_SUM_TOLERANCE
+    if draft_probs.numel() and bool(draft_probs.min() < 0):  # one reduction first: a law is never negative
+        bad |= (draft_probs < 0).any(dim=-1)
     if bool(bad.any()):
         idx = tuple(int(i) for i in bad.nonzero()[0])
         raise ValueError(f"draft_probs: expected laws (entries >= 0 summing to 1) at every position, position "
@@ -680,8 +687,9 @@ def chain_verify(
     limit = torch.minimum(rule.accept_limit(cap, rows, num_drafts, device), _leading_true(real))
     accepted = torch.minimum(raw, limit)
     row_ids = torch.arange(rows, device=device)
-    # A row never rejects at position l; the padding only keeps the index in range.
-    q_stop = F.pad(q, (0, 0, 0, 1))[row_ids, accepted]
+    # A row never rejects at position l; there q_stop is a zero row that only keeps the index in range.
+    q_stop = (torch.where((accepted < num_drafts)[:, None], q[row_ids, accepted.clamp(max=num_drafts - 1)], 0.0)
+              if num_drafts else q.new_zeros(rows, q.shape[-1]))
     rejected_token = F.pad(drafts, (0, 1))[row_ids, accepted]
     residual = rule.residual(p[row_ids, accepted], q_stop, rejected_token)
     rejected = (raw < limit)[:, None]

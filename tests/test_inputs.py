@@ -203,6 +203,19 @@ def test_a_tiny_s9_model_is_the_pinned_weights_and_logits(call, builders):
     assert _tiny_model_digest(TINY_MODEL_BUILDERS[builders], *call) == TINY_MODEL_DIGESTS[call]
 
 
+@pytest.mark.parametrize("head_type", ["vanilla", "gated", "rnn"])
+def test_a_tiny_draft_draws_only_from_its_generator(head_type):
+    """Its layers hold the weights the generator drew and nothing else: the global RNG is
+    untouched (no layer runs its default initialisation) and two builds are equal."""
+    before = torch.random.get_rng_state()
+    target = tiny_models.TinyTargetLM(5, 8, generator=torch.Generator().manual_seed(3))
+    builds = [tiny_models.TinyDSparkDraft(target, gamma=2, markov_head_type=head_type, with_confidence=True,
+                                          generator=torch.Generator().manual_seed(4)) for _ in range(2)]
+    assert torch.equal(torch.random.get_rng_state(), before)
+    first, second = (dict(build.named_parameters()) for build in builds)
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
 @pytest.mark.parametrize("call, error, match", [
     (lambda g: markov_head_state("lstm", 8, 4, 4, g), ValueError, "^head_type: expected one of"),
     (lambda g: markov_head_state("vanilla", 0, 4, None, g), ValueError, "^vocab_size: expected an int >= 1"),

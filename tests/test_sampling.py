@@ -24,7 +24,9 @@ from dspark_ref.sampling import (
     greedy_argmax,
     greedy_rows,
     sample_step,
+    truncate_logits,
 )
+from dspark_ref.sampling import _min_p_cut, _top_k_cut, _top_p_cut
 
 INF = math.inf
 # Log-space slack of the float32 race against the float64 oracle: rounding of L/T
@@ -126,6 +128,17 @@ def test_s3_greedy_rows_rejects_bad_input(kwargs, error, match):
 def test_s3_greedy_argmax_ties_to_lowest_index(dtype):
     logits = torch.tensor([[1.0, 3.0, 3.0], [-INF, 2.0, 2.0], [5.0, 5.0, 5.0], [0.0, -INF, 1.0]], dtype=dtype)
     assert greedy_argmax(logits).tolist() == [1, 1, 0, 2]
+
+
+@pytest.mark.parametrize("vocab", [255, 256, 32767, 32768, 70000])
+def test_s3_greedy_argmax_past_every_narrow_index_width(vocab):
+    """The argmax's positions are kept in the narrowest integer type holding ``V``: ids past
+    255 and 32767 come out whole, ties still to the lowest."""
+    logits = torch.zeros(3, vocab)
+    logits[0, vocab - 1] = 1.0
+    logits[1, [vocab - 2, vocab - 1]] = 1.0
+    logits[2, [300 % vocab, vocab - 1]] = 1.0
+    assert greedy_argmax(logits).tolist() == [vocab - 1, vocab - 2, min(300 % vocab, vocab - 1)]
 
 
 @settings(max_examples=40, deadline=None)
@@ -364,6 +377,45 @@ def test_s3_truncation_is_per_row_and_greedy_rows_ignore_it():
         top_k=torch.tensor([0, 4, 2]), min_p=torch.tensor([0.0, 0.0, 0.9]),
     )
     assert tokens.tolist() == [4, 0, 0]  # row 1 cut token 4, the spike falls back to 0
+
+
+def _every_row_cut(scaled, top_k, top_p, min_p, ties):
+    """The three cuts of ``truncate_logits`` computed on every row, none left out."""
+    width = scaled.shape[-1]
+    k = top_k.clamp(min=0)
+    k = torch.where((k == 0) | (k >= width), width, k)
+    return _min_p_cut(_top_p_cut(_top_k_cut(scaled, k, ties), top_p), min_p)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("ties", ["all", "lowest"])
+def test_s3_truncation_leaves_out_only_rows_it_would_not_change(dtype, ties):
+    """Rows whose parameters keep every token skip the cuts' sorts and softmaxes (issue 45),
+    bit for bit as if cut: a top_p = 1 row whose smallest probabilities sit within the
+    cumulative sum's rounding of 0 (spans of tempered logits up to 60 here) loses them as
+    the full computation makes it, whether its batch is uniform or mixed."""
+    gen = torch.Generator().manual_seed(11)
+    rows, vocab = 3000, 8
+    spans = torch.linspace(0.0, 60.0, rows, dtype=torch.float64)[:, None]
+    scaled = (torch.rand(rows, vocab, generator=gen, dtype=torch.float64) * spans).to(dtype)
+    scaled[::7, 3] = -INF
+    ones, zeros = torch.ones(rows, dtype=dtype), torch.zeros(rows, dtype=dtype)
+    neutral_k = torch.zeros(rows, dtype=torch.int64)
+    every_row = _every_row_cut(scaled, neutral_k, ones, zeros, ties)
+    assert int((every_row == -INF).sum()) > int((scaled == -INF).sum()), "no row lost a token at top_p = 1"
+    assert torch.equal(truncate_logits(scaled, neutral_k, ones, zeros, top_k_ties=ties), every_row)
+    mixed = (torch.randint(-1, vocab + 2, (rows,), generator=gen),
+             torch.where(torch.rand(rows, generator=gen) < 0.5, 1.0, torch.rand(rows, generator=gen)).to(dtype),
+             torch.where(torch.rand(rows, generator=gen) < 0.5, 0.0, torch.rand(rows, generator=gen) * 0.3).to(dtype))
+    assert torch.equal(truncate_logits(scaled, *mixed, top_k_ties=ties), _every_row_cut(scaled, *mixed, ties))
+
+
+def test_s3_finite_values_whose_sum_overflows_are_finite():
+    """The finiteness check's one-reduction shortcut falls back to the element scan when the
+    sum overflows: float32 logits near the largest finite value pass."""
+    logits = torch.tensor([[3e38, 3e38, -1.0], [1.0, 3e38, 3e38]])
+    tokens = sample_step(logits, torch.ones(2), torch.tensor([False, True]), noise=torch.ones(2, 3))
+    assert tokens.tolist() == [0, 1]
 
 
 @pytest.mark.statistical

@@ -51,6 +51,12 @@ def test_chain_verify_takes_exactly_one_draft_source():
         chain_verify(drafts, target, None, *args, draft_probs=torch.full((1, 1, 3), 0.5))
 
 
+def test_chain_verify_rejects_a_negative_draft_probability():
+    with pytest.raises(ValueError, match=r"draft_probs: expected laws .* position \(1, 0\)"):
+        chain_verify(torch.tensor([[0], [0]]), torch.zeros(2, 2, 3), None, torch.ones(2),
+                     torch.zeros(2, dtype=torch.bool), draft_probs=torch.tensor([[[0.2, 0.3, 0.5]], [[-0.1, 0.6, 0.5]]]))
+
+
 def test_chain_verify_never_emits_a_truncated_target_token():
     gen = torch.Generator().manual_seed(0)
     n = 2000
@@ -82,6 +88,29 @@ def test_round_hands_over_the_laws_it_drew_from():
     assert bool((drawn > 0).all()), "a draft outside the law it was drawn from"
     assert torch.equal(r.draft_probs[greedy].amax(-1), torch.ones(2, 3))
     assert int((r.draft_probs[1] > 0).sum(-1).max()) == 2  # the top-2 row's laws are truncated
+
+
+def test_greedy_and_sampling_rows_draw_as_in_a_batch_of_their_kind():
+    """Each row's round is its own whatever the other rows' kind (the drafter runs the race
+    on the sampling rows and the argmax on the greedy rows only, issue 45): a mixed batch
+    gives every row what a batch of all-greedy or all-sampling rows gives it, noise and
+    coins being drawn for every row either way."""
+    head, base, anchor, target = _round_inputs(rows=8)
+    rows = base.shape[0]
+    temps, greedy = torch.full((rows,), 0.9), torch.tensor([True, False, False, True, False, True, False, False])
+    cut = Truncation(top_p=torch.full((rows,), 0.9))
+
+    def run(mask):
+        r = draft_and_verify(head, base, anchor, None, target, temps, mask, truncation=cut,
+                             generator=torch.Generator().manual_seed(4))
+        return torch.cat([r.draft_tokens, r.tokens, r.accepted[:, None]], dim=1), r.draft_probs
+
+    mixed, q = run(greedy)
+    sampled, q_sampled = run(torch.zeros(rows, dtype=torch.bool))
+    argmax, _ = run(torch.ones(rows, dtype=torch.bool))
+    assert torch.equal(mixed[~greedy], sampled[~greedy]) and torch.equal(q[~greedy], q_sampled[~greedy])
+    assert torch.equal(mixed[greedy], argmax[greedy])
+    assert not torch.equal(sampled[greedy], argmax[greedy]), "the greedy rows drew their argmax by chance"
 
 
 def test_seeded_rounds_repeat_and_ignore_the_batch():

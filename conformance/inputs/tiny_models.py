@@ -174,9 +174,18 @@ class TinyTargetLM(nn.Module):
         return (1 - update) * candidate + update * state
 
 
+class _UninitialisedLinear(nn.Linear):
+    """``nn.Linear`` whose parameters are left as allocated (no random draw): the caller sets
+    them. (``torch.nn.utils.skip_init`` does so too, through the meta device, whose first use
+    in a process costs about a second.)"""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 def _linear(weight: Tensor, bias: Tensor | None = None) -> nn.Linear:
     """A frozen ``nn.Linear`` holding ``weight [m, n]`` (and ``bias [m]``), no initialisation."""
-    layer = nn.utils.skip_init(nn.Linear, weight.shape[1], weight.shape[0], bias=bias is not None)
+    layer = _UninitialisedLinear(weight.shape[1], weight.shape[0], bias=bias is not None)
     layer.weight = nn.Parameter(weight, requires_grad=False)
     if bias is not None:
         layer.bias = nn.Parameter(bias, requires_grad=False)

@@ -33,6 +33,7 @@ To add a case: register it with ``case(...)`` in its family's dict and give the 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -120,11 +121,17 @@ def _spread_row(head_type: str, gen: torch.Generator, laws_of, what: str):
 
 
 def _params(specs: list[RowSpec], device):
-    temps = torch.tensor([s.temperature for s in specs], dtype=torch.float32, device=device)
-    top_k = torch.tensor([s.top_k for s in specs], dtype=torch.int64, device=device)
-    top_p = torch.tensor([s.top_p for s in specs], dtype=torch.float32, device=device)
-    min_p = torch.tensor([s.min_p for s in specs], dtype=torch.float32, device=device)
-    return temps, top_k, top_p, min_p
+    """``(temperatures, top_k, top_p, min_p)`` ``[B]`` of the rows' specs, built per run of
+    one spec object (a statistical case repeats one spec ~10^5 times)."""
+    runs = [list(group) for _, group in itertools.groupby(specs, key=id)]
+    counts = torch.tensor([len(run) for run in runs], dtype=torch.int64)
+
+    def column(field: str, dtype: torch.dtype) -> torch.Tensor:
+        values = torch.tensor([getattr(run[0], field) for run in runs], dtype=dtype)
+        return values.repeat_interleave(counts, output_size=len(specs)).to(device)
+
+    return (column("temperature", torch.float32), column("top_k", torch.int64), column("top_p", torch.float32),
+            column("min_p", torch.float32))
 
 
 def _round(iut, handle, base, anchor, hidden, target, specs, device, **kwargs):
