@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from conformance import contract as c
-from conformance.boundary import BoundaryViolation, UnsupportedFeature, _same_device, validating
+from conformance.boundary import BoundaryViolation, UnsupportedFeature, _Forwarding, _same_device, validating
 
 ROOT = Path(__file__).resolve().parents[1]
 I64, F32 = torch.int64, torch.float32
@@ -89,6 +89,14 @@ def test_violation_is_an_assertion_error_and_adapter_errors_pass_through():
         validating(c.GreedyVerifier, Unsupported()).verify_greedy(ids(0)[None], torch.zeros(1, 2, 4))
     assert isinstance(raised.value, UnsupportedFeature) and raised.value.where == "GreedyVerifier.verify_greedy"
     assert str(raised.value) == "no greedy verify here"
+
+    class NoMultinomial:  # a call with no tensor argument takes the boundary's shorter path
+        def sample_acc_len(self, value, method, max_len, generator):
+            raise NotImplementedError("no multinomial here")
+
+    with pytest.raises(NotImplementedError, match="no multinomial here") as raised:
+        validating(c.SimulatedAcceptance, NoMultinomial()).sample_acc_len(3.0, "multinomial", 6, torch.Generator())
+    assert isinstance(raised.value, UnsupportedFeature) and raised.value.where == "SimulatedAcceptance.sample_acc_len"
 
 
 def test_calls_reach_the_adapter_with_the_arguments_given_and_no_others():
@@ -570,6 +578,20 @@ def test_S5_an_input_written_in_place_fails_naming_capability_method_argument_an
                    "stay unchanged): first change at [1, 0]: 4.0 -> 2.0 (3 of 6 elements differ)"):
         validating(c.TruncatedStepSampler, WritesInPlace()).sample_truncated(
             logits, temps, ids(3, 3), torch.ones(2), torch.zeros(2), torch.Generator())
+
+
+def test_S5_a_tensor_passed_by_keyword_after_plain_arguments_is_checked():
+    """The calls whose arguments are all plain values (no tensor to check) skip the clone; a
+    tensor among the keywords still gets it."""
+
+    class WritesItsKeyword:
+        def scale(self, factor, *, values):
+            values.mul_(factor)
+            return None
+
+    with violation("Toy.scale changed its argument values in place (SPEC S5: inputs stay unchanged): first change at "
+                   "[0]: 1.0 -> 2.0"):
+        _Forwarding(WritesItsKeyword(), "Toy").scale(2.0, values=torch.ones(3))
 
 
 def test_S5_a_tensor_inside_an_argument_is_checked_and_named_by_its_path():
