@@ -13,6 +13,7 @@ accepted drafts from the target row at position ``a``.
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 
@@ -45,16 +46,55 @@ def _check_simulated(value, method, max_len, generator) -> None:
     _check_generator(generator)
 
 
+#: A float64 scalar per thread that the single draws fill in place: ``uniform_`` and
+#: ``normal_`` give it the value of ``torch.rand(())`` and ``torch.randn(())`` without making
+#: a tensor a draw (the S6 law cases draw 110,000-250,000 lengths one at a time; issue 45).
+_SCRATCH = threading.local()
+
+
+def _scalar() -> torch.Tensor:
+    """This thread's float64 scalar on the CPU (made on its first use)."""
+    scalar = getattr(_SCRATCH, "scalar", None)
+    if scalar is None:
+        scalar = _SCRATCH.scalar = torch.empty((), dtype=torch.float64, device="cpu")
+    return scalar
+
+
 def _draw_acc_len(value: float, method: str, max_len: int, generator: torch.Generator | None) -> int:
     """One acceptance length; arguments already validated."""
     if method == "match-expected":
         clamped = min(max(value, 1.0), float(max_len))
         lower = math.floor(clamped)
         upper = lower + 1 if lower < max_len else lower
-        coin = torch.rand((), dtype=torch.float64, generator=generator).item()
+        coin = _scalar().uniform_(generator=generator).item()
         return upper if coin < clamped - lower else lower
-    normal = value + torch.randn((), dtype=torch.float64, generator=generator).item()
+    normal = value + _scalar().normal_(generator=generator).item()
     return int(round(min(max(normal, 1.0), float(max_len))))
+
+
+#: torch's CPU ``normal_`` fills a float64 tensor of fewer than 16 values one value at a time,
+#: by the scalar path (Box-Muller, the second value cached in the generator), and a larger one
+#: 16 values at a time in another order; ``uniform_`` always goes one value at a time. Normals
+#: drawn in chunks of this size are therefore those of as many scalar draws (pinned by
+#: ``tests/test_simulated.py``).
+_SERIAL_NORMALS = 15
+
+
+def _draw_acc_lens_serially(value: float, method: str, max_len: int, rows: int,
+                            generator: torch.Generator | None) -> torch.Tensor:
+    """``[rows]`` int64 on the CPU: the lengths of ``rows`` successive :func:`_draw_acc_len`
+    calls, drawn in a few tensor calls (the same values and the same generator state after);
+    arguments already validated."""
+    clamped = min(max(value, 1.0), float(max_len))
+    if method == "match-expected":
+        lower = math.floor(clamped)
+        upper = lower + 1 if lower < max_len else lower
+        coins = torch.rand(rows, dtype=torch.float64, generator=generator)
+        return torch.where(coins < clamped - lower, upper, lower).to(torch.int64)
+    normals = [torch.randn(min(_SERIAL_NORMALS, rows - start), dtype=torch.float64, generator=generator)
+               for start in range(0, rows, _SERIAL_NORMALS)]
+    normal = value + (torch.cat(normals) if normals else torch.empty(0, dtype=torch.float64))
+    return normal.clamp(1.0, float(max_len)).round().to(torch.int64)
 
 
 def sample_simulated_acc_len(
@@ -196,10 +236,7 @@ class SimulatedVerifyExecutor:
         :func:`sample_simulated_acc_len` draw per row with ``max_len = gamma + 1`` (SPEC
         S6). Called by :meth:`step` before the buffer is reserved; a subclass may override
         it."""
-        return torch.tensor(
-            [_draw_acc_len(self.value, self.method, self.gamma + 1, self.generator) for _ in range(rows)],
-            dtype=torch.int64,
-        )
+        return _draw_acc_lens_serially(self.value, self.method, self.gamma + 1, rows, self.generator)
 
     def step(self, draft_tokens: torch.Tensor) -> torch.Tensor:
         """Simulate one verify step over a batch of draft blocks (SPEC S6).

@@ -105,6 +105,49 @@ def test_s6_executor_buffer_reused_and_rebuilt_on_capacity_dtype():
     assert executor.rebuilds == 3 and executor.buffer.dtype == torch.int32
 
 
+def test_s6_single_draws_are_those_of_a_fresh_scalar_tensor_per_draw():
+    """A single draw fills a reused scalar in place (issue 45); its lengths are those of
+    ``torch.rand(())`` / ``torch.randn(())`` per draw (the draws the suite was calibrated on),
+    and it leaves the generator as they do."""
+    for value, max_len in ((4.7, 6), (2.25, 3), (5.6, 6), (1.2, 3), (0.2, 6), (9.5, 6)):
+        for method in SIMULATED_METHODS:
+            drawn, fresh = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+            lengths = [sample_simulated_acc_len(value, method, max_len, generator=drawn) for _ in range(501)]
+            clamped = min(max(value, 1.0), float(max_len))
+            lower = math.floor(clamped)
+            upper = lower + 1 if lower < max_len else lower
+            if method == "match-expected":
+                expected = [upper if torch.rand((), dtype=torch.float64, generator=fresh).item() < clamped - lower
+                            else lower for _ in range(501)]
+            else:
+                expected = [int(round(min(max(value + torch.randn((), dtype=torch.float64, generator=fresh).item(),
+                                              1.0), float(max_len)))) for _ in range(501)]
+            assert lengths == expected, (value, method)
+            assert torch.equal(drawn.get_state(), fresh.get_state()), (value, method)
+            assert torch.randn((), generator=drawn) == torch.randn((), generator=fresh)  # the cached normal too
+
+
+@pytest.mark.parametrize("method", SIMULATED_METHODS)
+def test_s6_executor_step_draws_what_single_draws_draw(method):
+    """A step's lengths are drawn by a few tensor calls (issue 45), yet equal, bit for bit,
+    those of one ``sample_simulated_acc_len`` per row from the same generator, which is left
+    in the same state (its cached second normal included): the suite's seeds and calibration
+    rest on these draws. Rows 16 and more cross torch's block-of-16 normal path; a generator
+    holding a cached normal (after an odd number of scalar normals) is covered."""
+    for value, gamma in ((4.7, 5), (3.3, 5), (0.2, 2), (9.5, 3), (1.5, 1), (2.0, 0)):
+        for rows in (0, 1, 8, 15, 16, 17, 31, 45):
+            single, stepped = torch.Generator().manual_seed(rows), torch.Generator().manual_seed(rows)
+            for gen in (single, stepped):  # an odd count: the generator now caches a normal
+                torch.randn(3, dtype=torch.float64, generator=gen)
+            expected = [sample_simulated_acc_len(value, method, gamma + 1, generator=single) for _ in range(rows)]
+            executor = SimulatedVerifyExecutor(value, method, gamma, generator=stepped)
+            lengths = executor.step(torch.zeros(rows, gamma, dtype=torch.int64))
+            assert lengths.dtype == torch.int64 and lengths.tolist() == expected, (value, gamma, rows)
+            assert sample_simulated_acc_len(value, method, gamma + 1, generator=single) == \
+                sample_simulated_acc_len(value, method, gamma + 1, generator=stepped), (value, gamma, rows)
+            assert torch.equal(single.get_state(), stepped.get_state()), (value, gamma, rows)
+
+
 def test_s6_executor_gamma_zero_always_accepts_one():
     executor = SimulatedVerifyExecutor(4.0, "match-expected", 0)
     assert executor.step(torch.zeros(3, 0, dtype=torch.int64)).tolist() == [1, 1, 1]
