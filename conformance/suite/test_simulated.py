@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import numpy as np
 import pytest
@@ -44,6 +43,7 @@ from conformance.contract import SimulatedAcceptance, SimulatedAcceptanceBatch, 
 from conformance.oracles.laws import tempered_softmax64
 from conformance.oracles.simulated_oracle import match_expected_support, multinomial_law
 from conformance.seeds import derive_seed
+from conformance.suite.support.draws import check_support
 
 METHODS = ("match-expected", "multinomial")
 EXECUTOR_ROWS = 8
@@ -72,16 +72,6 @@ def law_draws(require, dspark_adapter, dspark_device):
         value, method, max_len, n, generator).tolist()
 
 
-def _check_support(case_id_: str, values, allowed: set[int], what: str) -> None:
-    """Every value is an integer in ``allowed`` (exact: values outside are impossible)."""
-    for i, value in enumerate(values):
-        if not isinstance(value, numbers.Integral) or int(value) not in allowed:
-            raise AssertionError(
-                f"{case_id_}: {what}: draw {i} is {value!r} ({type(value).__name__}); expected an int in "
-                f"{sorted(allowed)}"
-            )
-
-
 # ----------------------------------------------------------------------------- match-expected
 # case -> (value, max_len)
 MATCH_EXPECTED_CASES = {
@@ -105,7 +95,7 @@ def test_S6_match_expected_law(case, law_draws, stat_check, case_seed):
 
     draws = law_draws(value, "match-expected", max_len, n, _cpu_generator(case_seed))
 
-    _check_support(case.id, draws, {lower, upper}, f"match-expected({value}, max_len={max_len})")
+    check_support(case.id, draws, {lower, upper}, f"match-expected({value}, max_len={max_len})")
     stat_check(stats.binomial(draws.count(upper), n, p_upper, name=f"{case.id}/p-upper",
                               min_effect=DEFAULT_MIN_TV))
 
@@ -127,7 +117,7 @@ def test_S6_match_expected_degenerate_values(case, require, case_seed):
     iut = require(SimulatedAcceptance)
     value, max_len, only = DEGENERATE_CASES[case]
     draws = _draws(iut, value, "match-expected", max_len, 200, _cpu_generator(case_seed))
-    _check_support(case.id, draws, {only}, f"match-expected({value}, max_len={max_len})")
+    check_support(case.id, draws, {only}, f"match-expected({value}, max_len={max_len})")
 
 
 # ----------------------------------------------------------------------------- multinomial
@@ -153,7 +143,7 @@ def test_S6_multinomial_law(case, law_draws, stat_check, case_seed):
 
     draws = law_draws(value, "multinomial", max_len, n, _cpu_generator(case_seed))
 
-    _check_support(case.id, draws, set(range(1, max_len + 1)), f"multinomial({value}, max_len={max_len})")
+    check_support(case.id, draws, set(range(1, max_len + 1)), f"multinomial({value}, max_len={max_len})")
     counts = np.bincount(np.asarray(draws, dtype=np.int64) - 1, minlength=max_len)
     stat_check(stats.goodness_of_fit(counts, law, name=f"{case.id}/law",
                                      labels=[f"length {k}" for k in range(1, max_len + 1)]))
@@ -176,7 +166,7 @@ def test_S6_lengths_stay_in_range(case, require, case_seed):
     for max_len in (1, 2, 6):
         for value in RANGE_VALUES:
             draws = _draws(iut, value, method, max_len, 100, generator)
-            _check_support(case.id, draws, set(range(1, max_len + 1)), f"{method}({value}, max_len={max_len})")
+            check_support(case.id, draws, set(range(1, max_len + 1)), f"{method}({value}, max_len={max_len})")
 
 
 INVALID_METHODS = ("uniform", "", "Match-Expected", "match_expected", "multinomial ", "geometric")
@@ -251,7 +241,7 @@ def test_S6_executor_redraws_every_step(case, require, stat_check, case_seed, ds
 
     lengths = _run_executor(iut, value, "match-expected", gamma, 2 * pairs, case_seed, dspark_device)
 
-    _check_support(case.id, lengths.ravel().tolist(), {lower, upper}, f"executor({value}, gamma={gamma})")
+    check_support(case.id, lengths.ravel().tolist(), {lower, upper}, f"executor({value}, gamma={gamma})")
     row = lengths[:, 0]
     stat_check(stats.binomial(int((row == upper).sum()), row.size, p_upper,
                               name=f"{case.id}/p-upper", min_effect=EXECUTOR_MIN_EFFECT))
@@ -279,7 +269,7 @@ def test_S6_executor_multinomial_law(case, require, stat_check, case_seed, dspar
 
     lengths = _run_executor(iut, value, "multinomial", gamma, steps, case_seed, dspark_device)
 
-    _check_support(case.id, lengths.ravel().tolist(), set(range(1, gamma + 2)), f"executor({value}, gamma={gamma})")
+    check_support(case.id, lengths.ravel().tolist(), set(range(1, gamma + 2)), f"executor({value}, gamma={gamma})")
     counts = np.bincount(lengths[:, 0] - 1, minlength=gamma + 1)
     stat_check(stats.goodness_of_fit(counts, law, name=f"{case.id}/law", min_tv=EXECUTOR_MIN_EFFECT,
                                      labels=[f"length {k}" for k in range(1, gamma + 2)]))
@@ -306,7 +296,7 @@ def test_S6_executor_writes_correct_drafts(case, require, case_seed, dspark_devi
         except NotImplementedError as exc:
             pytest.skip(f"SimulatedAcceptance: the executor exposes no correct drafts ({exc})")
         label = f"{case.id}: step {step} ({rows} rows, {dtype})"
-        _check_support(label, lengths.tolist(), {3, 4}, "acc_len")
+        check_support(label, lengths.tolist(), {3, 4}, "acc_len")
         assert tuple(correct.shape) == (rows, gamma), (
             f"{label}: expected correct_drafts [{rows}, {gamma}], got {tuple(correct.shape)}"
         )
