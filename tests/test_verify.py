@@ -23,6 +23,7 @@ from dspark_ref.verify import (
     RESIDUAL_MASS_FLOOR,
     VerifyUniforms,
     _inverse_cdf,
+    _hash_uniform,
     _splitmix64,
     chain_verify,
     draft_distribution,
@@ -306,6 +307,34 @@ def test_s5_splitmix64_matches_published_first_output():
     # generator, splitmix64.c, prng.di.unimi.it), then 0x6E789E6AA1B965F4 from state 1 * gamma.
     assert _splitmix64(0) == 0xE220A8397B1DCDAF
     assert _splitmix64(0x9E3779B97F4A7C15) == 0x6E789E6AA1B965F4
+
+
+#: ``seeded_uniforms(tensor([7, -5]), tensor([[0, 1], [10**6, 2**63 - 1]]), FINAL_STREAM)`` by the
+#: per-triple Python loop before issue 45 (float reprs round-trip exactly).
+PINNED = [[0.9633517225922468, 0.7901067743608727], [0.2355850432055333, 0.3222829976290962]]
+
+
+def test_s5_seeded_uniforms_are_the_scalar_hash_bit_for_bit():
+    """The whole-array hash (issue 45) gives what ``_hash_uniform`` gives per triple, to the
+    last bit: seeds across int64 (negative ones taken modulo 2**64, both extremes),
+    positions up to 2**63 - 1, streams past 2**64, non-contiguous positions, empty shapes.
+    The values are pinned too (computed by the scalar hash before the change)."""
+    gen = torch.Generator().manual_seed(0)
+    seeds = torch.randint(-2**63, 2**63 - 1, (300,), dtype=torch.int64, generator=gen)
+    seeds[:6] = torch.tensor([0, -1, 2**63 - 1, -2**63, 1, 7])
+    positions = torch.randint(0, 2**62, (300, 5), generator=gen)
+    positions[0] = torch.tensor([0, 1, 2**63 - 1, 10**6, 3])
+    for stream in (ACCEPT_STREAM, FINAL_STREAM, 2, 2**63 + 5, 2**64 + 3, 2**70):
+        expected = torch.tensor([[_hash_uniform(seed, position, stream) for position in row]
+                                 for seed, row in zip(seeds.tolist(), positions.tolist())], dtype=F64)
+        assert torch.equal(seeded_uniforms(seeds, positions, stream), expected), stream
+    strided = torch.arange(6).reshape(3, 2).T
+    expected = torch.tensor([[_hash_uniform(s, p, 0) for p in row] for s, row in zip([5, 6], strided.tolist())],
+                            dtype=F64)
+    assert torch.equal(seeded_uniforms(torch.tensor([5, 6]), strided, 0), expected)
+    assert seeded_uniforms(torch.zeros(0, dtype=torch.int64), torch.zeros(0, 3, dtype=torch.int64), 0).shape == (0, 3)
+    assert seeded_uniforms(torch.tensor([1, 2]), torch.zeros(2, 0, dtype=torch.int64), 0).shape == (2, 0)
+    assert seeded_uniforms(torch.tensor([7, -5]), torch.tensor([[0, 1], [10**6, 2**63 - 1]]), 1).tolist() == PINNED
 
 
 def test_s5_seeded_uniforms_repeat_and_separate_streams():
