@@ -10,6 +10,7 @@ a comment; random shapes go through the ``verify_cases`` strategy.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import scipy.stats
@@ -519,3 +520,51 @@ def test_s5_zero_q_draft_passes_iff_p_positive():
     result = chain_verify(torch.tensor([[0], [1]]), target, draft, torch.ones(2), torch.zeros(2, dtype=torch.bool),
                           uniforms=coins)
     assert result.accepted.tolist() == [1, 0] and result.tokens[:, :2].tolist() == [[0, 1], [0, -1]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_s5_finite_checks_take_the_sum_first_and_still_find_every_bad_value(dtype):
+    """Issue 45: ``check_finite`` and the logits check return at once when the tensor's sum is
+    finite (a NaN or inf term makes it NaN or inf); otherwise the element checks run as
+    before. A NaN, a +inf, a -inf where it is refused, and a +inf beside a -inf (their sum
+    NaN) are found wherever they sit; finite values whose sum overflows still pass; -inf
+    where allowed passes, an all -inf position does not."""
+    from dspark_ref._checks import check_finite
+    from dspark_ref.sampling import _check_logits as _check_step_logits
+    from dspark_ref.verify import _check_logits
+
+    big = torch.full((3, 4, 8), torch.finfo(dtype).max / 2, dtype=dtype)  # the sum overflows to inf
+    check_finite("x", big)
+    _check_logits("x", big)
+    for bad, refused_with_neg_inf in ((math.nan, True), (math.inf, True), (-math.inf, False)):
+        for where in ((0, 0, 0), (2, 3, 7), (1, 2, 5)):
+            x = torch.randn(3, 4, 8).to(dtype)
+            x[where] = bad
+            with pytest.raises(ValueError, match=r"x: expected finite values, got .* at index " + re.escape(str(where))):
+                check_finite("x", x)
+            if refused_with_neg_inf:
+                with pytest.raises(ValueError, match="x: expected finite values"):
+                    check_finite("x", x, allow_neg_inf=True)
+                with pytest.raises(ValueError, match="x: expected finite values"):
+                    _check_logits("x", x)
+            else:
+                check_finite("x", x, allow_neg_inf=True)
+                _check_logits("x", x)
+    both = torch.randn(3, 4, 8).to(dtype)
+    both[0, 1, 2], both[2, 0, 1] = math.inf, -math.inf
+    with pytest.raises(ValueError, match=re.escape("got inf at index (0, 1, 2)")):
+        _check_logits("x", both)
+    dead = torch.randn(3, 4, 8).to(dtype)
+    dead[1, 2] = -math.inf
+    with pytest.raises(ValueError, match=re.escape("position (1, 2) is all -inf")):
+        _check_logits("x", dead)
+    # the step sampler's [B, V] logits check (SPEC S3) takes the same first step
+    with pytest.raises(ValueError, match=re.escape("row 6 is all -inf")):
+        _check_step_logits("x", dead.reshape(12, 8))
+    with pytest.raises(ValueError, match=re.escape("got inf at index (0, 10)")):
+        _check_step_logits("x", both.reshape(3, 32))
+    nan = torch.randn(12, 8).to(dtype)
+    nan[11, 7] = math.nan
+    with pytest.raises(ValueError, match=re.escape("got nan at index (11, 7)")):
+        _check_step_logits("x", nan)
+    _check_step_logits("x", big.reshape(12, 8))
