@@ -53,10 +53,12 @@ _SCRATCH = threading.local()
 
 
 def _scalar() -> torch.Tensor:
-    """This thread's float64 scalar on the CPU (made on its first use)."""
+    """This thread's float64 scalar on the CPU (made on its first use, as a normal tensor
+    even inside ``torch.inference_mode``: an inference tensor could not be written outside)."""
     scalar = getattr(_SCRATCH, "scalar", None)
     if scalar is None:
-        scalar = _SCRATCH.scalar = torch.empty((), dtype=torch.float64, device="cpu")
+        with torch.inference_mode(False):
+            scalar = _SCRATCH.scalar = torch.empty((), dtype=torch.float64, device="cpu")
     return scalar
 
 

@@ -9,6 +9,7 @@ distributional assertion uses ``ALPHA`` and states its null hypothesis.
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 import scipy.stats
@@ -125,6 +126,35 @@ def test_s6_single_draws_are_those_of_a_fresh_scalar_tensor_per_draw():
             assert lengths == expected, (value, method)
             assert torch.equal(drawn.get_state(), fresh.get_state()), (value, method)
             assert torch.randn((), generator=drawn) == torch.randn((), generator=fresh)  # the cached normal too
+
+
+def test_s6_single_draws_in_threads_and_inference_mode():
+    """The reused scalar is a normal tensor: a thread whose first draw runs inside
+    ``torch.inference_mode`` still draws outside it (an inference tensor could not be
+    written there). Threads drawing at once each get their generator's sequence (the scalar
+    is per thread; a shared one would race only rarely, so that part is a smoke check)."""
+    def draws(seed, modes):
+        gen, out = torch.Generator().manual_seed(seed), []
+        for inference in modes:
+            with torch.inference_mode(inference):
+                out += [sample_simulated_acc_len(3.5, method, 6, generator=gen) for method in SIMULATED_METHODS]
+        return out
+
+    alone = {seed: draws(seed, [True, False] * 100) for seed in range(4)}
+    results, errors = {}, []
+
+    def run(seed):
+        try:
+            results[seed] = draws(seed, [True, False] * 100)
+        except Exception as exc:  # noqa: BLE001 - reported below, with the thread's seed
+            errors.append((seed, exc))
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and results == alone, errors
 
 
 @pytest.mark.parametrize("method", SIMULATED_METHODS)
