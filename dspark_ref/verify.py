@@ -105,25 +105,9 @@ class VerifyResult:
 
 
 # --------------------------------------------------------------------------- seeded uniforms
-def _splitmix64(value: int) -> int:
-    """The splitmix64 finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mix."""
-    z = (value + _GOLDEN_GAMMA) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def _hash_uniform(seed: int, position: int, stream: int) -> float:
-    """Absorb seed, position and stream one mix each; keep the top 53 bits as a float64."""
-    state = _splitmix64(seed & _MASK64)
-    state = _splitmix64(state ^ (position & _MASK64))
-    state = _splitmix64(state ^ stream)
-    return (state >> 11) * 2.0**-53
-
-
 def _splitmix64_words(z: np.ndarray) -> np.ndarray:
-    """:func:`_splitmix64` of every word of a uint64 array (numpy's uint64 arithmetic wraps
-    modulo 2**64, as the masks above do)."""
+    """The splitmix64 finaliser (Steele, Lea, Flood 2014), a bijective 64-bit mix, of every
+    word of a uint64 array (numpy's uint64 arithmetic wraps modulo 2**64)."""
     z = z + np.uint64(_GOLDEN_GAMMA)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -131,11 +115,11 @@ def _splitmix64_words(z: np.ndarray) -> np.ndarray:
 
 
 def _hash_uniforms(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch.Tensor:
-    """:func:`_hash_uniform` of every ``(seeds[b], positions[b, i], stream)``, bit for bit,
-    as whole-array operations (a Python loop took ~3 us a uniform; issue 45). ``seeds``
-    ``[B]`` int64, ``positions`` ``[B, n]`` int64 ``>= 0``; returns ``[B, n]`` float64 on the
-    CPU. An int64 read as uint64 is its value modulo 2**64 (two's complement), as ``seed &
-    _MASK64`` takes it."""
+    """``H(seeds[b], positions[b, i], stream)`` of :func:`seeded_uniforms` for every pair,
+    as whole-array operations: absorb seed, position and stream one splitmix64 mix each and
+    keep the top 53 bits as a float64. ``seeds`` ``[B]`` int64, ``positions`` ``[B, n]`` int64
+    ``>= 0``; returns ``[B, n]`` float64 on the CPU. An int64 read as uint64 is its value
+    modulo 2**64 (two's complement)."""
     seed = np.ascontiguousarray(seeds.cpu().numpy()).view(np.uint64)
     position = np.ascontiguousarray(positions.cpu().numpy()).view(np.uint64).reshape(positions.shape)
     with np.errstate(over="ignore"):

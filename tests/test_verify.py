@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import scipy.stats
 import torch
@@ -24,8 +25,7 @@ from dspark_ref.verify import (
     RESIDUAL_MASS_FLOOR,
     VerifyUniforms,
     _inverse_cdf,
-    _hash_uniform,
-    _splitmix64,
+    _splitmix64_words,
     chain_verify,
     draft_distribution,
     greedy_verify,
@@ -303,11 +303,34 @@ def test_s5_explicit_uniforms_and_generators_are_deterministic():
     assert torch.equal(first, again) and not torch.equal(first, other)
 
 
+MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(value: int) -> int:
+    """This test's splitmix64 finaliser on one Python int (Steele, Lea, Flood 2014), written
+    apart from the reference's array version."""
+    z = (value + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def _hash_uniform(seed: int, position: int, stream: int) -> float:
+    """This test's ``H(seed, position, stream)`` of SPEC S5's seeded rows, one triple at a
+    time: absorb each as a 64-bit word (a negative seed modulo 2**64) with one mix each,
+    then the top 53 bits as a float64."""
+    state = _splitmix64(seed & MASK64)
+    state = _splitmix64(state ^ (position & MASK64))
+    state = _splitmix64(state ^ (stream & MASK64))
+    return (state >> 11) * 2.0**-53
+
+
 def test_s5_splitmix64_matches_published_first_output():
     # splitmix64 seeded with state 0 returns 0xE220A8397B1DCDAF first (Vigna's reference
     # generator, splitmix64.c, prng.di.unimi.it), then 0x6E789E6AA1B965F4 from state 1 * gamma.
-    assert _splitmix64(0) == 0xE220A8397B1DCDAF
-    assert _splitmix64(0x9E3779B97F4A7C15) == 0x6E789E6AA1B965F4
+    for mix in (_splitmix64, lambda z: int(_splitmix64_words(np.array([z], dtype=np.uint64))[0])):
+        assert mix(0) == 0xE220A8397B1DCDAF
+        assert mix(0x9E3779B97F4A7C15) == 0x6E789E6AA1B965F4
 
 
 #: ``seeded_uniforms(tensor([7, -5]), tensor([[0, 1], [10**6, 2**63 - 1]]), FINAL_STREAM)`` by the
@@ -316,8 +339,8 @@ PINNED = [[0.9633517225922468, 0.7901067743608727], [0.2355850432055333, 0.32228
 
 
 def test_s5_seeded_uniforms_are_the_scalar_hash_bit_for_bit():
-    """The whole-array hash (issue 45) gives what ``_hash_uniform`` gives per triple, to the
-    last bit: seeds across int64 (negative ones taken modulo 2**64, both extremes),
+    """The reference's whole-array hash gives what this test's scalar ``_hash_uniform``
+    gives per triple, to the last bit: seeds across int64 (negative ones taken modulo 2**64, both extremes),
     positions up to 2**63 - 1, streams past 2**64, non-contiguous positions, empty shapes.
     The values are pinned too (computed by the scalar hash before the change)."""
     gen = torch.Generator().manual_seed(0)
