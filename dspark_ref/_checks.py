@@ -21,6 +21,7 @@ __all__ = [
     "check_int",
     "check_float",
     "check_finite",
+    "all_finite",
     "check_token_ids",
     "check_choice",
 ]
@@ -123,14 +124,21 @@ def check_float(
     return value
 
 
+def all_finite(value: torch.Tensor) -> bool:
+    """Whether every value of the float tensor ``value`` is finite, by one reduction: a NaN or
+    an infinity makes the sum NaN or infinite. False can also mean a sum that overflowed:
+    callers then check element by element."""
+    return bool(torch.isfinite(value.sum()))
+
+
 def check_finite(name: str, value: torch.Tensor, *, allow_neg_inf: bool = False) -> None:
     """Reject NaN (and +inf; -inf too unless ``allow_neg_inf``, as masked logits use it).
 
     Raises:
         ValueError: naming the argument and the first offending index.
     """
-    if value.is_floating_point() and bool(torch.isfinite(value.sum())):
-        return  # a NaN or an infinity makes the sum NaN or infinite: every value is finite
+    if value.is_floating_point() and all_finite(value):
+        return
     bad = torch.isnan(value) | (value == math.inf)
     if not allow_neg_inf:
         bad |= value == -math.inf

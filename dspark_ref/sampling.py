@@ -29,6 +29,7 @@ from dspark_ref._rows import rowwise
 from dspark_ref._checks import (
     FLOAT_DTYPES,
     INT_DTYPES,
+    all_finite,
     check_choice,
     check_finite,
     check_int,
@@ -83,8 +84,8 @@ def _check_logits(name: str, logits: object) -> torch.Tensor:
     check_tensor(name, logits, ndim=2, dtypes=FLOAT_DTYPES)
     if logits.shape[1] == 0:
         raise ValueError(f"{name}: expected a non-empty vocabulary axis, got shape {tuple(logits.shape)}")
-    # A finite sum has no NaN or inf term, so no dead row either (the common case, one pass).
-    if _values_checkable(logits) and not bool(torch.isfinite(logits.sum())):
+    # All finite: no dead row either (the common case, one pass).
+    if _values_checkable(logits) and not all_finite(logits):
         check_finite(name, logits, allow_neg_inf=True)
         dead = (logits == -math.inf).all(dim=1)
         if bool(dead.any()):

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from dspark_ref._checks import (
     FLOAT_DTYPES,
     INT_DTYPES,
+    all_finite,
     check_finite,
     check_int,
     check_same_device,
@@ -220,8 +221,8 @@ def _check_logits(name: str, logits: object, rows: int | None = None, steps: int
     check_tensor(name, logits, shape=(rows, steps, None), dtypes=FLOAT_DTYPES)
     if logits.shape[2] == 0:
         raise ValueError(f"{name}: expected a non-empty vocabulary axis, got shape {tuple(logits.shape)}")
-    if bool(torch.isfinite(logits.sum())):  # the common case: a finite sum has no NaN or inf term (no dead
-        return                               # position either: it needs -inf)
+    if all_finite(logits):  # the common case: no dead position either (it needs -inf)
+        return
     check_finite(name, logits, allow_neg_inf=True)
     dead = (logits == -math.inf).all(dim=-1)
     if bool(dead.any()):

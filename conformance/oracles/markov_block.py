@@ -88,8 +88,8 @@ def oracle_block_logits(head_type, state, base, prev, hidden):
             df = (1 - f**2) * dout + NONLINEAR_ULPS * u
         step = base[:, k] + f @ w2.T
         # rank u |f|.|w2| + df.|w2| as one product, |w2| taken once: the same sum in exact arithmetic (float64
-        # moves it by < 1e-14 relative, far inside the doubling); the bound took 2.7 of the oracle's 3 s a
-        # step at B 32, rank 256, V 151,936 (one thread), 0.3-0.5 s so.
+        # moves it by < 1e-14 relative, far inside the doubling); at B 32, rank 256, V 151,936 on one CPU
+        # thread this term took 2.7 s a step as two products, 0.3-0.5 s as one.
         dstep = (rank * u * f.abs() + df) @ w2_abs.T + u * step.abs()
         logits.append(step)
         bounds.append(2 * dstep)
