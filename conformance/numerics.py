@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
-__all__ = ["Comparison", "compare"]
+__all__ = ["Comparison", "compare", "combine"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +76,8 @@ class Comparison:
 def compare(name: str, got: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor) -> Comparison:
     """Compare ``got`` with ``expected`` under ``bound`` (SPEC S0), without asserting.
 
+    The arithmetic runs on ``got``'s device (a CUDA comparison reads back one small tensor).
+
     Args:
         name: what is compared, opening with the case id (it heads the failure message).
         got: the implementation's values, any float dtype and device.
@@ -89,19 +91,51 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, bound: torch.T
     """
     if tuple(got.shape) != tuple(expected.shape):
         raise ValueError(f"{name}: got has shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
-    got, expected = got.detach().cpu(), expected.detach().cpu()
-    bound = torch.as_tensor(bound, dtype=torch.float64).cpu().expand(got.shape)
-    if bool((bound < 0).any()) or bool(bound.isnan().any()):
-        raise ValueError(f"{name}: the bound must be >= 0 everywhere, got min {float(bound.min())!r}")
+    got = got.detach()
+    expected = expected.detach().to(got.device)
+    bound = torch.as_tensor(bound, dtype=torch.float64).to(got.device).expand(got.shape)
+    if got.numel() == 0:
+        return Comparison(name=name, elements=0, max_abs_diff=0.0, worst_ratio=0.0, within_bound=True,
+                          bit_identical=True, worst_index=0, got=0.0, expected=0.0, bound=0.0)
     error = (got.double() - expected.double()).abs().nan_to_num(nan=math.inf).flatten()
     ratio = torch.where(error == 0, 0.0, error / bound.flatten())
-    worst = int(torch.argmax(ratio)) if ratio.numel() else 0
-    at_worst = [float(t.flatten()[worst]) if ratio.numel() else 0.0 for t in (got, expected, bound)]
+    worst = torch.argmax(ratio)
+    # One read-back: the bound's validity, the extremes, identity and the worst element's values.
+    summary = torch.stack([
+        ((bound < 0) | bound.isnan()).any().double(), bound.min().double(), error.max(), ratio.max(),
+        (ratio <= 1).all().double(), (got == expected.to(got.dtype)).all().double(), worst.double(),
+        got.flatten()[worst].double(), expected.flatten()[worst].double(), bound.flatten()[worst],
+    ]).tolist()
+    bad_bound, least_bound, max_abs_diff, worst_ratio, within, identical, worst_index, *at_worst = summary
+    if bad_bound:
+        raise ValueError(f"{name}: the bound must be >= 0 everywhere, got min {least_bound!r}")
     return Comparison(
-        name=name, elements=got.numel(),
-        max_abs_diff=float(error.max()) if error.numel() else 0.0,
-        worst_ratio=float(ratio.max()) if ratio.numel() else 0.0,
-        within_bound=bool((ratio <= 1).all()),
-        bit_identical=torch.equal(got, expected.to(got.dtype)),
-        worst_index=worst, got=at_worst[0], expected=at_worst[1], bound=at_worst[2],
+        name=name, elements=got.numel(), max_abs_diff=max_abs_diff, worst_ratio=worst_ratio,
+        within_bound=bool(within), bit_identical=bool(identical), worst_index=int(worst_index),
+        got=at_worst[0], expected=at_worst[1], bound=at_worst[2],
+    )
+
+
+def combine(name: str, parts: Sequence[Comparison]) -> Comparison:
+    """One :class:`Comparison` of a tensor compared slice by slice: ``parts`` compare its
+    consecutive flat slices, in order (each ``compare``'d on its own, to bound memory).
+
+    The worst element is the first one of the largest ratio, as one :func:`compare` of the
+    whole would pick; its ``worst_index`` is counted from the start of the whole.
+
+    Raises:
+        ValueError: ``parts`` is empty.
+    """
+    if not parts:
+        raise ValueError(f"{name}: parts: expected at least one comparison, got none")
+    offset, worst, worst_offset = 0, parts[0], 0
+    for part in parts:
+        if part.worst_ratio > worst.worst_ratio:
+            worst, worst_offset = part, offset
+        offset += part.elements
+    return Comparison(
+        name=name, elements=offset, max_abs_diff=max(p.max_abs_diff for p in parts),
+        worst_ratio=worst.worst_ratio, within_bound=all(p.within_bound for p in parts),
+        bit_identical=all(p.bit_identical for p in parts), worst_index=worst_offset + worst.worst_index,
+        got=worst.got, expected=worst.expected, bound=worst.bound,
     )

@@ -420,7 +420,8 @@ def _lengths_of(admitted: list[tuple[int, int]], confidences: torch.Tensor) -> t
     lengths = [0] * confidences.shape[0]
     for r, k in admitted:  # the last admission of a row is its length
         lengths[r] = k + 1
-    return torch.tensor(lengths, dtype=torch.int64, device=confidences.device)
+    # Copied without waiting on the device (the list is staged before the copy returns).
+    return torch.tensor(lengths, dtype=torch.int64).to(confidences.device, non_blocking=True)
 
 
 def _sps_function(sps: SPSCurve, max_batch: int, name: str = "sps") -> Callable[[int], float]:
@@ -505,11 +506,13 @@ def _check_schedule(
     confidences: torch.Tensor, sps: SPSCurve, *, name: str = "confidences", rule: object = None
 ) -> tuple[torch.Tensor, Callable[[int], float]]:
     """Validate a scheduler call; the SPS table must cover the whole admission path.
-    Returns the float64 prefix survival, computed on the confidences' device and copied to
-    the CPU (the path and the walk read it there: one read-back a call), and ``B -> SPS(B)``."""
+    Returns the float64 prefix survival on the CPU, where the path and the walk read it, and
+    ``B -> SPS(B)``. The confidences are read back once, before their checks: a CUDA call of
+    the few-candidate scheduler waits on the device once (S8's sampled case makes 146,499)."""
     if rule is not None and not isinstance(rule, AdmissionRule):
         raise TypeError(f"rule: expected an AdmissionRule or None, got {type(rule).__name__}")
-    survival = _check_confidences(name, confidences).cpu()
+    check_tensor(name, confidences, ndim=2, dtypes=FLOAT_DTYPES)  # a clear error before the read-back
+    survival = _check_confidences(name, confidences.detach().cpu())
     max_batch = survival.shape[0] + int(torch.count_nonzero(survival))  # survival >= 0: nonzero is a > 0
     return survival, _sps_function(sps, max_batch)
 

@@ -625,6 +625,39 @@ def test_S5_a_nan_that_stays_nan_is_unchanged_a_nan_written_over_a_value_is_not(
         sampler.sample_with_noise(logits, torch.ones(2), ids(2, 2), torch.full((2, 2), math.nan))
 
 
+@pytest.mark.gpu
+def test_S5_cuda_inputs_are_checked_with_one_read_back_as_on_the_cpu():
+    """On CUDA the unchanged-inputs test of all a call's tensors is read back at once; what it
+    passes and flags is the CPU's: a NaN that stays NaN passes, a value written over fails
+    naming its first change, a tensor that changes dtype fails; output ids out of range too."""
+    cuda = torch.device("cuda")
+
+    class Writes:
+        def __init__(self, how):
+            self.how = how
+
+        def sample_with_noise(self, logits, temperatures, top_k, noise):
+            if self.how is None:  # writes nothing, returns an id out of range
+                return ids(0, 2).to(cuda)
+            self.how(logits, noise)
+            return ids(0, 1).to(cuda)
+
+    logits = torch.tensor([[math.nan, 1.0], [2.0, math.nan]], device=cuda)
+    args = (torch.ones(2, device=cuda), ids(2, 2).to(cuda), logits.nan_to_num(nan=0.0))
+    validating(c.NoiseStepSampler, Writes(lambda x, n: x.copy_(torch.where(torch.isnan(x), -x, x)))
+               ).sample_with_noise(logits, *args)  # unchanged: -NaN over NaN
+    with violation("NoiseStepSampler.sample_with_noise changed its argument logits in place (SPEC S5: inputs stay "
+                   "unchanged): first change at [1, 0]: 2.0 -> 5.0 (1 of 4 elements differ)"):
+        validating(c.NoiseStepSampler, Writes(lambda x, n: x[1, 0].fill_(5.0))).sample_with_noise(logits, *args)
+    noise = torch.zeros(2, 2, device=cuda)
+    with violation("changed its argument noise in place (SPEC S5: inputs stay unchanged): first change at [0, 1]"):
+        validating(c.NoiseStepSampler, Writes(lambda x, n: n[0, 1].fill_(1.0))).sample_with_noise(
+            torch.zeros(2, 2, device=cuda), *args[:2], noise)
+    with violation("NoiseStepSampler.sample_with_noise returned int64 [2] with ids in [0, 2], expected int64 [2] on "
+                   "cuda with ids in [0, 2)"):
+        validating(c.NoiseStepSampler, Writes(None)).sample_with_noise(torch.zeros(2, 2, device=cuda), *args)
+
+
 class WritesItsOwnBuffers(FakeSession):
     """A FoldedSession that copies its inputs into static buffers and overwrites ``out`` /
     ``corrected_out`` on every replay (SPEC S4), views of which the caller still holds."""

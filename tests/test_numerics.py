@@ -65,6 +65,51 @@ def test_compare_fails_beyond_the_bound_and_on_nan():
         numerics.compare("c", x, x, -1.0)
 
 
+def test_combine_is_the_comparison_of_the_whole():
+    gen = torch.Generator().manual_seed(2)
+    got, expected = torch.randn(3, 7, generator=gen), torch.randn(3, 7, generator=gen)
+    bound = torch.rand(3, 7, generator=gen).double() + 0.5
+    tied = got.clone()
+    expected[0, 5] = expected[2, 1] = 0.0
+    tied[0, 5] = tied[2, 1] = 64.0  # the same worst ratio in the first and the last row ...
+    bound[2, 1] = bound[0, 5]  # ... of which compare names the first
+    for values in (got, tied):
+        whole = numerics.compare("c", values, expected, bound)
+        for cuts in ([1, 2], [2, 1], [1, 1, 1]):
+            starts = [sum(cuts[:i]) for i in range(len(cuts))]
+            parts = [numerics.compare("c", values[a:a + n], expected[a:a + n], bound[a:a + n])
+                     for a, n in zip(starts, cuts)]
+            assert numerics.combine("c", parts) == whole, cuts
+    assert numerics.compare("c", tied, expected, bound).worst_index == 5
+    with pytest.raises(ValueError, match="parts"):
+        numerics.combine("c", [])
+
+
+def test_block_logits_compared_in_row_slices_as_a_whole(monkeypatch):
+    """compare_block_logits evaluates its oracle and compares slice by slice: the record is
+    the whole tensor's, its worst element counted from the start of the whole."""
+    from conformance.oracles import markov_block
+
+    gen = torch.Generator().manual_seed(3)
+    batch, gamma, vocab, rank, hidden = 5, 3, 11, 4, 2
+    state = {"W1.weight": torch.randn(vocab, rank, generator=gen), "W2.weight": torch.randn(vocab, rank, generator=gen),
+             "Wz.weight": 0.3 * torch.randn(3 * rank, 2 * rank + hidden, generator=gen),
+             "Wz.bias": 0.3 * torch.randn(3 * rank, generator=gen)}
+    base = torch.randn(batch, gamma, vocab, generator=gen)
+    prev = torch.randint(vocab, (batch, gamma), generator=gen)
+    h = torch.randn(batch, gamma, hidden, generator=gen)
+    exact, bound = markov_block.oracle_block_logits("rnn", state, base, prev, h)
+    got = exact.float()
+    got[3, 1, 4] += 1.0  # far outside the bound, in the second slice of two rows
+    case = type("Case", (), {"id": "S0/x"})()
+    whole = markov_block.compare_block_logits(case, "a vs b", got, exact.float(), "rnn", state, base, prev, h)
+    monkeypatch.setattr(markov_block, "COMPARE_SLICE_ELEMENTS", 2 * gamma * vocab)
+    sliced = markov_block.compare_block_logits(case, "a vs b", got, exact.float(), "rnn", state, base, prev, h)
+    assert not sliced.within_bound and sliced.worst_index == (3 * gamma + 1) * vocab + 4 == whole.worst_index
+    assert sliced.elements == whole.elements == got.numel() and not sliced.bit_identical
+    assert sliced.worst_ratio == pytest.approx(whole.worst_ratio, rel=1e-12)
+
+
 # ----------------------------------------------------------------------------- the suite's cases
 @pytest.mark.slow
 @pytest.mark.usefixtures("preloaded_runs")

@@ -11,7 +11,7 @@ import torch
 
 from conformance import numerics
 
-__all__ = ["UNIT_ROUNDOFF", "NONLINEAR_ULPS", "oracle_block_logits", "compare_block_logits", "joint_law"]
+__all__ = ["UNIT_ROUNDOFF", "NONLINEAR_ULPS", "COMPARE_SLICE_ELEMENTS", "oracle_block_logits", "compare_block_logits", "joint_law"]
 
 #: Unit roundoff ``u`` of each dtype: round-to-nearest errs by at most ``u |x|``.
 UNIT_ROUNDOFF = {
@@ -22,7 +22,13 @@ UNIT_ROUNDOFF = {
 NONLINEAR_ULPS = 8
 
 
-def oracle_block_logits(head_type, state, base, prev, hidden):
+#: Elements of ``[rows, gamma, V]`` per slice that :func:`compare_block_logits` evaluates and
+#: compares at a time (2^24: each float64 intermediate 128 MiB), so that the production shapes
+#: (B 256, gamma 7, V 151,936: 2.7e8 elements) fit beside the other workers' cases on one card.
+COMPARE_SLICE_ELEMENTS = 2**24
+
+
+def oracle_block_logits(head_type, state, base, prev, hidden, *, device=None):
     """SPEC S2 corrected logits in float64 and a bound on a float32 evaluation's error.
 
     ``L_k = U_k + W2 f_k`` with ``f_k = W1[prev_k]`` (vanilla), ``g * W1[prev_k]`` with
@@ -40,22 +46,39 @@ def oracle_block_logits(head_type, state, base, prev, hidden):
     and the total is doubled (second-order terms). Inputs (weights, base logits, hidden
     states) are exact. The rnn state's error is carried through the recurrence, so the
     bound grows with the block; keep rnn weights near ``1/sqrt(fan-in)`` for long blocks.
+    Evaluated in float64 on any device: another summation order moves it by about
+    ``r 2^-53`` relative, ``2^-29`` of the float32 bound.
 
     Args:
         base: ``[B, gamma, V]``; prev: ``[B, gamma]`` ids ``[x0, x_0 ..]``; hidden:
             ``[B, gamma, d]`` or None (vanilla). Any device, any float dtype.
+        device: where the float64 arithmetic runs and the results are returned (default:
+            the CPU).
     Returns:
-        ``(logits[B, gamma, V] f64, bound[B, gamma, V] f64)`` on the CPU.
+        ``(logits[B, gamma, V] f64, bound[B, gamma, V] f64)`` on ``device``.
     """
+    device = torch.device("cpu") if device is None else torch.device(device)
+    return _oracle(head_type, _float64_state(state, device), base, prev, hidden)
+
+
+def _float64_state(state, device: torch.device) -> dict:
+    """The head's weights in float64 on ``device``, and ``|W2|`` (``"|W2|"``) taken once."""
+    sd = {name: t.detach().to(device, torch.float64) for name, t in state.items()}
+    sd["|W2|"] = sd["W2.weight"].abs()
+    return sd
+
+
+def _oracle(head_type, sd, base, prev, hidden):
+    """:func:`oracle_block_logits` on the float64 weights ``sd`` of :func:`_float64_state`,
+    on their device."""
     u = UNIT_ROUNDOFF[torch.float32]
-    sd = {name: t.detach().to("cpu", torch.float64) for name, t in state.items()}
-    w1, w2 = sd["W1.weight"], sd["W2.weight"]
-    w2_abs = w2.abs()
-    base, prev = base.detach().to("cpu", torch.float64), prev.cpu()
-    hidden = None if hidden is None else hidden.detach().to("cpu", torch.float64)
+    w1, w2, w2_abs = sd["W1.weight"], sd["W2.weight"], sd["|W2|"]
+    device = w1.device
+    base, prev = base.detach().to(device, torch.float64), prev.to(device)
+    hidden = None if hidden is None else hidden.detach().to(device, torch.float64)
     batch, gamma, _ = base.shape
     rank = w1.shape[1]
-    s = torch.zeros(batch, rank, dtype=torch.float64)
+    s = torch.zeros(batch, rank, dtype=torch.float64, device=device)
     ds = torch.zeros_like(s)
     logits, bounds = [], []
     for k in range(gamma):
@@ -115,6 +138,9 @@ def compare_block_logits(case, what, got, expected, head_type, state, base, prev
     duplicate-pass mutant exceeds the bound 2e4 to 4e6 times (``tests/test_numerics.py``).
     Bit identity is recorded apart (:func:`conformance.numerics.compare`).
 
+    The oracle and the comparison run on ``got``'s device, in slices of whole batch rows of
+    at most :data:`COMPARE_SLICE_ELEMENTS` elements (a row's logits depend on that row only).
+
     Args:
         what: the two evaluations, in words (after the case id in a failure).
         got / expected: ``[B, gamma, V]``, any float dtype and device.
@@ -123,9 +149,18 @@ def compare_block_logits(case, what, got, expected, head_type, state, base, prev
     Returns:
         The :class:`~conformance.numerics.Comparison`, not yet asserted (``numeric_check``).
     """
-    exact, bound = oracle_block_logits(head_type, state, base, prev, hidden)
+    name = f"{case.id}: {what}"
+    sd = _float64_state(state, got.device)
     rounding = sum(UNIT_ROUNDOFF[t] for t in (got.dtype, expected.dtype) if t != torch.float32)
-    return numerics.compare(f"{case.id}: {what}", got, expected, 2 * bound + rounding * exact.abs())
+    batch = got.shape[0]
+    rows = max(1, COMPARE_SLICE_ELEMENTS // max(1, got[:1].numel()))
+    parts = []
+    for start in range(0, max(batch, 1), rows):
+        rows_of = slice(start, start + rows)
+        exact, bound = _oracle(head_type, sd, base[rows_of], prev[rows_of],
+                               None if hidden is None else hidden[rows_of])
+        parts.append(numerics.compare(name, got[rows_of], expected[rows_of], 2 * bound + rounding * exact.abs()))
+    return numerics.combine(name, parts)
 
 
 def joint_law(head_type, state, base, anchor, hidden, temperature):
