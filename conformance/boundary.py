@@ -54,6 +54,7 @@ import functools
 import inspect
 import types
 import numbers
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Sequence
 
@@ -199,22 +200,10 @@ def _change(before: torch.Tensor, after: torch.Tensor) -> str | None:
             f"({count} of {before.numel()} elements differ)")
 
 
-def _unchanged_on_cuda(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> set[str]:
-    """The paths of the CUDA tensors that kept their form and every value, tested with one
-    read-back for all of them (a verify call passes six to eight tensors; a sync each was most
-    of a small call's time). A tensor left out (a NaN among its values included) goes to the
-    exact test of :func:`_change`."""
-    paths = [path for path, clone in before.items() if clone.is_cuda and (now := after.get(path)) is not None
-             and (clone.dtype, clone.shape, clone.device) == (now.dtype, now.shape, now.device)]
-    if not paths:
-        return set()
-    flags = torch.stack([(before[path] == after[path].detach()).all() for path in paths]).tolist()
-    return {path for path, same in zip(paths, flags) if same}
-
-
-def _check_unchanged(where: str, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> None:
-    """Raises :class:`BoundaryViolation` naming the first argument whose tensor changed."""
-    unchanged = _unchanged_on_cuda(before, after)
+def _check_unchanged(where: str, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor],
+                     unchanged: set[str]) -> None:
+    """Raises :class:`BoundaryViolation` naming the first argument whose tensor changed;
+    ``unchanged``: paths already seen unchanged (:func:`_read`)."""
     for path, clone in before.items():
         if path in unchanged:
             continue
@@ -223,6 +212,84 @@ def _check_unchanged(where: str, before: dict[str, torch.Tensor], after: dict[st
         if change is not None:
             raise BoundaryViolation(f"{where} changed its argument {path} in place (SPEC S5: inputs stay "
                                     f"unchanged): {change}")
+
+
+class _Pending(threading.local):
+    """The input checks of the calls a validating method has made and not yet read back:
+    ``calls`` of ``(where, clones by path, arguments)``; ``depth``, how many validating
+    methods are running (0: a call outside one checks its inputs at once)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, torch.Tensor], list[tuple[str, Any]]]] = []
+        self.depth = 0
+
+
+_PENDING = _Pending()
+
+
+def _read(*values: torch.Tensor) -> list[float]:
+    """The values of 0-d tensors, read back at once with the pending input checks (SPEC S5).
+
+    On CUDA each read-back waits for the device; a validating method's checks therefore read
+    once: the equality of every CUDA input with its clone and the extremes its value rules
+    need go back together (an S8 sampled case makes 146,499 schedule calls). The inputs are
+    judged first, in call and argument order, as they were checked before the outputs: a
+    changed one raises :class:`BoundaryViolation` (a NaN that stayed NaN is judged unchanged
+    by the exact test of :func:`_change`, which the one-read equality leaves it to).
+
+    Returns:
+        Each value as a float (an integer, a bool as 0.0 / 1.0), in order.
+    """
+    calls, _PENDING.calls = _PENDING.calls, []
+    checks = [(where, before, _inputs(where, arguments)) for where, before, arguments in calls]
+    compared = [(index, path) for index, (_, before, after) in enumerate(checks) for path, clone in before.items()
+                if clone.is_cuda and (now := after.get(path)) is not None
+                and (clone.dtype, clone.shape, clone.device) == (now.dtype, now.shape, now.device)]
+    flags = [(checks[i][1][path] == checks[i][2][path].detach()).all() for i, path in compared]
+    read = _read_back([*flags, *values])
+    unchanged = {key for key, same in zip(compared, read) if same}
+    for index, (where, before, after) in enumerate(checks):
+        _check_unchanged(where, before, after, {path for i, path in unchanged if i == index})
+    return read[len(flags):]
+
+
+def _read_back(values: list[torch.Tensor]) -> list[float]:
+    """0-d tensors' values as floats, one read-back per device."""
+    if not values:
+        return []
+    devices = {v.device for v in values}
+    if len(devices) == 1:
+        return torch.stack([v.reshape(()).double() for v in values]).tolist()
+    return [float(v) for v in values]
+
+
+def _settles(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` of a validating proxy, its calls' input checks read back before it returns
+    or raises (a changed input takes precedence over what the method raised)."""
+
+    @functools.wraps(method)
+    def settled(*args: Any, **kwargs: Any) -> Any:
+        _PENDING.depth += 1
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _PENDING.depth -= 1
+            if not _PENDING.depth and _PENDING.calls:
+                _read()
+
+    return settled
+
+
+def _settling(cls: type) -> type:
+    """Wraps each public method and property of ``cls`` with :func:`_settles`."""
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_"):
+            continue
+        if isinstance(member, property) and member.fget is not None:
+            setattr(cls, name, property(_settles(member.fget), doc=member.__doc__))
+        elif inspect.isfunction(member):
+            setattr(cls, name, _settles(member))
+    return cls
 
 
 class _Forwarding:
@@ -280,7 +347,9 @@ class _Forwarding:
             except NotImplementedError as exc:
                 raise _unsupported(where, exc) from exc
             if before:  # none when the call took no tensor (or a graph capture left them unchecked)
-                _check_unchanged(where, before, _inputs(where, arguments))
+                _PENDING.calls.append((where, before, arguments))
+                if not _PENDING.depth:  # outside a validating method: no output check to read with
+                    _read()
             return out
 
         return call
@@ -292,8 +361,8 @@ class _Forwarding:
 # ----------------------------------------------------------------------------- value rules
 def _extremes(value: torch.Tensor) -> tuple[int, int]:
     """``(min, max)`` of an integer tensor, read back at once."""
-    low, high = torch.stack(torch.aminmax(value)).tolist()
-    return low, high
+    low, high = _read(*torch.aminmax(value))
+    return int(low), int(high)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,8 +403,7 @@ class Probabilities:
         return "values in [0, 1]"
 
     def violation(self, value: torch.Tensor) -> str | None:
-        nan, low, high = torch.stack([torch.isnan(value).sum().double(),
-                                      *(x.double() for x in torch.aminmax(value))]).tolist()  # one read-back
+        nan, low, high = _read(torch.isnan(value).sum(), *torch.aminmax(value))
         if nan:
             return f"NaN at {int(nan)} of {value.numel()} entries"
         return None if 0.0 <= low and high <= 1.0 else f"values in [{low:.6g}, {high:.6g}]"
@@ -350,7 +418,8 @@ class Positive:
 
     def violation(self, value: torch.Tensor) -> str | None:
         bad = ~torch.isfinite(value) | (value <= 0)
-        count = int(bad.sum())
+        (count,) = _read(bad.sum())
+        count = int(count)
         return f"{count} of {value.numel()} entries not finite and > 0, e.g. {float(value[bad][0])}" if count else None
 
 
@@ -365,7 +434,7 @@ class LogitsOf:
         return "no NaN or +inf (the base logits have none)"
 
     def violation(self, value: torch.Tensor) -> str | None:
-        bad = int((torch.isnan(value) | torch.isposinf(value)).sum())
+        bad = int(_read((torch.isnan(value) | torch.isposinf(value)).sum())[0])
         if not bad or bool((torch.isnan(self.inputs) | torch.isposinf(self.inputs)).any()):
             return None
         return f"NaN or +inf at {bad} of {value.numel()} entries"
@@ -468,9 +537,14 @@ def _ints(*shape: int | str, device: torch.device, values: Any) -> Expected:
 
 # ----------------------------------------------------------------------------- proxies
 class _Validating:
-    """Base proxy: holds the adapter's object; ``_where(method)`` names a call."""
+    """Base proxy: holds the adapter's object; ``_where(method)`` names a call. A subclass's
+    public methods read their calls' input checks back with their own (:func:`_settling`)."""
 
     capability: type
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _settling(cls)
 
     def __init__(self, impl: Any) -> None:
         self._impl = _Forwarding(impl, self.capability.__name__, self.capability)
@@ -664,6 +738,7 @@ class _ValidatingGreedyVerifier(_Validating):
         return _committed(self._where("verify_greedy"), out, draft_tokens, target_logits.shape[-1])
 
 
+@_settling
 class _ValidatingExecutor:
     """The verify-step executor of :class:`_ValidatingSimulatedAcceptance` (SPEC S6)."""
 
@@ -762,7 +837,7 @@ class Between:
         return f"values in [min_lengths, max_lengths] = {list(zip(self.low.tolist(), self.high.tolist()))}"
 
     def violation(self, value: torch.Tensor) -> str | None:
-        inside = bool(((value >= self.low) & (value <= self.high)).all())
+        inside = bool(_read(((value >= self.low) & (value <= self.high)).all())[0])
         return None if inside else f"values {value.tolist()}"
 
 
@@ -832,7 +907,7 @@ class Laws:
         problem = Probabilities().violation(value)
         if problem is not None:
             return problem
-        error = float((value.double().sum(dim=-1) - 1).abs().max())
+        (error,) = _read((value.double().sum(dim=-1) - 1).abs().max())
         return None if error <= self.tolerance else f"a sum {error:.3g} away from 1"
 
 

@@ -625,6 +625,43 @@ def test_S5_a_nan_that_stays_nan_is_unchanged_a_nan_written_over_a_value_is_not(
         sampler.sample_with_noise(logits, torch.ones(2), ids(2, 2), torch.full((2, 2), math.nan))
 
 
+def test_S5_a_method_s_input_checks_are_settled_before_it_returns_or_raises():
+    """Input checks wait for the method's first read of an output's values; they are judged
+    first (a changed input outranks a bad output), and none is left for a later call."""
+    import conformance.boundary as boundary
+
+    class Session(FakeSession):
+        def load_inputs(self, base_logits, first_prev, hidden):  # returns nothing: no output to read with
+            base_logits.fill_(3.0)
+
+    session = validating(c.FoldedDraft, Canned(Session(None))).session(None, 4, 3, 5, F32, torch.device("cpu"), 0)
+    base = torch.zeros(2, 3, 5)
+    with violation("FoldedSession.load_inputs changed its argument base_logits in place"):
+        session.load_inputs(base, ids(0, 1), None)
+    assert boundary._PENDING.calls == [] and boundary._PENDING.depth == 0
+
+    class WritesAndReturnsFloats:
+        def sample_with_noise(self, logits, temperatures, top_k, noise):
+            noise.zero_()
+            return torch.zeros(2)  # float ids: the output's form is wrong too
+
+    with violation("NoiseStepSampler.sample_with_noise changed its argument noise in place"):
+        validating(c.NoiseStepSampler, WritesAndReturnsFloats()).sample_with_noise(
+            torch.zeros(2, 3), torch.ones(2), ids(3, 3), torch.ones(2, 3))
+    assert boundary._PENDING.calls == [] and boundary._PENDING.depth == 0
+    with violation("NoiseStepSampler.sample_with_noise returned float32 [2], expected int64 [2]"):
+        validating(c.NoiseStepSampler, Canned(torch.zeros(2))).sample_with_noise(
+            torch.zeros(2, 3), torch.ones(2), ids(3, 3), torch.ones(2, 3))
+    # An adapter's own object called outside any validating method checks its inputs at once.
+    class Steps:
+        def step(self, draft_tokens):
+            draft_tokens.add_(1)
+
+    with violation("Executor.step changed its argument draft_tokens in place"):
+        boundary._Forwarding(Steps(), "Executor").step(ids(1, 2, 3, 4).reshape(1, 4))
+    assert boundary._PENDING.calls == []
+
+
 @pytest.mark.gpu
 def test_S5_cuda_inputs_are_checked_with_one_read_back_as_on_the_cpu():
     """On CUDA the unchanged-inputs test of all a call's tensors is read back at once; what it
