@@ -255,7 +255,8 @@ class SimulatedVerifyExecutor:
             ValueError: not ``[B, gamma]``.
         """
         self._check_step(draft_tokens)
-        lengths = self.draw_lengths(draft_tokens.shape[0]).to(draft_tokens.device)
+        # Copied without waiting on the device: the host values are staged before the copy returns.
+        lengths = self.draw_lengths(draft_tokens.shape[0]).to(draft_tokens.device, non_blocking=True)
         slots = torch.arange(self.gamma, device=draft_tokens.device)
         correct = slots < (lengths - 1)[:, None]
         self._reserve(draft_tokens).copy_(torch.where(correct, draft_tokens, -1))
