@@ -360,3 +360,43 @@ def test_S8_production_rejects_bad_inputs():
     with pytest.raises(TypeError, match="rule"):
         schedule_prefixes_production(conf, [1.0] * 3, rule=object())
     assert schedule_prefixes_production(conf, [1.0] * 3, rule=ProductionRule()).tolist() == [2]
+
+
+@pytest.mark.gpu
+def test_S8_cuda_calls_schedule_as_the_cpu_and_reject_the_same_inputs():
+    """The schedulers read CUDA inputs back once a call (the walk runs on the host): every
+    length equals the CPU call's, returned on the confidences' device; bad values raise the
+    same errors."""
+    cuda = torch.device("cuda")
+    gen = torch.Generator().manual_seed(5)
+    for trial in range(200):
+        rows, gamma = int(torch.randint(1, 5, (1,), generator=gen)), int(torch.randint(1, 6, (1,), generator=gen))
+        conf = (torch.randint(0, 17, (rows, gamma), generator=gen) / 16).double()
+        current = (torch.randint(0, 17, (rows, gamma), generator=gen) / 16).double()
+        dtype = (torch.float64, torch.float32, torch.bfloat16)[trial % 3]
+        conf, current = conf.to(dtype), current.to(dtype)
+        low = torch.randint(0, gamma + 1, (rows,), generator=gen)
+        high = torch.minimum(low + torch.randint(0, gamma + 1, (rows,), generator=gen), torch.tensor(gamma))
+        bounds = (low, high) if trial % 2 else (low.int(), high.int())
+        sps = (torch.rand(rows * (gamma + 1) + 1, generator=gen) + 0.5).tolist()
+        for schedule in (schedule_prefixes, schedule_prefixes_retrospective):
+            got = schedule(conf.to(cuda), sps)
+            assert got.device.type == "cuda" and got.tolist() == schedule(conf, sps).tolist(), trial
+        got = schedule_prefixes_async_topk(conf.to(cuda), sps, confidences=current.to(cuda))
+        assert got.tolist() == schedule_prefixes_async_topk(conf, sps, confidences=current).tolist(), trial
+        got = schedule_prefixes_production(conf.to(cuda), sps, min_lengths=bounds[0].to(cuda),
+                                           max_lengths=bounds[1].to(cuda), confidences=current.to(cuda))
+        want = schedule_prefixes_production(conf, sps, min_lengths=bounds[0], max_lengths=bounds[1],
+                                            confidences=current)
+        assert got.device.type == "cuda" and got.tolist() == want.tolist(), trial
+    conf = _conf([[0.5, 0.5]]).to(cuda)
+    for bad in ([[0.5, 1.5]], [[math.nan, 0.5]]):
+        with pytest.raises(ValueError, match="confidences: expected values in"):
+            schedule_prefixes(_conf(bad).to(cuda), [1.0] * 3)
+        with pytest.raises(ValueError, match="stale_confidences: expected values in"):
+            schedule_prefixes_production(_conf(bad).to(cuda), [1.0] * 3)
+    with pytest.raises(ValueError, match="min_lengths / max_lengths"):
+        schedule_prefixes_production(conf, [1.0] * 3, min_lengths=torch.tensor([2], device=cuda),
+                                     max_lengths=torch.tensor([1], device=cuda))
+    with pytest.raises(ValueError, match="min_lengths: expected a tensor on cuda"):
+        schedule_prefixes_production(conf, [1.0] * 3, min_lengths=torch.tensor([0]))

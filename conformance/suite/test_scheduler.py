@@ -365,8 +365,8 @@ PRODUCTION_INSTANCES = 150
 def _production_lengths(iut, inst, current, device) -> list[int]:
     """The IUT's lengths for ``inst`` with the current block's confidences ``current``; bounds
     an IUT cannot take (``NotImplementedError``) are a skip naming them."""
-    def tensor(values, dtype):
-        return torch.tensor(values, dtype=dtype, device=device)
+    def tensor(values, dtype):  # staged on the host: the copy does not wait for the device
+        return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
     stale = tensor(inst.stale, torch.float64)
     try:
