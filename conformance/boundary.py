@@ -235,32 +235,35 @@ def _read(*values: torch.Tensor) -> list[float]:
     need go back together (an S8 sampled case makes 146,499 schedule calls). The inputs are
     judged first, in call and argument order, as they were checked before the outputs: a
     changed one raises :class:`BoundaryViolation` (a NaN that stayed NaN is judged unchanged
-    by the exact test of :func:`_change`, which the one-read equality leaves it to).
+    by the exact test of :func:`_change`, to which the one-read count of differing elements
+    leaves it).
 
     Returns:
-        Each value as a float (an integer, a bool as 0.0 / 1.0), in order.
+        Each value as a Python number, in order.
     """
     calls, _PENDING.calls = _PENDING.calls, []
     checks = [(where, before, _inputs(where, arguments)) for where, before, arguments in calls]
     compared = [(index, path) for index, (_, before, after) in enumerate(checks) for path, clone in before.items()
                 if clone.is_cuda and (now := after.get(path)) is not None
                 and (clone.dtype, clone.shape, clone.device) == (now.dtype, now.shape, now.device)]
-    flags = [(checks[i][1][path] == checks[i][2][path].detach()).all() for i, path in compared]
-    read = _read_back([*flags, *values])
-    unchanged = {key for key, same in zip(compared, read) if same}
+    differing = [(checks[i][1][path] != checks[i][2][path].detach()).sum() for i, path in compared]  # int64
+    read = _read_back([*differing, *values])
+    unchanged = {key for key, count in zip(compared, read) if count == 0}
     for index, (where, before, after) in enumerate(checks):
         _check_unchanged(where, before, after, {path for i, path in unchanged if i == index})
-    return read[len(flags):]
+    return read[len(differing):]
 
 
-def _read_back(values: list[torch.Tensor]) -> list[float]:
-    """0-d tensors' values as floats, one read-back per device."""
+def _read_back(values: list[torch.Tensor]) -> list[float | int]:
+    """0-d tensors' values, one read-back where they share a device (through float64 where
+    their dtypes differ: exact for integers below 2^53)."""
     if not values:
         return []
-    devices = {v.device for v in values}
-    if len(devices) == 1:
-        return torch.stack([v.reshape(()).double() for v in values]).tolist()
-    return [float(v) for v in values]
+    if len({v.device for v in values}) > 1:
+        return [v.item() for v in values]
+    if len({v.dtype for v in values}) > 1:  # one dtype (the int64 counts and extremes of ids) needs no conversion
+        values = [v.double() for v in values]
+    return torch.stack(values).tolist()
 
 
 def _settles(method: Callable[..., Any]) -> Callable[..., Any]:

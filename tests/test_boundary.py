@@ -691,7 +691,7 @@ def test_S5_cuda_inputs_are_checked_with_one_read_back_as_on_the_cpu():
         validating(c.NoiseStepSampler, Writes(lambda x, n: n[0, 1].fill_(1.0))).sample_with_noise(
             torch.zeros(2, 2, device=cuda), *args[:2], noise)
     with violation("NoiseStepSampler.sample_with_noise returned int64 [2] with ids in [0, 2], expected int64 [2] on "
-                   "cuda with ids in [0, 2)"):
+                   "cuda:0 with ids in [0, 2)"):
         validating(c.NoiseStepSampler, Writes(None)).sample_with_noise(torch.zeros(2, 2, device=cuda), *args)
 
 
