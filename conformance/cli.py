@@ -195,11 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--case", dest="cases", action="append", default=None, metavar="CASE_ID",
                      help="run only the case with this case id, e.g. S5/parity/random-V8-l4-T1 (repeatable; as a "
                      "failure's replay line names it; a legacy key conformance/test_x.py::test_y[id] is deprecated)")
-    run.add_argument("--latency-bound", choices=("alone", "with-others"), default=None,
+    run.add_argument("--latency-bound", choices=("alone", "apart", "with-others"), default=None,
                      help="with workers, the latency_bound cases (thousands of serial calls, each read back from "
                      "the device): 'alone' runs them after the others, in one process of their own, where no other "
-                     "process's kernels delay each read-back; 'with-others' runs them first among the others "
-                     "(default: alone with --device cuda, with-others on cpu, where they would leave cores idle)")
+                     "process's kernels delay each read-back; 'apart' runs them after the others too, each in a "
+                     f"process of its own (at most {LATENCY_WORKERS} at once); 'with-others' runs them first "
+                     "among the others (default: alone with --device cuda, with-others on cpu, where they would "
+                     "leave cores idle)")
     run.add_argument("--tracebacks", action="store_true",
                      help="print each failing case's pytest traceback, and a statistical failure's worst bins, on "
                      "the console too (junit.xml and report.md always hold them)")
@@ -398,6 +400,19 @@ def _fresh_report_dir(report: Path | None) -> Path | None:
     return report_dir
 
 
+#: The most latency-bound cases run at once with ``--latency-bound apart``.
+LATENCY_WORKERS = 4
+
+
+def _latency_workers(latency: str, held: dict[str, int] | None, workers: str) -> str:
+    """xdist workers of the latency-bound phase: none ('alone', or one case), else one a case,
+    at most :data:`LATENCY_WORKERS` and the run's ``workers`` (``held``: the cases per section
+    the parallel phase left to it; None when it did not say)."""
+    cases = sum((held or {}).values())
+    limit = LATENCY_WORKERS if workers == "auto" else min(LATENCY_WORKERS, int(workers))
+    return "0" if latency == "alone" or cases < 2 or limit < 2 else str(min(cases, limit))
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         junit_copy, pytest_args = _take_junit_option(args.pytest_args)
@@ -425,18 +440,19 @@ def run(args: argparse.Namespace) -> int:
 
     errors: list[str] = []  # pytest's ERROR: lines (a usage error's cause), for results.json
     with interruptible() as interrupts:
-        alone = (args.latency_bound or ("alone" if args.device == "cuda" else "with-others")) == "alone"
-        if args.workers == "0" or not alone:
+        latency = args.latency_bound or ("alone" if args.device == "cuda" else "with-others")
+        if args.workers == "0" or latency == "with-others":
             cmd = command(args.cases, json_path, sessions[0])
             returncode, payload = run_suite(cmd, json_path, errors=errors)
-        else:  # the latency-bound cases after the others, alone in one process
+        else:  # the latency-bound cases after the others: alone in one process, or apart
             cmd = command(args.cases, json_path, sessions[0], phase="parallel")
             serial_json = report_dir / "results-serial.json"
             phases = [run_suite(cmd, json_path, errors=errors)]
             held = (phases[0][1] or {}).get("held_for_other_phase")
             if phases[0][0] != ExitCode.USAGE_ERROR and held != {}:  # a usage error is the same in both phases
+                workers = _latency_workers(latency, held, args.workers)
                 phases.append(run_suite(command(args.cases, serial_json, sessions[1], phase="serial",
-                                                workers="0"), serial_json, errors=errors))
+                                                workers=workers), serial_json, errors=errors))
             serial_json.unlink(missing_ok=True)
             returncode, payload = merge_phases(*phases)
         if payload is not None and interrupts.cut:

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from . import budget
+from .case_order import order_key
 from .cuda_context import CudaContextLost, is_context_error, release_cached_memory, synchronize
 from .sections import section_of
 from .seeds import resolve_case, seed_of_case
@@ -267,16 +268,15 @@ def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[py
     """Apply ``--dspark-shard`` (``conformance.shards``: the suite items that -k / -m /
     ``--dspark-case`` kept, dealt by case id; the same in both phases, taken before the phase),
     then ``--dspark-phase``: ``parallel`` deselects the suite's ``latency_bound`` items,
-    ``serial`` every other suite item (foreign items stay); ``all`` keeps them, first in the
-    order (the longest cases, to start before the rest where workers share them out). Records the
+    ``serial`` every other suite item (foreign items stay); ``all`` keeps them. The suite's
+    items run longest first (``conformance.case_order``; foreign items keep their places). Records the
     selected suite cases per SPEC section, and those left to the other phase
     (``selected_by_section`` and ``held_for_other_phase`` of the run's JSON; under xdist the
     controller counts its workers' collection, and a worker sends the second through
     ``workeroutput``): the runner skips a phase that would have none, and the report counts
     the cases an interrupted run never ran."""
     phase = config.getoption("--dspark-phase")
-    if phase == "all":  # run among the others, the longest cases start first (xdist hands out items in order)
-        items.sort(key=lambda item: not (is_suite_item(item) and item.get_closest_marker("latency_bound")))
+    _longest_first(items)
     session = run_session(config)
     suite = [item for item in items if is_suite_item(item)]
     if session.shard is not None and suite:
@@ -294,6 +294,16 @@ def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[py
     session.held_for_other_phase = _by_section(item.name for item in held)
     if hasattr(config, "workeroutput"):
         config.workeroutput[_HELD_KEY] = session.held_for_other_phase
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """Sort the suite's items in place by :func:`conformance.case_order.order_key` (xdist
+    hands out items in order); other items keep their places."""
+    slots = [i for i, item in enumerate(items) if is_suite_item(item)]
+    ordered = sorted((items[i] for i in slots), key=lambda item: order_key(
+        item_case_id(item), item.get_closest_marker("latency_bound") is not None))
+    for slot, item in zip(slots, ordered):
+        items[slot] = item
 
 
 def _by_section(test_names: Iterable[str]) -> dict[str, int]:

@@ -74,7 +74,9 @@ class SectionProgress:
         section = case_id.partition("/")[0]
         selected = run_session(self.config).selected_by_section or {}
         if not self.done and self.config.getoption("--dspark-phase") == "serial":
-            self._write(f"the {sum(selected.values())} latency-bound cases, alone in one process:")
+            workers = getattr(self.config.option, "numprocesses", None)
+            where = f"{workers} processes apart" if workers else "alone in one process"
+            self._write(f"the {sum(selected.values())} latency-bound cases, after the others, {where}:")
         self.done[section] += 1
         word = _COUNTED.get(case_outcome(report))
         counts = self.counted.setdefault(section, Counter())

@@ -716,6 +716,42 @@ def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
     assert "junit.xml also at" in out
 
 
+def test_latency_bound_cases_run_apart_each_in_a_process_of_its_own(tmp_path):
+    """``--latency-bound apart``: after the parallel phase, the latency-bound cases run at once,
+    a worker each (at most the run's workers and LATENCY_WORKERS), still after the others."""
+    code, out = _run(tmp_path / "report", "-k", S6_EXECUTOR, "--budget", "0.1", "--latency-bound", "apart",
+                     workers="2")
+    assert code == cli.EXIT_PASS, out
+    assert "the 3 latency-bound cases, after the others, 2 processes apart:" in out, out
+    cases = [t["nodeid"] for t in json.loads((tmp_path / "report" / "results.json").read_text())["tests"]]
+    serial = [i for i, case in enumerate(cases) if "redraws_every_step" in case or "executor_multinomial_law" in case]
+    assert len(serial) == 3 and serial == list(range(len(cases) - 3, len(cases))), cases
+
+
+@pytest.mark.parametrize("latency, held, workers, expected", [
+    ("alone", {"S6": 3, "S8": 1}, "auto", "0"), ("apart", {"S6": 3, "S8": 1}, "auto", "4"),
+    ("apart", {"S6": 3, "S8": 1}, "16", "4"), ("apart", {"S6": 3, "S8": 1}, "3", "3"),
+    ("apart", {"S6": 2}, "16", "2"), ("apart", {"S8": 1}, "16", "0"), ("apart", None, "16", "0"),
+    ("apart", {"S6": 3}, "1", "0"),
+])
+def test_the_latency_bound_phase_has_a_worker_a_case_at_most_four(latency, held, workers, expected):
+    assert cli._latency_workers(latency, held, workers) == expected
+
+
+def test_cases_are_handed_out_longest_first(tmp_path):
+    """xdist hands out items in collection order: the suite's cases come latency-bound first,
+    then by their measured seconds (conformance/case_costs.json), longest first."""
+    from conformance.case_order import case_costs
+
+    command = pytest_command(impl="reference", device="cpu", json_path=tmp_path / "r.json", workers="0",
+                             keyword="test_S3_ or test_S8_", extra=["--collect-only"])
+    listed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **PYTEST_ENV})
+    order = [line.rsplit("[", 1)[1].rstrip("]") for line in listed.stdout.splitlines() if "::" in line]
+    assert order[0] == "S8/appendix-a/sampled" and len(order) > 80, listed.stdout
+    costs = [case_costs().get(case, 0.0) for case in order[1:]]
+    assert costs == sorted(costs, reverse=True) and costs[0] > 10 * costs[len(costs) // 2], order
+
+
 def test_on_cpu_latency_bound_cases_run_first_among_the_others(tmp_path):
     """On CPU no other process's kernels delay a read-back, and a second session after the
     others left a core idle for the S8 Appendix A law (53 s of one core): one session, the
