@@ -216,11 +216,14 @@ def _check_unchanged(where: str, before: dict[str, torch.Tensor], after: dict[st
 
 class _Pending(threading.local):
     """The input checks of the calls a validating method has made and not yet read back:
-    ``calls`` of ``(where, clones by path, arguments)``; ``depth``, how many validating
-    methods are running (0: a call outside one checks its inputs at once)."""
+    ``calls`` of ``(where, clones by path, the arguments)``, the arguments as the tensors by
+    path where each tensor was an argument itself, else as ``(name, value)`` pairs to walk
+    again (:func:`_inputs`); ``depth``, how many validating methods are running (0: a call
+    outside one checks its inputs at once)."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, torch.Tensor], list[tuple[str, Any]]]] = []
+        self.calls: list[tuple[str, dict[str, torch.Tensor],
+                               dict[str, torch.Tensor] | list[tuple[str, Any]]]] = []
         self.depth = 0
 
 
@@ -242,7 +245,7 @@ def _read(*values: torch.Tensor) -> list[float]:
         Each value as a Python number, in order.
     """
     calls, _PENDING.calls = _PENDING.calls, []
-    checks = [(where, before, _inputs(where, arguments)) for where, before, arguments in calls]
+    checks = [(where, before, now if isinstance(now, dict) else _inputs(where, now)) for where, before, now in calls]
     compared = [(index, path) for index, (_, before, after) in enumerate(checks) for path, clone in before.items()
                 if clone.is_cuda and (now := after.get(path)) is not None
                 and (clone.dtype, clone.shape, clone.device) == (now.dtype, now.shape, now.device)]
@@ -350,7 +353,9 @@ class _Forwarding:
             except NotImplementedError as exc:
                 raise _unsupported(where, exc) from exc
             if before:  # none when the call took no tensor (or a graph capture left them unchecked)
-                _PENDING.calls.append((where, before, arguments))
+                # Tensors passed as arguments themselves stay the caller's objects: no second walk finds others.
+                flat = all(isinstance(v, (torch.Tensor, *_HOLDS_NO_TENSOR)) for _, v in arguments)
+                _PENDING.calls.append((where, before, inputs if flat else arguments))
                 if not _PENDING.depth:  # outside a validating method: no output check to read with
                     _read()
             return out
