@@ -601,6 +601,18 @@ def test_S5_a_tensor_inside_an_argument_is_checked_and_named_by_its_path():
         validating(c.DraftLayouts, WritesInPlace()).draft_block(
             "vanilla", state, torch.zeros(2, 3, 5), ids(0, 1), None, torch.ones(2), ids(5, 5), torch.Generator(),
             layout="anchor-first", vocab_size=5, d2t=None)
+
+    class PopsAWeight(WritesInPlace):
+        def draft_block(self, head_type, state_dict, base_logits, *args, vocab_size, **kwargs):
+            state_dict.pop("W1.weight")  # the container is walked again after the call
+            rows, gamma, _ = base_logits.shape
+            return torch.zeros(rows, gamma, dtype=I64), torch.zeros(rows, gamma, vocab_size)
+
+    with violation("DraftLayouts.draft_block changed its argument state_dict['W1.weight'] in place (SPEC S5: inputs "
+                   "stay unchanged): the tensor is gone"):
+        validating(c.DraftLayouts, PopsAWeight()).draft_block(
+            "vanilla", dict(state), torch.zeros(2, 3, 5), ids(0, 1), None, torch.ones(2), ids(5, 5),
+            torch.Generator(), layout="anchor-first", vocab_size=5, d2t=None)
     with violation("SpeculativeLoop.generate changed its argument target.embed.weight in place (SPEC S5: inputs stay "
                    "unchanged): float32 [6, 2] on cpu became bfloat16 [6, 2] on cpu"):
         validating(c.SpeculativeLoop, WritesInPlace()).generate(TinyModel(), TinyModel(), torch.zeros(2, 4, dtype=I64),
