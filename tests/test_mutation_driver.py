@@ -4,6 +4,7 @@ behaviour, and the merge counts baseline survivors, gaps closed on re-check and 
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -111,6 +112,31 @@ def test_a_function_changed_since_an_earlier_run_starts_over():
     assert last["m.x_f__mutmut_1"] == "killed" and first["m.x_f__mutmut_2"] == ("m", "killed")
     summary, _ = merge.summarise([old, new], {})
     assert summary["m"]["mutants"] == 3 and summary["m"]["untriaged"] == 2
+
+
+def test_a_run_records_every_mutants_diff_and_the_sample_reads_runs_in_the_order_they_ran(tmp_path, monkeypatch):
+    """A run keeps the diff of every mutant it checked, killed ones too, and its start time:
+    after a source change whose new mutants are all killed (session 27's
+    ``MarkovHead.__init__``), the run must still start the function over, and the sample
+    must read it after the older runs whatever their folder names (raw/session9 sorts after
+    raw/session27), or the function stays "changed since the triage" for ever."""
+    names = ["dspark_ref.scheduler.x_f__mutmut_1", "dspark_ref.scheduler.x_f__mutmut_2"]
+    table = {names[0]: _diff("x = None"), names[1]: _diff("x = 3")}
+    monkeypatch.setattr(driver, "mutants", lambda module, root=None: table)
+    meta = tmp_path / "work" / "scheduler" / "mutants" / "dspark_ref" / "scheduler.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text('{"exit_code_by_key": {"%s": 1, "%s": 1}}' % tuple(names))
+    out = tmp_path / "raw" / "session27"
+    new = driver.run_module("scheduler", (0, 1), 1, out, tmp_path / "work", 0.25, deadline=0.0, names=names,
+                            reuse=True)
+    assert new["status"] == dict.fromkeys(names, "killed") and new["diffs"] == table and new["started"] > 0
+    old = {**_result({names[0]: "survived", names[1]: "killed"}), "module": "scheduler"}
+    old["diffs"] = {names[0]: _diff("x = 2")}  # before the change, f__mutmut_1 was another mutant
+    (tmp_path / "raw" / "session9").mkdir()
+    (tmp_path / "raw" / "session9" / "scheduler.shard0of1.json").write_text(json.dumps(old))
+    assert driver._unchanged_since_triage("scheduler", table, tmp_path) == names
+    first, _, _ = merge.records([old, new])
+    assert first == {n: ("scheduler", "killed") for n in names}
 
 
 def test_every_suite_file_runs_with_the_modules_of_its_sections():

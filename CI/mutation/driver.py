@@ -32,7 +32,8 @@ Commands (from the repository root)::
 
 Result file per module and shard: ``R/<module>.shard<i>of<n>.json`` with every mutant's
 status (``killed`` exact, ``killed-statistical``, ``survived``, ``timeout``, ``segfault``,
-``suspicious``) and, for survivors, mutmut's diff.
+``suspicious``), mutmut's diff of every mutant (of survivors only before session 27) and the
+run's start time (``started``, seconds since the epoch; the sample reads runs in that order).
 """
 
 from __future__ import annotations
@@ -273,14 +274,16 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
             statistical[n] = s
             if s.startswith("killed"):  # a statistical-run timeout is wall time on a busy host, not a kill
                 status[n] = s
-    diffs = {n: table[n] for n, s in status.items() if s not in ("killed", "killed-statistical", "timeout")}
+    # every mutant's diff, killed ones too: a later merge or sample sees that a function changed
+    # since this run even where all its mutants were killed (merge.records starts it over)
+    diffs = {n: table[n] for n in status}
     source = (REPO / "dspark_ref" / f"{module}.py").read_bytes()
     result = {
         "module": module, "section": SECTION_TESTS[module][0], "tests": " ".join(SECTION_TESTS[module][1]),
         "tool": TOOL, "tool_version": TOOL_VERSION, "shard": list(shard), "mutmut_rc": rc,
         "statistical_budget": budget, "source_sha256": hashlib.sha256(source).hexdigest(),
-        "seconds": round(time.time() - started, 1), "status": status, "statistical": statistical,
-        "diffs": diffs,
+        "started": round(started, 1), "seconds": round(time.time() - started, 1), "status": status,
+        "statistical": statistical, "diffs": diffs,
     }
     (out / f"{tag}.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     return result
@@ -350,6 +353,9 @@ def _unchanged_since_triage(module: str, current: dict[str, str], results: Path)
     from merge import records  # CI/mutation/merge.py: a function a later run saw changed starts over
 
     runs = [json.loads(path.read_text()) for path in sorted((results / "raw").glob(f"*/{module}.*.json"))]
+    # in the order they ran (a run's start time; files older than that field first, by path:
+    # raw/session9 sorts after raw/session27)
+    runs.sort(key=lambda r: r.get("started", 0.0))
     recorded_status, _, recorded_diffs = records(runs)
     changed = {_function_of(n) for n, diff in recorded_diffs.items()
                if n in current and triage_key(n, current[n]) != triage_key(n, diff)}
