@@ -119,7 +119,8 @@ def test_a_run_records_every_mutants_diff_and_the_sample_reads_runs_in_the_order
     after a source change whose new mutants are all killed (session 27's
     ``MarkovHead.__init__``), the run must still start the function over, and the sample
     must read it after the older runs whatever their folder names (raw/session9 sorts after
-    raw/session27), or the function stays "changed since the triage" for ever."""
+    raw/session27), or the function stays "changed since the triage" for ever; and a
+    function whose mutant names differ from the recorded ones is changed."""
     names = ["dspark_ref.scheduler.x_f__mutmut_1", "dspark_ref.scheduler.x_f__mutmut_2"]
     table = {names[0]: _diff("x = None"), names[1]: _diff("x = 3")}
     monkeypatch.setattr(driver, "mutants", lambda module, root=None: table)
@@ -137,6 +138,13 @@ def test_a_run_records_every_mutants_diff_and_the_sample_reads_runs_in_the_order
     assert driver._unchanged_since_triage("scheduler", table, tmp_path) == names
     first, _, _ = merge.records([old, new])
     assert first == {n: ("scheduler", "killed") for n in names}
+    # a function whose mutants are now other names than recorded changed, even where every
+    # recorded mutant was killed (no diff to compare: runs before session 27 kept none)
+    g = [f"dspark_ref.scheduler.x_g__mutmut_{i}" for i in (1, 2, 3)]
+    old["status"].update(dict.fromkeys(g, "killed"))
+    (tmp_path / "raw" / "session9" / "scheduler.shard0of1.json").write_text(json.dumps(old))
+    assert driver._unchanged_since_triage("scheduler", {**table, g[0]: "", g[1]: ""}, tmp_path) == names
+    assert driver._unchanged_since_triage("scheduler", {**table, **dict.fromkeys(g, "")}, tmp_path) == names + g
 
 
 def test_every_suite_file_runs_with_the_modules_of_its_sections():

@@ -348,8 +348,8 @@ def _pytest(cwd: Path, module: str, name: str, budget: float | None, timeout: fl
 
 def _unchanged_since_triage(module: str, current: dict[str, str], results: Path) -> list[str]:
     """The mutants of ``module`` the recorded runs (``results / "raw"``) saw, in functions whose
-    recorded survivors still have the same changes: a mutant of a function added, or changed,
-    since the triage has no verdict to hold the sample to."""
+    recorded mutants still have the same names and changes: a mutant of a function added, or
+    changed, since the triage has no verdict to hold the sample to."""
     from merge import records  # CI/mutation/merge.py: a function a later run saw changed starts over
 
     runs = [json.loads(path.read_text()) for path in sorted((results / "raw").glob(f"*/{module}.*.json"))]
@@ -359,6 +359,13 @@ def _unchanged_since_triage(module: str, current: dict[str, str], results: Path)
     recorded_status, _, recorded_diffs = records(runs)
     changed = {_function_of(n) for n, diff in recorded_diffs.items()
                if n in current and triage_key(n, current[n]) != triage_key(n, diff)}
+    # a function whose mutants are other names than recorded (more or fewer) changed too,
+    # even where no recorded diff shows it (before session 27 runs kept survivors' diffs only)
+    recorded, now = {}, {}
+    for names, table in ((recorded_status, recorded), (current, now)):
+        for n in names:
+            table.setdefault(_function_of(n), set()).add(n)
+    changed |= {f for f in recorded.keys() & now.keys() if recorded[f] != now[f]}
     return sorted(n for n in current if n in recorded_status and _function_of(n) not in changed)
 
 
