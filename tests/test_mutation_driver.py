@@ -131,6 +131,7 @@ def test_a_run_records_every_mutants_diff_and_the_sample_reads_runs_in_the_order
     new = driver.run_module("scheduler", (0, 1), 1, out, tmp_path / "work", 0.25, deadline=0.0, names=names,
                             reuse=True)
     assert new["status"] == dict.fromkeys(names, "killed") and new["diffs"] == table and new["started"] > 0
+    assert new["functions"] == {"dspark_ref.scheduler.x_f": names}
     old = {**_result({names[0]: "survived", names[1]: "killed"}), "module": "scheduler"}
     old["diffs"] = {names[0]: _diff("x = 2")}  # before the change, f__mutmut_1 was another mutant
     (tmp_path / "raw" / "session9").mkdir()
@@ -145,6 +146,13 @@ def test_a_run_records_every_mutants_diff_and_the_sample_reads_runs_in_the_order
     (tmp_path / "raw" / "session9" / "scheduler.shard0of1.json").write_text(json.dumps(old))
     assert driver._unchanged_since_triage("scheduler", {**table, g[0]: "", g[1]: ""}, tmp_path) == names
     assert driver._unchanged_since_triage("scheduler", {**table, **dict.fromkeys(g, "")}, tmp_path) == names + g
+    # a run of g's two mutants now starts g over: g__mutmut_3 is gone (and h, unchanged, stays)
+    again = {**_result(dict.fromkeys(g[:2], "killed")), "module": "scheduler",
+             "functions": {"dspark_ref.scheduler.x_g": g[:2]}}
+    h = {**_result({"dspark_ref.scheduler.x_h__mutmut_1": "survived"}), "module": "scheduler"}
+    first, last, _ = merge.records([old, h, again, {**again, "status": {g[0]: "survived"}}])  # then a re-check
+    assert sorted(first) == sorted([*names, *g[:2], "dspark_ref.scheduler.x_h__mutmut_1"])
+    assert first[g[0]] == ("scheduler", "killed") and last[g[0]] == "survived"
 
 
 def test_every_suite_file_runs_with_the_modules_of_its_sections():

@@ -32,8 +32,9 @@ Commands (from the repository root)::
 
 Result file per module and shard: ``R/<module>.shard<i>of<n>.json`` with every mutant's
 status (``killed`` exact, ``killed-statistical``, ``survived``, ``timeout``, ``segfault``,
-``suspicious``), mutmut's diff of every mutant (of survivors only before session 27) and the
-run's start time (``started``, seconds since the epoch; the sample reads runs in that order).
+``suspicious``), mutmut's diff of every mutant (of survivors only before session 27), every
+mutant name of the functions it touched (``functions``) and the run's start time
+(``started``, seconds since the epoch; the sample reads runs in that order).
 """
 
 from __future__ import annotations
@@ -277,13 +278,17 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
     # every mutant's diff, killed ones too: a later merge or sample sees that a function changed
     # since this run even where all its mutants were killed (merge.records starts it over)
     diffs = {n: table[n] for n in status}
+    # and every mutant name of each function it touched: a function whose names differ from
+    # the recorded ones changed (merge.records starts it over), even where no diff shows it
+    touched = {_function_of(n) for n in status}
+    functions = {f: sorted(n for n in table if _function_of(n) == f) for f in sorted(touched)}
     source = (REPO / "dspark_ref" / f"{module}.py").read_bytes()
     result = {
         "module": module, "section": SECTION_TESTS[module][0], "tests": " ".join(SECTION_TESTS[module][1]),
         "tool": TOOL, "tool_version": TOOL_VERSION, "shard": list(shard), "mutmut_rc": rc,
         "statistical_budget": budget, "source_sha256": hashlib.sha256(source).hexdigest(),
         "started": round(started, 1), "seconds": round(time.time() - started, 1), "status": status,
-        "statistical": statistical, "diffs": diffs,
+        "statistical": statistical, "diffs": diffs, "functions": functions,
     }
     (out / f"{tag}.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     return result
