@@ -4,6 +4,7 @@ behaviour, and the merge counts baseline survivors, gaps closed on re-check and 
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -111,6 +112,47 @@ def test_a_function_changed_since_an_earlier_run_starts_over():
     assert last["m.x_f__mutmut_1"] == "killed" and first["m.x_f__mutmut_2"] == ("m", "killed")
     summary, _ = merge.summarise([old, new], {})
     assert summary["m"]["mutants"] == 3 and summary["m"]["untriaged"] == 2
+
+
+def test_a_run_records_every_mutants_diff_and_the_sample_reads_runs_in_the_order_they_ran(tmp_path, monkeypatch):
+    """A run keeps the diff of every mutant it checked, killed ones too, and its start time:
+    after a source change whose new mutants are all killed (session 27's
+    ``MarkovHead.__init__``), the run must still start the function over, and the sample
+    must read it after the older runs whatever their folder names (raw/session9 sorts after
+    raw/session27), or the function stays "changed since the triage" for ever; and a
+    function whose mutant names differ from the recorded ones is changed."""
+    names = ["dspark_ref.scheduler.x_f__mutmut_1", "dspark_ref.scheduler.x_f__mutmut_2"]
+    table = {names[0]: _diff("x = None"), names[1]: _diff("x = 3")}
+    monkeypatch.setattr(driver, "mutants", lambda module, root=None: table)
+    meta = tmp_path / "work" / "scheduler" / "mutants" / "dspark_ref" / "scheduler.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text('{"exit_code_by_key": {"%s": 1, "%s": 1}}' % tuple(names))
+    out = tmp_path / "raw" / "session27"
+    new = driver.run_module("scheduler", (0, 1), 1, out, tmp_path / "work", 0.25, deadline=0.0, names=names,
+                            reuse=True)
+    assert new["status"] == dict.fromkeys(names, "killed") and new["diffs"] == table and new["started"] > 0
+    assert new["functions"] == {"dspark_ref.scheduler.x_f": names}
+    old = {**_result({names[0]: "survived", names[1]: "killed"}), "module": "scheduler"}
+    old["diffs"] = {names[0]: _diff("x = 2")}  # before the change, f__mutmut_1 was another mutant
+    (tmp_path / "raw" / "session9").mkdir()
+    (tmp_path / "raw" / "session9" / "scheduler.shard0of1.json").write_text(json.dumps(old))
+    assert driver._unchanged_since_triage("scheduler", table, tmp_path) == names
+    first, _, _ = merge.records([old, new])
+    assert first == {n: ("scheduler", "killed") for n in names}
+    # a function whose mutants are now other names than recorded changed, even where every
+    # recorded mutant was killed (no diff to compare: runs before session 27 kept none)
+    g = [f"dspark_ref.scheduler.x_g__mutmut_{i}" for i in (1, 2, 3)]
+    old["status"].update(dict.fromkeys(g, "killed"))
+    (tmp_path / "raw" / "session9" / "scheduler.shard0of1.json").write_text(json.dumps(old))
+    assert driver._unchanged_since_triage("scheduler", {**table, g[0]: "", g[1]: ""}, tmp_path) == names
+    assert driver._unchanged_since_triage("scheduler", {**table, **dict.fromkeys(g, "")}, tmp_path) == names + g
+    # a run of g's two mutants now starts g over: g__mutmut_3 is gone (and h, unchanged, stays)
+    again = {**_result(dict.fromkeys(g[:2], "killed")), "module": "scheduler",
+             "functions": {"dspark_ref.scheduler.x_g": g[:2]}}
+    h = {**_result({"dspark_ref.scheduler.x_h__mutmut_1": "survived"}), "module": "scheduler"}
+    first, last, _ = merge.records([old, h, again, {**again, "status": {g[0]: "survived"}}])  # then a re-check
+    assert sorted(first) == sorted([*names, *g[:2], "dspark_ref.scheduler.x_h__mutmut_1"])
+    assert first[g[0]] == ("scheduler", "killed") and last[g[0]] == "survived"
 
 
 def test_every_suite_file_runs_with_the_modules_of_its_sections():

@@ -32,7 +32,9 @@ Commands (from the repository root)::
 
 Result file per module and shard: ``R/<module>.shard<i>of<n>.json`` with every mutant's
 status (``killed`` exact, ``killed-statistical``, ``survived``, ``timeout``, ``segfault``,
-``suspicious``) and, for survivors, mutmut's diff.
+``suspicious``), mutmut's diff of every mutant (of survivors only before session 27), every
+mutant name of the functions it touched (``functions``) and the run's start time
+(``started``, seconds since the epoch; the sample reads runs in that order).
 """
 
 from __future__ import annotations
@@ -273,14 +275,20 @@ def run_module(module: str, shard: tuple[int, int], jobs: int, out: Path, work: 
             statistical[n] = s
             if s.startswith("killed"):  # a statistical-run timeout is wall time on a busy host, not a kill
                 status[n] = s
-    diffs = {n: table[n] for n, s in status.items() if s not in ("killed", "killed-statistical", "timeout")}
+    # every mutant's diff, killed ones too: a later merge or sample sees that a function changed
+    # since this run even where all its mutants were killed (merge.records starts it over)
+    diffs = {n: table[n] for n in status}
+    # and every mutant name of each function it touched: a function whose names differ from
+    # the recorded ones changed (merge.records starts it over), even where no diff shows it
+    touched = {_function_of(n) for n in status}
+    functions = {f: sorted(n for n in table if _function_of(n) == f) for f in sorted(touched)}
     source = (REPO / "dspark_ref" / f"{module}.py").read_bytes()
     result = {
         "module": module, "section": SECTION_TESTS[module][0], "tests": " ".join(SECTION_TESTS[module][1]),
         "tool": TOOL, "tool_version": TOOL_VERSION, "shard": list(shard), "mutmut_rc": rc,
         "statistical_budget": budget, "source_sha256": hashlib.sha256(source).hexdigest(),
-        "seconds": round(time.time() - started, 1), "status": status, "statistical": statistical,
-        "diffs": diffs,
+        "started": round(started, 1), "seconds": round(time.time() - started, 1), "status": status,
+        "statistical": statistical, "diffs": diffs, "functions": functions,
     }
     (out / f"{tag}.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     return result
@@ -345,14 +353,24 @@ def _pytest(cwd: Path, module: str, name: str, budget: float | None, timeout: fl
 
 def _unchanged_since_triage(module: str, current: dict[str, str], results: Path) -> list[str]:
     """The mutants of ``module`` the recorded runs (``results / "raw"``) saw, in functions whose
-    recorded survivors still have the same changes: a mutant of a function added, or changed,
-    since the triage has no verdict to hold the sample to."""
+    recorded mutants still have the same names and changes: a mutant of a function added, or
+    changed, since the triage has no verdict to hold the sample to."""
     from merge import records  # CI/mutation/merge.py: a function a later run saw changed starts over
 
     runs = [json.loads(path.read_text()) for path in sorted((results / "raw").glob(f"*/{module}.*.json"))]
+    # in the order they ran (a run's start time; files older than that field first, by path:
+    # raw/session9 sorts after raw/session27)
+    runs.sort(key=lambda r: r.get("started", 0.0))
     recorded_status, _, recorded_diffs = records(runs)
     changed = {_function_of(n) for n, diff in recorded_diffs.items()
                if n in current and triage_key(n, current[n]) != triage_key(n, diff)}
+    # a function whose mutants are other names than recorded (more or fewer) changed too,
+    # even where no recorded diff shows it (before session 27 runs kept survivors' diffs only)
+    recorded, now = {}, {}
+    for names, table in ((recorded_status, recorded), (current, now)):
+        for n in names:
+            table.setdefault(_function_of(n), set()).add(n)
+    changed |= {f for f in recorded.keys() & now.keys() if recorded[f] != now[f]}
     return sorted(n for n in current if n in recorded_status and _function_of(n) not in changed)
 
 

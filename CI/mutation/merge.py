@@ -77,13 +77,20 @@ def records(results: list[dict]) -> tuple[dict, dict, dict]:
     A run whose diff of a mutant differs from the one recorded earlier saw that function's
     source changed since (mutmut numbers a function's mutants afresh, so the same name is a
     different mutant): the earlier records of EVERY mutant of that function are dropped, and
-    this run's become their baseline (a function re-run after a change starts over).
+    this run's become their baseline (a function re-run after a change starts over). So does a
+    function whose mutant names in the run's source (``functions``, from session 27) are not
+    the names recorded for it earlier: it gained or lost mutants, so it changed, even where
+    no recorded diff shows it (runs before session 27 kept the diffs of survivors only).
     """
     first, last, diffs = {}, {}, {}
     for r in results:
         mine = r.get("diffs", {})
         changed = {_function_of(n) for n, d in mine.items()
                    if n in diffs and _changed_lines(d) != _changed_lines(diffs[n])}
+        earlier = {}
+        for n in first:
+            earlier.setdefault(_function_of(n), set()).add(n)
+        changed |= {f for f, names in r.get("functions", {}).items() if earlier.get(f, set(names)) != set(names)}
         for table in (first, last, diffs) if changed else ():
             for n in [n for n in table if _function_of(n) in changed]:
                 del table[n]

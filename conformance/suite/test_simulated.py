@@ -11,8 +11,9 @@ Covers, through :class:`~conformance.contract.SimulatedAcceptance` only:
   bug rounded 4.7 once, when its buffer was made, and ran it as a constant 4), tested by the
   law of the lengths and by how often disjoint pairs of steps differ; its correct drafts
   (the first ``acc_len - 1`` drafts, then -1) across batch-size and dtype changes; its clamp
-  at ``max_len = gamma + 1``, the shortest block ``gamma = 1``, its reused buffer (a step that
-  fits the capacity writes into the same storage) and lengths that follow its seed;
+  at ``max_len = gamma + 1``, value 1 as the constant 1, the shortest block ``gamma = 1``, an
+  empty batch, its reused buffer (a step that fits the capacity writes into the same storage)
+  and lengths that follow its seed;
 * ``sample_acc_len``'s draws are a function of the generator passed in;
 * the simulated bonus (:class:`~conformance.contract.SimulatedBonus`): after a run of ``a``
   accepted drafts, the target row at position ``a``, exactly its argmax for ``T < 1e-5``
@@ -326,6 +327,41 @@ def test_S6_executor_clamps_at_gamma_plus_one(case, require, case_seed, dspark_d
                 f"{case.id}: executor(9.5, match-expected, gamma={gamma}) step {step}: expected every length "
                 f"= gamma + 1 = {gamma + 1} (9.5 clamps to max_len = gamma + 1), got {lengths}"
             )
+
+
+VALUE_ONE = case("S6/executor/integer-1", "value 1, the lower end of [1, max_len], is the constant 1 in the verify "
+                 "step: no draft kept", ["S6.executor", "S6.match-expected"])
+
+
+@pytest.mark.parametrize("case", [VALUE_ONE], ids=case_id)
+def test_S6_executor_value_one_is_constant(case, require, case_seed, dspark_device):
+    iut = require(SimulatedAcceptance)
+    for gamma in (1, 3, 5):
+        executor = iut.executor(1.0, "match-expected", gamma, case_seed)
+        for step in range(3):
+            drafts = torch.arange(4 * gamma, device=dspark_device).reshape(4, gamma)
+            lengths = executor.step(drafts).cpu().tolist()
+            assert lengths == [1] * 4, (
+                f"{case.id}: executor(1.0, match-expected, gamma={gamma}) step {step}: expected every length = 1 "
+                f"(value 1 is the constant 1), got {lengths}"
+            )
+
+
+EMPTY_STEP = case("S6/executor/empty-batch", "a verify step over no requests ([0, gamma] drafts) returns an "
+                  "empty int64 [0] length vector, for both methods (no error)", ["S6.executor"])
+
+
+@pytest.mark.parametrize("case", [EMPTY_STEP], ids=case_id)
+def test_S6_executor_empty_batch(case, require, case_seed, dspark_device):
+    iut = require(SimulatedAcceptance)
+    gamma = 4
+    for method in METHODS:
+        executor = iut.executor(3.3, method, gamma, case_seed)
+        lengths = executor.step(torch.zeros(0, gamma, dtype=torch.int64, device=dspark_device))
+        assert tuple(lengths.shape) == (0,) and lengths.dtype == torch.int64, (
+            f"{case.id}: executor(3.3, {method}, gamma={gamma}).step([0, {gamma}]): expected an empty int64 [0] "
+            f"tensor, got {lengths.dtype} {tuple(lengths.shape)}"
+        )
 
 
 SHORT_BLOCK = case("S6/executor/gamma-1", "the shortest block, gamma = 1: lengths in {1, 2}, the draft kept "
