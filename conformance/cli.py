@@ -199,9 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with workers, the latency_bound cases (thousands of serial calls, each read back from "
                      "the device): 'alone' runs them after the others, in one process of their own, where no other "
                      "process's kernels delay each read-back; 'apart' runs them after the others too, each in a "
-                     f"process of its own (at most {LATENCY_WORKERS} at once: their kernels are small); "
-                     "'with-others' runs them first among the others (default: apart with --device cuda, "
-                     "with-others on cpu, where they would leave cores idle)")
+                     f"process of its own (at most {LATENCY_WORKERS} at once: their kernels are small; not yet "
+                     "timed on a GPU); 'with-others' runs them first among the others (default: alone with "
+                     "--device cuda, with-others on cpu, where they would leave cores idle)")
     run.add_argument("--tracebacks", action="store_true",
                      help="print each failing case's pytest traceback, and a statistical failure's worst bins, on "
                      "the console too (junit.xml and report.md always hold them)")
@@ -440,7 +440,7 @@ def run(args: argparse.Namespace) -> int:
 
     errors: list[str] = []  # pytest's ERROR: lines (a usage error's cause), for results.json
     with interruptible() as interrupts:
-        latency = args.latency_bound or ("apart" if args.device == "cuda" else "with-others")
+        latency = args.latency_bound or ("alone" if args.device == "cuda" else "with-others")
         if args.workers == "0" or latency == "with-others":
             cmd = command(args.cases, json_path, sessions[0])
             returncode, payload = run_suite(cmd, json_path, errors=errors)
