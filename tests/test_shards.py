@@ -23,8 +23,10 @@ from conformance.runner import PYTEST_ENV, merge_phases, pytest_command
 from conformance.shards import parse_shard, selection_digest, shard_cases
 
 ROOT = Path(__file__).resolve().parents[1]
-#: A selection of cheap cases with latency_bound ones among them (the executor's law and redraw cases).
-SELECTION = "test_S6_executor or test_S6_match_expected_degenerate"
+#: A selection of 15 cheap cases with latency_bound ones among them (the executor's law and redraw cases);
+#: the S6 executor cases added later (value one, empty batch) stay out, so the shards' contents stay as designed.
+SELECTION = ("(test_S6_executor or test_S6_match_expected_degenerate) and not value_one_is_constant "
+             "and not empty_batch")
 MUTANT = "mutant:simulated-rounded-once"
 
 
