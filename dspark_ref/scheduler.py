@@ -462,15 +462,9 @@ def _cost_function(cost: SPSCurve, max_batch: int) -> Callable[[int], float]:
     return cost_of
 
 
-def _check_bounds(
-    name: str, bounds: torch.Tensor | None, default: int, rows: int, device: torch.device
-) -> list[int]:
-    if bounds is None:
-        return [default] * rows
-    check_tensor(name, bounds, shape=(rows,), dtypes=(torch.int64, torch.int32))
-    if bounds.device != device:
-        raise ValueError(f"{name}: expected a tensor on {device} (the confidences' device), got {bounds.device}")
-    return [int(v) for v in bounds.tolist()]
+def _bound_values(bounds: torch.Tensor | None, default: int, rows: int) -> list[int]:
+    """A per-request bound as a list (``default`` for each request where None)."""
+    return [default] * rows if bounds is None else [int(v) for v in bounds.tolist()]
 
 
 def _check_production_forms(
@@ -513,12 +507,12 @@ def _to_host(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
 def _check_production(
     stale_confidences: torch.Tensor, min_lengths: torch.Tensor | None, max_lengths: torch.Tensor | None
 ) -> tuple[torch.Tensor, list[int], list[int]]:
-    """Validate a production-scheduler call; returns the stale survival and the bounds."""
+    """Validate the values of a production-scheduler call (on the host, their forms checked by
+    :func:`_check_production_forms`); returns the stale survival and the bounds."""
     survival = _check_confidences("stale_confidences", stale_confidences)
     rows, gamma = survival.shape
-    device = stale_confidences.device
-    low = _check_bounds("min_lengths", min_lengths, 0, rows, device)
-    high = _check_bounds("max_lengths", max_lengths, gamma, rows, device)
+    low = _bound_values(min_lengths, 0, rows)
+    high = _bound_values(max_lengths, gamma, rows)
     bad = [r for r in range(rows) if not 0 <= low[r] <= high[r] <= gamma]
     if bad:
         r = bad[0]
