@@ -353,8 +353,9 @@ class _Forwarding:
             except NotImplementedError as exc:
                 raise _unsupported(where, exc) from exc
             if before:  # none when the call took no tensor (or a graph capture left them unchecked)
-                # Tensors passed as arguments themselves stay the caller's objects: no second walk finds others.
-                flat = all(isinstance(v, (torch.Tensor, *_HOLDS_NO_TENSOR)) for _, v in arguments)
+                # Tensors passed as arguments themselves stay the caller's objects: where every
+                # checked tensor was one (its path is the argument's name), no second walk.
+                flat = before.keys() <= {name for name, _ in arguments}
                 _PENDING.calls.append((where, before, inputs if flat else arguments))
                 if not _PENDING.depth:  # outside a validating method: no output check to read with
                     _read()
