@@ -5,8 +5,9 @@ ends a run after every other worker has stopped (the reference's parallel phase 
 16.5 s of work per worker, 38 s of wall time, its last 10 s two S3 cases). The runner
 therefore sorts the suite's cases by what each took when last measured
 (``case_costs.json``: seconds per case id, the longest of the whole-suite runs named in its
-``about``), the latency-bound ones first where they run among the others. A case the table
-lacks counts as free and keeps its collection order among its peers. The order decides
+``about``), the latency-bound ones first where they run among the others, and the cases a
+ledger expects to lose the CUDA context last. A case the table lacks counts as free and keeps
+its collection order among its peers. The order decides
 nothing else: seeds follow case ids, never positions (``conformance.seeds``).
 """
 
@@ -36,6 +37,9 @@ def case_costs() -> dict[str, float]:
     return seconds
 
 
-def order_key(case_id: str, latency_bound: bool) -> tuple[bool, float]:
-    """Sort key of a case: latency-bound cases first, then the longest measured first."""
-    return (not latency_bound, -case_costs().get(case_id, 0.0))
+def order_key(case_id: str, latency_bound: bool, loses_context: bool = False) -> tuple[bool, bool, float]:
+    """Sort key of a case: latency-bound cases first, then the longest measured first; last,
+    the cases whose ledger entry expects them to lose the CUDA context
+    (``ExpectedFailure.loses_cuda_context``), since every later case of their process cannot
+    run and goes again to a fresh one (``conformance.cuda_context``)."""
+    return (not latency_bound, loses_context, -case_costs().get(case_id, 0.0))

@@ -269,7 +269,8 @@ def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[py
     ``--dspark-case`` kept, dealt by case id; the same in both phases, taken before the phase),
     then ``--dspark-phase``: ``parallel`` deselects the suite's ``latency_bound`` items,
     ``serial`` every other suite item (foreign items stay); ``all`` keeps them. The suite's
-    items run longest first (``conformance.case_order``; foreign items keep their places). Records the
+    items run longest first, those a ledger expects to lose the CUDA context last
+    (``conformance.case_order``; foreign items keep their places). Records the
     selected suite cases per SPEC section, and those left to the other phase
     (``selected_by_section`` and ``held_for_other_phase`` of the run's JSON; under xdist the
     controller counts its workers' collection, and a worker sends the second through
@@ -301,7 +302,7 @@ def _longest_first(items: list[pytest.Item]) -> None:
     hands out items in order); other items keep their places."""
     slots = [i for i, item in enumerate(items) if is_suite_item(item)]
     ordered = sorted((items[i] for i in slots), key=lambda item: order_key(
-        item_case_id(item), item.get_closest_marker("latency_bound") is not None))
+        item_case_id(item), item.get_closest_marker("latency_bound") is not None, item.stash.get(_LOSES_CONTEXT, False)))
     for slot, item in zip(slots, ordered):
         items[slot] = item
 

@@ -752,6 +752,19 @@ def test_cases_are_handed_out_longest_first(tmp_path):
     assert costs == sorted(costs, reverse=True) and costs[0] > 10 * costs[len(costs) // 2], order
 
 
+def test_cases_a_ledger_expects_to_lose_the_cuda_context_are_handed_out_last(tmp_path):
+    """Every later case of a process that lost its CUDA context must run again in a fresh one
+    (SGLang 0.5.23's S5/greedy/hand-cases on an H100, session 28: 122 cases): the declared
+    cases come after every other, whatever their measured seconds."""
+    command = pytest_command(impl="tests.toy_adapters:loses_the_cuda_context_as_declared", device="cpu",
+                             json_path=tmp_path / "r.json", workers="0", keyword="test_S6_match_expected_law or "
+                             "test_S6_lengths_stay_in_range", extra=["--collect-only"])
+    listed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **PYTEST_ENV})
+    order = [line for line in listed.stdout.splitlines() if "::" in line]
+    declared = [i for i, line in enumerate(order) if "test_S6_match_expected_law" in line]
+    assert len(order) > len(declared) >= 3 and declared == list(range(len(order) - len(declared), len(order))), order
+
+
 def test_on_cpu_latency_bound_cases_run_first_among_the_others(tmp_path):
     """On CPU no other process's kernels delay a read-back, and a second session after the
     others left a core idle for the S8 Appendix A law (53 s of one core): one session, the

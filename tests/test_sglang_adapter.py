@@ -157,6 +157,10 @@ def test_ledger_scopes_every_finding_by_release_range():
     # F1's lost CUDA context: confirmed on CUDA only, never claimed on CPU
     caps = [e for e in ledger.LEDGER.expected_failures("0.5.23") if "per-row-chain-generator" in e.test]
     assert {(e.devices, e.loses_cuda_context) for e in caps} == {(("cpu",), False), (("cuda",), True)}
+    hand = [e for e in ledger.LEDGER.expected_failures("0.5.23") if "S5/greedy/hand-cases" in e.test]
+    assert {(e.devices, e.loses_cuda_context) for e in hand} == {(("cpu",), False), (("cuda",), True)}
+    hand = [e for e in ledger.LEDGER.expected_failures("0.5.22") if "S5/greedy/hand-cases" in e.test]
+    assert [(e.devices, e.loses_cuda_context) for e in hand] == [(("cpu", "cuda"), False)]  # not measured there
     later = ledger.LEDGER.expected_failures("0.5.24")
     newest = ledger.LEDGER.expected_failures(ledger.LEDGER.newest_measured["cpu"])
     assert {(e.test, e.devices) for e in later} == {(e.test, e.devices) for e in newest}

@@ -58,10 +58,11 @@ def _both(releases: str) -> ledgers.Scope:
 
 
 _ENTRIES: tuple[ledgers.Entry, ...] = (
-    *(
-        _Entry(f"test_S5_greedy_verify_{case}", "S5", _CAP0, (_both(_EVERY),))
-        for case in ("hand_cases[S5/greedy/hand-cases]", "matches_argmax_oracle[S5/greedy/random-V1000-l5]")
-    ),
+    # F1 on an H100 (sessions 27 and 28): the hand cases (cap 0 among their caps) lost the CUDA
+    # context on 0.5.23 in two of three whole-suite runs ("illegal memory access"); xfailed in the other.
+    _Entry("test_S5_greedy_verify_hand_cases[S5/greedy/hand-cases]", "S5", _CAP0,
+           (_cpu(_EVERY), _cuda("==0.5.23", loses_cuda_context=True), _cuda(_EVERY))),
+    _Entry("test_S5_greedy_verify_matches_argmax_oracle[S5/greedy/random-V1000-l5]", "S5", _CAP0, (_both(_EVERY),)),
     # F1 on the H200 (session 8): the greedy case with ties (cap 0 among its caps) lost the CUDA
     # context on 0.5.20 and 0.5.21 ("illegal memory access"); on 0.5.19, 0.5.22 and 0.5.23 it failed without.
     _Entry("test_S5_greedy_verify_matches_argmax_oracle[S5/greedy/random-ties-V16-l6]", "S5", _CAP0,
