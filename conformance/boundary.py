@@ -174,18 +174,55 @@ def _inputs(where: str, arguments: list[tuple[str, Any]]) -> dict[str, torch.Ten
     return {path: t for path, t in found.items() if t.device.type != "meta"}
 
 
+#: A CUDA tensor of at most this many elements is checked on a host copy, taken without waiting
+#: and read with the call's one wait: a copy costs about one kernel launch (7 us on an H100),
+#: the clone, comparison and count it replaces three (34 us; results/perf/h100-session28).
+HOST_COPY_ELEMENTS = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class _HostCopy:
+    """The values of a small CUDA tensor copied to the host before a call (readable once
+    ``stream``, where the copy was queued, has been waited on), with the form of the tensor
+    they came from."""
+
+    values: torch.Tensor
+    device: torch.device
+    stream: torch.cuda.Stream
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.values.shape
+
+
+def _snapshot(tensor: torch.Tensor) -> torch.Tensor | _HostCopy:
+    """What a call's input is compared with after the call: a clone on its device, or a
+    :class:`_HostCopy` of a CUDA tensor of at most ``HOST_COPY_ELEMENTS`` elements."""
+    tensor = tensor.detach()
+    if tensor.is_cuda and tensor.numel() <= HOST_COPY_ELEMENTS:
+        return _HostCopy(tensor.to("cpu", non_blocking=True), tensor.device, torch.cuda.current_stream(tensor.device))
+    return tensor.clone()
+
+
 def _capturing(tensors: dict[str, torch.Tensor]) -> bool:
     """Whether the current CUDA stream is capturing a graph (never checked on a CPU-only call)."""
     return any(t.is_cuda for t in tensors.values()) and torch.cuda.is_current_stream_capturing()
 
 
-def _change(before: torch.Tensor, after: torch.Tensor) -> str | None:
-    """How ``after`` differs from ``before`` (its clone from before the call), or None.
+def _change(before: torch.Tensor | _HostCopy, after: torch.Tensor, copy: torch.Tensor | None = None) -> str | None:
+    """How ``after`` differs from ``before`` (its snapshot from before the call), or None.
     Exact (``torch.equal``): every changed value counts, except a NaN that stays NaN (its
-    payload aside) and a zero that changes sign; a new dtype, shape or device counts too."""
+    payload aside) and a zero that changes sign; a new dtype, shape or device counts too.
+    ``copy``: ``after``'s host copy, read with ``before``'s where that is a :class:`_HostCopy`."""
     if (before.dtype, before.shape, before.device) != (after.dtype, after.shape, after.device):
         return (f"{_name(before.dtype)} {list(before.shape)} on {before.device} became "
                 f"{_name(after.dtype)} {list(after.shape)} on {after.device}")
+    if isinstance(before, _HostCopy):
+        before, after = before.values, copy
     after = after.detach()
     if torch.equal(before, after):
         return None
@@ -200,15 +237,16 @@ def _change(before: torch.Tensor, after: torch.Tensor) -> str | None:
             f"({count} of {before.numel()} elements differ)")
 
 
-def _check_unchanged(where: str, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor],
-                     unchanged: set[str]) -> None:
+def _check_unchanged(where: str, before: dict[str, torch.Tensor | _HostCopy], after: dict[str, torch.Tensor],
+                     unchanged: set[str], copies: dict[str, torch.Tensor]) -> None:
     """Raises :class:`BoundaryViolation` naming the first argument whose tensor changed;
-    ``unchanged``: paths already seen unchanged (:func:`_read`)."""
+    ``unchanged``: paths already seen unchanged, ``copies``: host copies of the tensors now
+    at the paths of host-copied inputs (:func:`_read`)."""
     for path, clone in before.items():
         if path in unchanged:
             continue
         now = after.get(path)
-        change = "the tensor is gone" if now is None else _change(clone, now)
+        change = "the tensor is gone" if now is None else _change(clone, now, copies.get(path))
         if change is not None:
             raise BoundaryViolation(f"{where} changed its argument {path} in place (SPEC S5: inputs stay "
                                     f"unchanged): {change}")
@@ -216,13 +254,13 @@ def _check_unchanged(where: str, before: dict[str, torch.Tensor], after: dict[st
 
 class _Pending(threading.local):
     """The input checks of the calls a validating method has made and not yet read back:
-    ``calls`` of ``(where, clones by path, the arguments)``, the arguments as the tensors by
+    ``calls`` of ``(where, snapshots by path, the arguments)``, the arguments as the tensors by
     path where each tensor was an argument itself, else as ``(name, value)`` pairs to walk
     again (:func:`_inputs`); ``depth``, how many validating methods are running (0: a call
     outside one checks its inputs at once)."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, torch.Tensor],
+        self.calls: list[tuple[str, dict[str, torch.Tensor | _HostCopy],
                                dict[str, torch.Tensor] | list[tuple[str, Any]]]] = []
         self.depth = 0
 
@@ -230,30 +268,47 @@ class _Pending(threading.local):
 _PENDING = _Pending()
 
 
-def _read(*values: torch.Tensor) -> list[float]:
+def _read(*values: torch.Tensor, wait: torch.device | None = None) -> list[float]:
     """The values of 0-d tensors, read back at once with the pending input checks (SPEC S5).
 
     On CUDA each read-back waits for the device; a validating method's checks therefore read
-    once: the equality of every CUDA input with its clone and the extremes its value rules
-    need go back together (an S8 sampled case makes 146,499 schedule calls). The inputs are
-    judged first, in call and argument order, as they were checked before the outputs: a
-    changed one raises :class:`BoundaryViolation` (a NaN that stayed NaN is judged unchanged
-    by the exact test of :func:`_change`, to which the one-read count of differing elements
-    leaves it).
+    once: the equality of every CUDA input with its snapshot (a count of differing elements
+    on the device, or a host copy of a small one, :data:`HOST_COPY_ELEMENTS`) and the
+    extremes its value rules need go back together (an S8 sampled case makes 146,499
+    schedule calls). The inputs are judged first, in call and argument order, as they were
+    checked before the outputs: a changed one raises :class:`BoundaryViolation` (a NaN that
+    stayed NaN is judged unchanged by the exact test of :func:`_change`, to which the
+    one-read count of differing elements leaves it). ``wait``: a CUDA device whose current
+    stream is waited on too (a caller's host copy from it is then readable).
 
     Returns:
         Each value as a Python number, in order.
     """
     calls, _PENDING.calls = _PENDING.calls, []
     checks = [(where, before, now if isinstance(now, dict) else _inputs(where, now)) for where, before, now in calls]
-    compared = [(index, path) for index, (_, before, after) in enumerate(checks) for path, clone in before.items()
-                if clone.is_cuda and (now := after.get(path)) is not None
-                and (clone.dtype, clone.shape, clone.device) == (now.dtype, now.shape, now.device)]
-    differing = [(checks[i][1][path] != checks[i][2][path].detach()).sum() for i, path in compared]  # int64
-    read = _read_back([*differing, *values])
-    unchanged = {key for key, count in zip(compared, read) if count == 0}
+    counted, copies = [], {}  # (check, path) of CUDA inputs compared on the device / host copies of them now
+    for index, (_, before, after) in enumerate(checks):
+        for path, snapshot in before.items():
+            now = after.get(path)
+            if now is None or (snapshot.dtype, snapshot.shape, snapshot.device) != (now.dtype, now.shape, now.device):
+                continue  # judged by _change's form test
+            if isinstance(snapshot, _HostCopy):
+                copies[index, path] = now.detach().to("cpu", non_blocking=True)
+            elif snapshot.is_cuda:
+                counted.append((index, path))
+    differing = [(checks[i][1][path] != checks[i][2][path].detach()).sum() for i, path in counted]  # int64
+    read = _read_back([*differing, *values])  # waits on the current stream of their device
+    waited = {torch.cuda.current_stream(v.device) for v in (*differing, *values) if v.is_cuda}
+    devices = {checks[i][1][path].device for i, path in copies} | {wait} - {None}
+    streams = {checks[i][1][path].stream for i, path in copies} | {torch.cuda.current_stream(d) for d in devices}
+    for stream in streams - waited:
+        stream.synchronize()
+    unchanged = {key for key, count in zip(counted, read) if count == 0}
+    unchanged |= {(i, path) for (i, path), copy in copies.items()
+                  if _change(checks[i][1][path], checks[i][2][path], copy) is None}
     for index, (where, before, after) in enumerate(checks):
-        _check_unchanged(where, before, after, {path for i, path in unchanged if i == index})
+        _check_unchanged(where, before, after, {path for i, path in unchanged if i == index},
+                         {path: copy for (i, path), copy in copies.items() if i == index})
     return read[len(differing):]
 
 
@@ -347,7 +402,7 @@ class _Forwarding:
             arguments = _arguments(names, args, kwargs)
             inputs = _inputs(where, arguments)
             checked = not _capturing(inputs)
-            before = {path: t.detach().clone() for path, t in inputs.items()} if checked else {}
+            before = {path: _snapshot(t) for path, t in inputs.items()} if checked else {}
             try:
                 out = value(*args, **kwargs)
             except NotImplementedError as exc:
@@ -369,8 +424,14 @@ class _Forwarding:
 
 # ----------------------------------------------------------------------------- value rules
 def _extremes(value: torch.Tensor) -> tuple[int, int]:
-    """``(min, max)`` of an integer tensor, read back at once."""
-    low, high = _read(*torch.aminmax(value))
+    """``(min, max)`` of an integer tensor, read back at once (from a host copy where it is a
+    small CUDA tensor, :data:`HOST_COPY_ELEMENTS`)."""
+    if value.is_cuda and value.numel() <= HOST_COPY_ELEMENTS:
+        copy = value.detach().to("cpu", non_blocking=True)
+        _read(wait=value.device)
+        low, high = torch.aminmax(copy)
+    else:
+        low, high = _read(*torch.aminmax(value))
     return int(low), int(high)
 
 

@@ -675,10 +675,15 @@ def test_S5_a_method_s_input_checks_are_settled_before_it_returns_or_raises():
 
 
 @pytest.mark.gpu
-def test_S5_cuda_inputs_are_checked_with_one_read_back_as_on_the_cpu():
-    """On CUDA the unchanged-inputs test of all a call's tensors is read back at once; what it
-    passes and flags is the CPU's: a NaN that stays NaN passes, a value written over fails
-    naming its first change, a tensor that changes dtype fails; output ids out of range too."""
+@pytest.mark.parametrize("host_copies", [True, False], ids=["host-copies", "counted-on-the-device"])
+def test_S5_cuda_inputs_are_checked_with_one_read_back_as_on_the_cpu(host_copies, monkeypatch):
+    """On CUDA the unchanged-inputs test of all a call's tensors is read back at once, compared
+    on host copies (tensors of at most HOST_COPY_ELEMENTS) or counted on the device; what it
+    passes and flags is the CPU's either way: a NaN that stays NaN passes, a value written over
+    fails naming its first change, a tensor that changes dtype fails; output ids out of range too."""
+    import conformance.boundary as boundary
+
+    monkeypatch.setattr(boundary, "HOST_COPY_ELEMENTS", boundary.HOST_COPY_ELEMENTS if host_copies else 0)
     cuda = torch.device("cuda")
 
     class Writes:
@@ -705,6 +710,18 @@ def test_S5_cuda_inputs_are_checked_with_one_read_back_as_on_the_cpu():
     with violation("NoiseStepSampler.sample_with_noise returned int64 [2] with ids in [0, 2], expected int64 [2] on "
                    "cuda:0 with ids in [0, 2)"):
         validating(c.NoiseStepSampler, Writes(None)).sample_with_noise(torch.zeros(2, 2, device=cuda), *args)
+
+    def becomes_float64(x, n):
+        x.data = x.data.double()
+
+    with violation("changed its argument logits in place (SPEC S5: inputs stay unchanged): float32 [2, 2] on cuda:0 "
+                   "became float64 [2, 2] on cuda:0"):
+        validating(c.NoiseStepSampler, Writes(becomes_float64)).sample_with_noise(torch.zeros(2, 2, device=cuda), *args)
+    lengths = torch.tensor([0, 3], device=cuda)  # SPEC S8 lengths in [0, gamma]: extremes read from a copy or reduced
+    with violation("PrefixScheduler.schedule returned int64 [2] with values in [0, 3], expected int64 [2] on cuda:0 "
+                   "with values in [0, 2]"):
+        validating(c.PrefixScheduler, Canned(lengths)).schedule(torch.ones(2, 2, dtype=torch.float64, device=cuda),
+                                                               [1.0] * 5)
 
 
 class WritesItsOwnBuffers(FakeSession):
