@@ -29,6 +29,8 @@ executor) first clones every tensor it is given, as an argument or inside one (i
 lists, tuples and mappings such as a ``state_dict``, fields of dataclasses, parameters and
 buffers of an ``nn.Module`` such as the S9 tiny models), and after the call has returned
 compares each with its clone exactly (``torch.equal``; a NaN that stays NaN is unchanged).
+A CUDA tensor of at most ``HOST_COPY_ELEMENTS`` is copied to the host instead, before and
+after the call, both copies read with the call's one wait on the device.
 A change fails the case, naming the argument and its first changed element::
 
     SimulatedBonus.simulated_bonus changed its argument target_logits in place (SPEC S5: inputs
