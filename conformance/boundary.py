@@ -177,8 +177,9 @@ def _inputs(where: str, arguments: list[tuple[str, Any]]) -> dict[str, torch.Ten
 
 
 #: A CUDA tensor of at most this many elements is checked on a host copy, taken without waiting
-#: and read with the call's one wait: a copy costs about one kernel launch (7 us on an H100),
-#: the clone, comparison and count it replaces three (34 us; results/perf/h100-session28).
+#: and read with the call's one wait, in place of a clone (6.8 us on an H100), a comparison and
+#: its count (19.6 us) on the device: an S8 schedule call through the boundary took 151.0 us
+#: where it took 169.6 us (results/perf/h100-session28/, s8bench-cuda.txt of calls A and B).
 HOST_COPY_ELEMENTS = 4096
 
 
