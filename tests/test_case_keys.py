@@ -61,10 +61,17 @@ STAT_CASE = "S6/match-expected/4.7-max6"
 STAT_LEGACY_KEY = "conformance/test_simulated.py::test_S6_match_expected_law[S6/match-expected/4.7-max6]"
 
 
+def _installed_env() -> dict[str, str]:
+    """This process's environment less ``PYTHONPATH``: a checkout on it would be imported ahead
+    of an installed wheel (``python -m bench verdict`` runs the test command with the side's
+    checkout there)."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
 def _cases(python: str, cwd: Path, pythonpath: Path | None = None) -> list[tuple[str, str, list[int]]]:
     """``(case id, legacy key from where the test sits, [seed per BASE_SEEDS])`` of a fresh collection
     (``pythonpath``: the checkout to import, not an installed copy)."""
-    env = {**os.environ, "PYTHONPATH": str(pythonpath)} if pythonpath else None
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)} if pythonpath else _installed_env()
     proc = subprocess.run([python, "-c", LIST_CASES], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [line.split("\t")[1:] for line in proc.stdout.splitlines() if line.startswith("CASE\t")]
@@ -252,7 +259,8 @@ STAT_BUDGET = "0.01"
 
 def _stat_pvalues(cli: list[str], cwd: Path, report: Path) -> list[float]:
     proc = subprocess.run([*cli, "run", "--workers", "0", "--seed", "1", "--case", STAT_CASE, "--budget", STAT_BUDGET,
-                           "--report", str(report)], cwd=cwd, capture_output=True, text=True, timeout=300)
+                           "--report", str(report)], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env=_installed_env())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     tests = json.loads((report / "results.json").read_text())["tests"]
     assert [t["case"] for t in tests] == [STAT_CASE]
@@ -283,14 +291,14 @@ def test_an_installed_wheel_has_the_same_case_ids_and_seeds(tmp_path, checkout_c
     if sys.prefix != sys.base_prefix:  # this pytest runs in a venv: lend its packages (torch) too
         _lend_site_packages(python)
     subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=300, env=_installed_env())
     elsewhere = tmp_path / "project"
     elsewhere.mkdir()
     where = subprocess.run([python, "-c", "import conformance, sys; print(conformance.__file__)"], cwd=elsewhere,
-                           capture_output=True, text=True, check=True).stdout
+                           capture_output=True, text=True, check=True, env=_installed_env()).stdout
     assert str(env_dir) in where, where  # the wheel's copy, not the checkout's
-    assert subprocess.run([python, "-c", "import fixtures.mutants"], cwd=elsewhere,
-                          capture_output=True).returncode != 0  # fixtures is not installed
+    assert subprocess.run([python, "-c", "import fixtures.mutants"], cwd=elsewhere, capture_output=True,
+                          env=_installed_env()).returncode != 0  # fixtures is not installed
     assert _cases(python, elsewhere) == checkout_cases
     installed = _stat_pvalues([python, "-m", "conformance.cli"], elsewhere, tmp_path / "installed")
     checkout = _stat_pvalues([sys.executable, "-m", "conformance.cli"], ROOT, tmp_path / "checkout")

@@ -453,10 +453,14 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout:
 
 
 def _shell(argv: list[str], cwd: Path):
-    """Run through bash so a glob (``dist/*.whl``) expands as the document's shell would."""
+    """Run through bash so a glob (``dist/*.whl``) expands as the document's shell would, in
+    this environment less ``PYTHONPATH``, as a reader's shell would run the command (a
+    checkout there, as ``python -m bench verdict`` sets it, holds this project's egg-info: pip
+    then takes the wheel as installed)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     return subprocess.run(["bash", "-c", " ".join(shlex.quote(a) if "*" not in a else a for a in argv)],
                           cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+                          env={**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
 
 
 @pytest.fixture(scope="module")
