@@ -17,7 +17,8 @@ from pathlib import Path
 @dataclasses.dataclass(frozen=True)
 class Timed:
     """One finished command: ``command`` (shell-quoted), wall ``seconds``, ``returncode``
-    and ``last_line`` (its last non-empty line of output: pytest's summary)."""
+    and ``last_line`` (its last non-empty line on stdout, pytest's summary; on stderr where
+    stdout has none)."""
 
     command: str
     seconds: float
@@ -33,5 +34,7 @@ def time_command(command: Sequence[str], cwd: Path, env: Mapping[str, str] | Non
     proc = subprocess.run(list(command), cwd=cwd, env=None if env is None else dict(env),
                           capture_output=True, text=True)
     seconds = time.perf_counter() - start
-    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    # A plugin's warnings go to stderr after pytest's summary (pytest-benchmark's did).
+    lines = [line for line in proc.stdout.splitlines() if line.strip()] or [
+        line for line in proc.stderr.splitlines() if line.strip()]
     return Timed(shlex.join(command), seconds, proc.returncode, lines[-1] if lines else "")

@@ -550,3 +550,16 @@ def test_bench_verdict_sides_alternate_in_their_own_checkouts(tmp_path, monkeypa
         f"{r.side}-{i}" for i, r in sorted(enumerate(runs), key=lambda ir: f"{ir[1].side}-{ir[0]}")]
     assert calls == [(r.side, str(tmp_path / r.side)) for r in runs]  # cwd and PYTHONPATH: the side's checkout
     assert all(r.outcome["cases_run"] == sorted(CASES) for r in runs)
+
+
+def test_a_timed_command_s_last_line_is_its_summary_on_stdout_not_a_warning_after_it(tmp_path):
+    """A pytest plugin may write warnings to stderr after pytest's summary line (a foreign
+    environment's pytest-benchmark did, and bench verdict then showed the warning as the test
+    command's outcome); stderr's last line counts only where stdout has none."""
+    from bench.wall import time_command
+
+    script = "import sys; print('2 failed, 2456 passed'); print('  warner(Warning(text))', file=sys.stderr)"
+    assert time_command([sys.executable, "-c", script], tmp_path).last_line == "2 failed, 2456 passed"
+    quiet = "import sys; print('Traceback: boom', file=sys.stderr); sys.exit(3)"
+    timed = time_command([sys.executable, "-c", quiet], tmp_path)
+    assert (timed.returncode, timed.last_line) == (3, "Traceback: boom")
