@@ -316,11 +316,13 @@ def _read(*values: torch.Tensor, wait: torch.device | None = None) -> list[float
 
 
 def _read_back(values: list[torch.Tensor]) -> list[float | int]:
-    """0-d tensors' values, one read-back where they share a device (through float64 where
-    their dtypes differ: exact for integers below 2^53)."""
+    """0-d tensors' values: on the CPU (or across devices) each as it is, else one read-back
+    where they share a device (through float64 where their dtypes differ: exact for integers
+    below 2^53)."""
     if not values:
         return []
-    if len({v.device for v in values}) > 1:
+    devices = {v.device for v in values}
+    if len(devices) > 1 or devices == {torch.device("cpu")}:  # nothing to wait for on the CPU
         return [v.item() for v in values]
     if len({v.dtype for v in values}) > 1:  # one dtype (the int64 counts and extremes of ids) needs no conversion
         values = [v.double() for v in values]
