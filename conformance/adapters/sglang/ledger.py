@@ -59,7 +59,7 @@ def _both(releases: str) -> ledgers.Scope:
 
 _ENTRIES: tuple[ledgers.Entry, ...] = (
     # F1 on an H100 (sessions 27 and 28): the hand cases (cap 0 among their caps) lost the CUDA
-    # context on 0.5.23 in two of three whole-suite runs ("illegal memory access"); xfailed in the other.
+    # context on 0.5.23 in two of four whole-suite runs ("illegal memory access"); xfailed in the others.
     _Entry("test_S5_greedy_verify_hand_cases[S5/greedy/hand-cases]", "S5", _CAP0,
            (_cpu(_EVERY), _cuda("==0.5.23", loses_cuda_context=True), _cuda(_EVERY))),
     _Entry("test_S5_greedy_verify_matches_argmax_oracle[S5/greedy/random-V1000-l5]", "S5", _CAP0, (_both(_EVERY),)),
