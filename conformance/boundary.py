@@ -202,11 +202,17 @@ class _HostCopy:
         return self.values.shape
 
 
+def _copied_to_host(tensor: torch.Tensor) -> bool:
+    """Whether the boundary checks ``tensor`` on a host copy (a CUDA tensor of at most
+    :data:`HOST_COPY_ELEMENTS` elements)."""
+    return tensor.is_cuda and tensor.numel() <= HOST_COPY_ELEMENTS
+
+
 def _snapshot(tensor: torch.Tensor) -> torch.Tensor | _HostCopy:
     """What a call's input is compared with after the call: a clone on its device, or a
     :class:`_HostCopy` of a CUDA tensor of at most ``HOST_COPY_ELEMENTS`` elements."""
     tensor = tensor.detach()
-    if tensor.is_cuda and tensor.numel() <= HOST_COPY_ELEMENTS:
+    if _copied_to_host(tensor):
         return _HostCopy(tensor.to("cpu", non_blocking=True), tensor.device, torch.cuda.current_stream(tensor.device))
     return tensor.clone()
 
@@ -431,7 +437,7 @@ class _Forwarding:
 def _extremes(value: torch.Tensor) -> tuple[int, int]:
     """``(min, max)`` of an integer tensor, read back at once (from a host copy where it is a
     small CUDA tensor, :data:`HOST_COPY_ELEMENTS`)."""
-    if value.is_cuda and value.numel() <= HOST_COPY_ELEMENTS:
+    if _copied_to_host(value):
         copy = value.detach().to("cpu", non_blocking=True)
         _read(wait=value.device)
         low, high = torch.aminmax(copy)
