@@ -298,8 +298,9 @@ def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[py
 
 
 def _longest_first(items: list[pytest.Item]) -> None:
-    """Sort the suite's items in place by :func:`conformance.case_order.order_key` (xdist
-    hands out items in order); other items keep their places."""
+    """Sort the suite's items in place by :func:`conformance.case_order.order_key` (the
+    runner's xdist workers take them in this order: ``conformance.handout``); other items keep
+    their places."""
     slots = [i for i, item in enumerate(items) if is_suite_item(item)]
     ordered = sorted((items[i] for i in slots), key=lambda item: order_key(
         item_case_id(item), item.get_closest_marker("latency_bound") is not None, item.stash.get(_LOSES_CONTEXT, False)))
@@ -309,6 +310,18 @@ def _longest_first(items: list[pytest.Item]) -> None:
 
 def _by_section(test_names: Iterable[str]) -> dict[str, int]:
     return dict(Counter(section_of(name) for name in test_names))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's controller: hand the runner's cases out longest first
+    (``conformance.handout``) where the run names ``--dspark-impl`` and deals by ``load``;
+    None (xdist's own scheduling) in any other run."""
+    if not run_session(config).impl_given or config.getvalue("dist") != "load":
+        return None
+    from .handout import LongestFirstScheduling  # imports xdist: only under xdist
+
+    return LongestFirstScheduling(config, log)
 
 
 @pytest.hookimpl(optionalhook=True)
