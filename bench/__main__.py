@@ -92,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="keep each run's report directory as DIR/SIDE-N (default: removed with the scratch space)")
     group.add_argument("--startup-case", default=verdict.STARTUP_CASE, metavar="CASE_ID",
                        help=f"the exact case whose lone run times start-up (default {verdict.STARTUP_CASE})")
+    group.add_argument("--no-startup", dest="startup_case", action="store_const", const=None,
+                       help="leave the start-up run out (a GPU pair that must fit one time limit)")
     parser.add_argument("--sglang-path", metavar="DIR", default=os.environ.get("DSPARK_SGLANG_PATH"),
                         help="directory holding the sglang package (pip --target DIR); default $DSPARK_SGLANG_PATH")
     return parser

@@ -1,7 +1,7 @@
 """Time to verdict: a baseline and a change of this project timed side by side (issue 45).
 
 ``python -m bench verdict [--baseline REV|DIR] [--change REV|DIR] [--repeats N] [--workers W]
-[--device cpu|cuda] [--tests] [--startup-case CASE_ID] [--json PATH] [-- RUN OPTIONS]``
+[--device cpu|cuda] [--tests] [--startup-case CASE_ID | --no-startup] [--json PATH] [-- RUN OPTIONS]``
 
 Each side is a git revision of this checkout's repository (default ``--baseline main
 --change HEAD``), checked out as a detached ``git worktree`` in a temporary directory that

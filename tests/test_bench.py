@@ -563,3 +563,13 @@ def test_a_timed_command_s_last_line_is_its_summary_on_stdout_not_a_warning_afte
     quiet = "import sys; print('Traceback: boom', file=sys.stderr); sys.exit(3)"
     timed = time_command([sys.executable, "-c", quiet], tmp_path)
     assert (timed.returncode, timed.last_line) == (3, "Traceback: boom")
+
+
+def test_no_startup_leaves_the_start_up_run_out():
+    from bench.__main__ import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["verdict"]).startup_case == verdict.STARTUP_CASE
+    assert parser.parse_args(["verdict", "--no-startup"]).startup_case is None
+    names = [m.name for m in verdict.measures(device="cuda", workers="16", run_options=[], startup_case=None)]
+    assert not any(name.startswith("start-up") for name in names)
