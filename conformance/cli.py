@@ -200,9 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "the device): 'alone' runs them after the others, in one process of their own, where no other "
                      "process's kernels delay each read-back; 'apart' runs them after the others too, each in a "
                      f"process of its own (at most {LATENCY_WORKERS} at once: their kernels are small; not yet "
-                     "timed on a GPU); 'with-others' (the default) runs them first among the others, in the same "
-                     "pytest session: on a GPU they finish beside the parallel cases, where after them they would "
-                     "add their whole time and a second session's start-up")
+                     "timed on a GPU); 'with-others' runs them first among the others (default: alone with "
+                     "--device cuda, with-others on cpu, where they would leave cores idle)")
     run.add_argument("--tracebacks", action="store_true",
                      help="print each failing case's pytest traceback, and a statistical failure's worst bins, on "
                      "the console too (junit.xml and report.md always hold them)")
@@ -441,7 +440,7 @@ def run(args: argparse.Namespace) -> int:
 
     errors: list[str] = []  # pytest's ERROR: lines (a usage error's cause), for results.json
     with interruptible() as interrupts:
-        latency = args.latency_bound or "with-others"
+        latency = args.latency_bound or ("alone" if args.device == "cuda" else "with-others")
         if args.workers == "0" or latency == "with-others":
             cmd = command(args.cases, json_path, sessions[0])
             returncode, payload = run_suite(cmd, json_path, errors=errors)

@@ -695,7 +695,7 @@ def test_an_interrupt_before_the_first_record_still_reports_interrupted(tmp_path
 
 
 def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
-    """With workers and ``--latency-bound alone``, the run
+    """With workers and ``--latency-bound alone`` (the default with ``--device cuda``), the run
     is two pytest sessions: every case but the latency_bound ones in
     parallel, then those in one process; results.json and junit.xml hold both, the parallel
     records first; pytest's own --junitxml gets a copy of that junit.xml (handed to both
