@@ -67,7 +67,7 @@ from .cuda_context import CudaContextLost, is_context_error, release_cached_memo
 from .sections import section_of
 from .seeds import resolve_case, seed_of_case
 from .shards import parse_shard, selection_digest, shard_cases
-from .session import CASE_PROPERTY, DEFAULT_BASE_SEED, SESSION_KEY, RunSession, run_session
+from .session import CASE_PROPERTY, CRASH_PROPERTY, DEFAULT_BASE_SEED, SESSION_KEY, RunSession, run_session
 
 if TYPE_CHECKING:
     import torch
@@ -322,6 +322,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from .handout import LongestFirstScheduling  # imports xdist: only under xdist
 
     return LongestFirstScheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+    """xdist's controller, a worker that died running ``crashitem`` (a segfault or an abort in
+    the implementation, the process killed): where it is a suite case, xdist's failed report
+    of it names the case (its test id's parameter, ``[<case id>]``), so that the run records
+    the case as failed, with its reason and replay line, not as a case that never ran."""
+    path, _, name = crashitem.partition("::")
+    if path.startswith(f"{SUITE_PACKAGE.replace('.', '/')}/") and name.endswith("]") and "[" in name:
+        report.user_properties += [(CASE_PROPERTY, name[name.index("[") + 1:-1]), (CRASH_PROPERTY, True)]
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -25,6 +25,8 @@ DEFAULT_IMPL = "reference"
 DEFAULT_BASE_SEED = 20260
 SESSION_KEY = pytest.StashKey["RunSession"]()
 CASE_PROPERTY = "dspark_case"  # user property that marks a suite test's report, with its case id
+#: User property of xdist's report of a case whose worker died running it (its only report).
+CRASH_PROPERTY = "dspark_worker_crashed"
 
 
 class RunSession:
@@ -163,11 +165,13 @@ class RunSession:
 
 
 def final_case_id(report: pytest.BaseReport) -> str | None:
-    """The case id of a suite case's report that ends the case (its call, or a setup that
-    did not pass: a skip or an error), else None (a passed setup, a teardown, a collection
-    report, a test that is no suite case)."""
-    final = report.when == "call" or (report.when == "setup" and not report.passed)
-    return dict(getattr(report, "user_properties", ())).get(CASE_PROPERTY) if final else None
+    """The case id of a suite case's report that ends the case (its call, a setup that did
+    not pass: a skip or an error, or xdist's report of its worker's crash,
+    :data:`CRASH_PROPERTY`), else None (a passed setup, a teardown, a collection report, a
+    test that is no suite case)."""
+    properties = dict(getattr(report, "user_properties", ()))
+    final = report.when == "call" or (report.when == "setup" and not report.passed) or CRASH_PROPERTY in properties
+    return properties.get(CASE_PROPERTY) if final else None
 
 
 def case_outcome(report: pytest.TestReport) -> str:

@@ -975,3 +975,23 @@ def test_a_project_around_the_installed_suite_leaves_it_alone(tmp_path):
         return record["stats"][0]["p_value"]
 
     assert p_value(project, tmp_path / "installed", site) == p_value(ROOT, tmp_path / "checkout", ROOT)
+
+
+def test_a_case_whose_worker_dies_is_a_named_failure(tmp_path):
+    """A worker that dies running a case (here ``os._exit`` in one S1 case: an
+    implementation's segfault or abort ends its process the same way) leaves xdist's report
+    of the crash as the case's only one: the verdict is FAIL with that case named, its
+    reason and replay line, and the case counts as run, not as interrupted."""
+    (tmp_path / "dying_worker.py").write_text(
+        "import os\n\ndef pytest_runtest_call(item):\n"
+        "    if item.nodeid.endswith('[S1/vocab/one-token]') and os.environ.get('PYTEST_XDIST_WORKER'):\n"
+        "        os._exit(7)\n")
+    code, out = _run(tmp_path / "report", "-k", "test_S1_", "--", "-p", "dying_worker", workers="2",
+                     pythonpath=tmp_path)
+    assert code == cli.EXIT_FAIL, out
+    assert "FAILED S1/vocab/one-token: worker 'gw" in out and "overall: FAIL" in out, out
+    records = json.loads((tmp_path / "report" / "results.json").read_text())["tests"]
+    crashed = [r for r in records if r["case"] == "S1/vocab/one-token"]
+    assert [r["outcome"] for r in crashed] == ["failed"], crashed
+    assert "crashed while running" in crashed[0]["reason"]
+    assert len(records) == len({r["case"] for r in records}) == 15
