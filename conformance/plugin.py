@@ -116,6 +116,9 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from exc
     session = RunSession(config)
+    if session.impl_given and getattr(config.option, "dist", None) == "each":
+        raise pytest.UsageError("--dist each: runs every case on every xdist worker, where a verdict counts each case "
+                                "once; leave --dist to the runner (or use load, worksteal, loadfile)")
     if config.getoption("--dspark-shard") is not None:
         try:
             session.shard = parse_shard(config.getoption("--dspark-shard"))

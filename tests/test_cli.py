@@ -995,3 +995,11 @@ def test_a_case_whose_worker_dies_is_a_named_failure(tmp_path):
     assert [r["outcome"] for r in crashed] == ["failed"], crashed
     assert "crashed while running" in crashed[0]["reason"]
     assert len(records) == len({r["case"] for r in records}) == 15
+
+
+def test_dist_each_is_a_usage_error(tmp_path):
+    """``--dist each`` (after ``--``) would run every case on every worker and count each
+    as many times: the run stops before any case, naming the option."""
+    code, out = _run(tmp_path / "report", "-k", CHEAP_S6, "--", "--dist", "each", workers="2")
+    assert code == cli.EXIT_INFRA, out
+    assert "--dist each: runs every case on every xdist worker" in out, out
