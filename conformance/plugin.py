@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Iterable
@@ -194,8 +195,43 @@ def _case_ids(suite: list[pytest.Item]) -> dict[int, str]:
     return ids
 
 
+#: The worker output key under which an xdist worker sends the controller its usage error.
+_USAGE_ERROR_KEY = "dspark_usage_error"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Select and prepare the suite's cases (:func:`_prepare_suite`). In an xdist worker a
+    usage error (an unknown ``--dspark-case``, a bad seed, no CUDA) leaves nothing to run and
+    goes to the controller, which ends the run with it (xdist's controller takes a worker's
+    failed collection hook as an internal error, the message lost)."""
+    try:
+        _prepare_suite(config, items)
+    except pytest.UsageError as exc:
+        if not hasattr(config, "workeroutput"):
+            raise
+        config.workeroutput[_USAGE_ERROR_KEY] = str(exc)
+        _deselect(config, items, list(items))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """xdist's controller: a worker's usage error ends the run as pytest's own would (its
+    ``ERROR:`` line on stderr, exit status 4)."""
+    error = run_session(session.config).worker_usage_error
+    if error is not None:
+        sys.stderr.write(f"ERROR: {error}\n")
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+
+
+def _prepare_suite(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the selected suite cases (``--dspark-case``), check the run's device and seed,
+    skip the GPU-tier cases without CUDA and mark the ledger's expected failures.
+
+    Raises:
+        pytest.UsageError: an unknown case id, CUDA asked for and absent, a seed out of
+            range, or (strict ledger) an entry that matches no collected case.
+    """
     collected = [item for item in items if is_suite_item(item)]
     if not collected:
         return
@@ -349,6 +385,8 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 def pytest_testnodedown(node: Any, error: object) -> None:
     """xdist's controller, a worker gone: the cases per section it left to the other phase."""
     output = getattr(node, "workeroutput", {})
+    if output.get(_USAGE_ERROR_KEY) is not None:
+        run_session(node.config).worker_usage_error = output[_USAGE_ERROR_KEY]
     if output.get(_HELD_KEY) is not None:
         run_session(node.config).held_for_other_phase = output[_HELD_KEY]
     if output.get(_SHARD_KEY) is not None:

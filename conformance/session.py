@@ -61,6 +61,8 @@ class RunSession:
         self.selected_by_section: dict[str, int] | None = None
         self.held_for_other_phase: dict[str, int] | None = None
         self.collection_errors: list[dict[str, str]] = []
+        #: xdist's controller: a worker's usage error (its message), which ends the run as one
+        self.worker_usage_error: str | None = None
         #: ``(I, N)`` of ``--dspark-shard`` (None: not sharded), and the selection the shard was
         #: dealt from (``conformance.shards.selection_digest``; None: not known)
         self.shard: tuple[int, int] | None = None

@@ -1003,3 +1003,13 @@ def test_dist_each_is_a_usage_error(tmp_path):
     code, out = _run(tmp_path / "report", "-k", CHEAP_S6, "--", "--dist", "each", workers="2")
     assert code == cli.EXIT_INFRA, out
     assert "--dist each: runs every case on every xdist worker" in out, out
+
+
+def test_an_unknown_case_id_with_workers_is_the_same_usage_error_as_without(tmp_path):
+    """An xdist worker's usage error (here an unknown ``--case``) reaches the run as pytest's
+    ``ERROR:`` line and exit status 4, as without workers, not as xdist's internal error."""
+    for workers in ("0", "2"):
+        code, out = _run(tmp_path / workers, "--case", "S7/sts/basic", workers=workers)
+        assert code == cli.EXIT_INFRA, out
+        assert "ERROR: --dspark-case: no collected case has the case id 'S7/sts/basic'; did you mean" in out, out
+        assert "INTERNALERROR" not in out and "pytest exited 4" in out, out
