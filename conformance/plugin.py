@@ -370,7 +370,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
     of it names the case (its test id's parameter, ``[<case id>]``), so that the run records
     the case as failed, with its reason and replay line, not as a case that never ran."""
     path, _, name = crashitem.partition("::")
-    if path.startswith(f"{SUITE_PACKAGE.replace('.', '/')}/") and name.endswith("]") and "[" in name:
+    if f"/{SUITE_PACKAGE.replace('.', '/')}/" in f"/{path}" and name.endswith("]") and "[" in name:
         report.user_properties += [(CASE_PROPERTY, name[name.index("[") + 1:-1]), (CRASH_PROPERTY, True)]
 
 
@@ -383,7 +383,8 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
-    """xdist's controller, a worker gone: the cases per section it left to the other phase."""
+    """xdist's controller, a worker gone: its usage error, if any, and the cases per section
+    it left to the other phase."""
     output = getattr(node, "workeroutput", {})
     if output.get(_USAGE_ERROR_KEY) is not None:
         run_session(node.config).worker_usage_error = output[_USAGE_ERROR_KEY]
