@@ -2,12 +2,13 @@
 
 A long case handed out late ends a run after every other worker has stopped (the
 reference's parallel phase on an H100 in collection order: 16.5 s of work per worker, 38 s
-of wall time, its last 10 s two S3 cases). The runner therefore sorts the suite's cases by what each took when last measured
-(``case_costs.json``: seconds per case id, the longest of the whole-suite runs named in its
-``about``), the latency-bound ones first where they run among the others, and the cases a
-ledger expects to lose the CUDA context last. A case the table lacks counts as free and keeps
-its collection order among its peers. xdist's workers take the cases in this order
-(``conformance.handout``). The order decides nothing else: seeds follow case ids, never positions (``conformance.seeds``).
+of wall time, its last 10 s two S3 cases). The runner therefore sorts the suite's cases by
+what each took when last measured (``case_costs.json``: seconds per case id, the longest of
+the whole-suite runs named in its ``about``), the latency-bound ones first where they run
+among the others, and the cases a ledger expects to lose the CUDA context last. A case the
+table lacks counts as free and keeps its collection order among its peers. xdist's workers
+take the cases in this order (``conformance.handout``). The order decides nothing else:
+seeds follow case ids, never positions (``conformance.seeds``).
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[p
     unknown = sorted(wanted - set(known))
     if unknown:
         # A pytest node id or a key (test_x.py::test_y[S5/a/b]) is the likeliest slip: its [...] is the case id.
-        bracketed = unknown[0].rpartition("[")[2].removesuffix("]") if "::" in unknown[0] else unknown[0]
+        bracketed = _parameter_id(unknown[0]) or unknown[0]
         near = difflib.get_close_matches(bracketed, known, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise pytest.UsageError(f"--dspark-case: no collected case has the case id {unknown[0]!r}{hint} "
@@ -369,9 +369,16 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
     the implementation, the process killed): where it is a suite case, xdist's failed report
     of it names the case (its test id's parameter, ``[<case id>]``), so that the run records
     the case as failed, with its reason and replay line, not as a case that never ran."""
-    path, _, name = crashitem.partition("::")
-    if f"/{SUITE_PACKAGE.replace('.', '/')}/" in f"/{path}" and name.endswith("]") and "[" in name:
-        report.user_properties += [(CASE_PROPERTY, name[name.index("[") + 1:-1]), (CRASH_PROPERTY, True)]
+    case_id = _parameter_id(crashitem)
+    if f"/{SUITE_PACKAGE.replace('.', '/')}/" in f"/{crashitem.partition('::')[0]}" and case_id is not None:
+        report.user_properties += [(CASE_PROPERTY, case_id), (CRASH_PROPERTY, True)]
+
+
+def _parameter_id(nodeid: str) -> str | None:
+    """The ``[...]`` that ends a test's node id (``path::test_x[S5/a/b]`` -> ``S5/a/b``: a suite
+    test's is its case id), or None where it has none."""
+    name = nodeid.partition("::")[2]
+    return name[name.index("[") + 1:-1] if name.endswith("]") and "[" in name else None
 
 
 @pytest.hookimpl(optionalhook=True)
