@@ -51,20 +51,21 @@ method, naming only the arguments its checks read and forwarding the rest as giv
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
 import types
 import numbers
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Sequence
 
 import torch
 
 from . import contract as c
 
-__all__ = ["BoundaryViolation", "UnsupportedFeature", "validating"]
+__all__ = ["BoundaryViolation", "UnsupportedFeature", "deferred_checks", "validating"]
 
 
 class BoundaryViolation(AssertionError):
@@ -257,8 +258,11 @@ def _check_unchanged(where: str, before: dict[str, torch.Tensor | _HostCopy], af
         now = after.get(path)
         change = "the tensor is gone" if now is None else _change(clone, now, copies.get(path))
         if change is not None:
-            raise BoundaryViolation(f"{where} changed its argument {path} in place (SPEC S5: inputs stay "
-                                    f"unchanged): {change}")
+            raise BoundaryViolation(_changed_in_place(where, path, change))
+
+
+def _changed_in_place(where: str, path: str, change: str) -> str:
+    return f"{where} changed its argument {path} in place (SPEC S5: inputs stay unchanged): {change}"
 
 
 class _Pending(threading.local):
@@ -335,9 +339,158 @@ def _read_back(values: list[torch.Tensor]) -> list[float | int]:
     return torch.stack(values).tolist()
 
 
+# ----------------------------------------------------------------------------- deferred checks
+@dataclasses.dataclass(frozen=True)
+class _Check:
+    """A check of a :func:`deferred_checks` block, judged when the block reads back: ``call``,
+    the block's 1-based count of the validating call that made it; ``values``, 0-d tensors
+    to read back; ``streams``, CUDA streams whose queued host copies ``judge`` reads;
+    ``judge(numbers)``, the violation given ``values`` as numbers, or None."""
+
+    call: int
+    values: tuple[torch.Tensor, ...]
+    streams: tuple[torch.cuda.Stream, ...]
+    judge: Callable[[list[float | int]], str | None]
+
+
+class _Deferred(threading.local):
+    """The open :func:`deferred_checks` block of this thread: ``checks`` not yet read back
+    (None: no block open, every call is checked as it returns) and ``calls``, its validating
+    calls that have returned."""
+
+    def __init__(self) -> None:
+        self.checks: list[_Check] | None = None
+        self.calls = 0
+
+
+_DEFERRED = _Deferred()
+
+#: A :func:`deferred_checks` block reads its checks back whenever this many are queued (each
+#: holds a few 0-d tensors or host copies) and at its end.
+DEFERRED_CHECKS_PER_READ = 4096
+
+
+@contextlib.contextmanager
+def deferred_checks() -> Iterator[None]:
+    """A block whose calls through validating proxies are checked without waiting on the device.
+
+    The checks are the same as outside the block (inputs unchanged, SPEC S5; outputs of the
+    canonical form). On CUDA their evidence is taken as each call returns (a host copy of a
+    small input or output, :data:`HOST_COPY_ELEMENTS`, or a count or extremes on its device)
+    and read back with the block's other checks every :data:`DEFERRED_CHECKS_PER_READ` and
+    when the block ends, so a loop of thousands of serial calls (S6 executor steps, S8
+    schedule calls) does not wait on the device after each. What needs no device values (a
+    returned type, dtype, shape or device), a value rule other than id and count ranges, and
+    every check of CPU tensors (nothing to wait for) are judged as the call returns, as
+    outside a block. Blocks nest (the outermost reads).
+
+    Raises:
+        BoundaryViolation: on leaving the block (or at a read within it), the first violation
+            in call order, its message ending with the call's number in the block. It takes
+            precedence over an exception leaving the block, which becomes its context.
+
+    Example:
+        >>> with deferred_checks():
+        ...     lengths = [scheduler.schedule(confidences, sps) for _ in range(1000)]  # doctest: +SKIP
+    """
+    if _DEFERRED.checks is not None:
+        yield
+        return
+    _DEFERRED.checks, _DEFERRED.calls = [], 0
+    try:
+        yield
+    finally:
+        try:
+            _read_deferred()
+        finally:
+            _DEFERRED.checks = None
+
+
+def _deferring(tensors: Iterable[torch.Tensor]) -> bool:
+    """Whether the checks of ``tensors`` are queued: inside a :func:`deferred_checks` block,
+    for CUDA tensors (on the CPU nothing waits, and queuing costs more than checking)."""
+    return _DEFERRED.checks is not None and any(t.is_cuda for t in tensors)
+
+
+def _defer(values: Sequence[torch.Tensor], streams: Sequence[torch.cuda.Stream],
+           judge: Callable[[list[float | int]], str | None]) -> None:
+    _DEFERRED.checks.append(_Check(_DEFERRED.calls + 1, tuple(values), tuple(streams), judge))
+
+
+def _defer_extremes(value: torch.Tensor, judge: Callable[[int, int], str | None]) -> None:
+    """Queues ``judge(min, max)`` of an integer tensor (read from a host copy where it is a small
+    CUDA tensor, as :func:`_extremes` does)."""
+    if _copied_to_host(value):
+        copy = value.to("cpu", non_blocking=True)
+        _defer((), (torch.cuda.current_stream(value.device),), lambda _: judge(*map(int, torch.aminmax(copy))))
+    else:
+        _defer(torch.aminmax(value), (), lambda read: judge(int(read[0]), int(read[1])))
+
+
+def _defer_unchanged(where: str, before: dict[str, torch.Tensor | _HostCopy], after: dict[str, torch.Tensor]) -> None:
+    """Queues the comparison of each input with its snapshot from before the call; a tensor
+    gone or of a new form is judged at once (no value to read)."""
+    for path, snapshot in before.items():
+        now = after.get(path)
+        if now is None or (snapshot.dtype, snapshot.shape, snapshot.device) != (now.dtype, now.shape, now.device):
+            _check_unchanged(where, {path: snapshot}, after, set(), {})
+        now = now.detach()
+        if isinstance(snapshot, _HostCopy):
+            copy = now.to("cpu", non_blocking=True)
+            streams = (snapshot.stream, torch.cuda.current_stream(now.device))
+            _defer((), streams, functools.partial(_judge_copy, where, path, snapshot, now, copy))
+        else:
+            _defer(((snapshot != now).sum(),), (), functools.partial(_judge_count, where, path, snapshot, now))
+
+
+def _judge_copy(where: str, path: str, snapshot: _HostCopy, now: torch.Tensor, copy: torch.Tensor,
+                _: list) -> str | None:
+    change = _change(snapshot, now, copy)
+    return None if change is None else _changed_in_place(where, path, change)
+
+
+def _judge_count(where: str, path: str, snapshot: torch.Tensor, now: torch.Tensor, read: list) -> str | None:
+    """A count of differing elements taken as the call returned; where it is not 0, the exact
+    test of :func:`_change` on the tensor as it is now words it (a NaN that stayed NaN is
+    unchanged)."""
+    if read[0] == 0:
+        return None
+    change = _change(snapshot, now)
+    return None if change is None else _changed_in_place(where, path, change)
+
+
+def _read_deferred() -> None:
+    """Reads back the queued checks of the open block in one wait (a device's 0-d tensors
+    stacked, its host copies' streams waited on) and raises the first violation."""
+    checks, _DEFERRED.checks = _DEFERRED.checks, []
+    values = [v for check in checks for v in check.values]
+    read = _read_back(values)
+    waited = {torch.cuda.current_stream(v.device) for v in values if v.is_cuda}
+    for stream in {s for check in checks for s in check.streams} - waited:
+        stream.synchronize()
+    offset = 0
+    for check in checks:
+        problem = check.judge(read[offset:offset + len(check.values)])
+        offset += len(check.values)
+        if problem is not None:
+            raise BoundaryViolation(f"{problem} (call {check.call} of a deferred_checks block)")
+
+
+def _returned() -> None:
+    """A validating call has returned: read its input checks back, or count it in the open
+    :func:`deferred_checks` block and read the block's checks once enough are queued."""
+    if _PENDING.calls:
+        _read()
+    if _DEFERRED.checks is not None:
+        _DEFERRED.calls += 1
+        if len(_DEFERRED.checks) >= DEFERRED_CHECKS_PER_READ:
+            _read_deferred()
+
+
 def _settles(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method`` of a validating proxy, its calls' input checks read back before it returns
-    or raises (a changed input takes precedence over what the method raised)."""
+    or raises (a changed input takes precedence over what the method raised), or queued in
+    the open :func:`deferred_checks` block."""
 
     @functools.wraps(method)
     def settled(*args: Any, **kwargs: Any) -> Any:
@@ -346,8 +499,8 @@ def _settles(method: Callable[..., Any]) -> Callable[..., Any]:
             return method(*args, **kwargs)
         finally:
             _PENDING.depth -= 1
-            if not _PENDING.depth and _PENDING.calls:
-                _read()
+            if not _PENDING.depth:
+                _returned()
 
     return settled
 
@@ -422,9 +575,12 @@ class _Forwarding:
                 # Tensors passed as arguments themselves stay the caller's objects: where every
                 # checked tensor was one (its path is the argument's name), no second walk.
                 flat = before.keys() <= {name for name, _ in arguments}
-                _PENDING.calls.append((where, before, inputs if flat else arguments))
-                if not _PENDING.depth:  # outside a validating method: no output check to read with
-                    _read()
+                if _deferring(inputs.values()):
+                    _defer_unchanged(where, before, inputs if flat else _inputs(where, arguments))
+                else:
+                    _PENDING.calls.append((where, before, inputs if flat else arguments))
+            if not _PENDING.depth:  # outside a validating method: no output check to read with
+                _returned()
             return out
 
         return call
@@ -457,7 +613,10 @@ class Ids:
         return f"ids in [{self.low}, {self.high})"
 
     def violation(self, value: torch.Tensor) -> str | None:
-        low, high = _extremes(value)
+        return self.judge(*_extremes(value))
+
+    def judge(self, low: int, high: int) -> str | None:
+        """The violation of a tensor whose extremes are ``low`` and ``high``, or None."""
         return None if self.low <= low and high < self.high else f"ids in [{low}, {high}]"
 
 
@@ -472,7 +631,10 @@ class Counts:
         return f"values in [{self.low}, {self.high}]"
 
     def violation(self, value: torch.Tensor) -> str | None:
-        low, high = _extremes(value)
+        return self.judge(*_extremes(value))
+
+    def judge(self, low: int, high: int) -> str | None:
+        """The violation of a tensor whose extremes are ``low`` and ``high``, or None."""
         return None if self.low <= low and high <= self.high else f"values in [{low}, {high}]"
 
 
@@ -577,10 +739,16 @@ class Expected:
         device_ok = _same_device(value.device, self.device)
         if not (dtype_ok and shape_ok and device_ok):
             raise BoundaryViolation(f"{where} returned {what}{_form(value, device_ok)}, expected {what}{self}")
-        problem = None if self.values is None or value.numel() == 0 else self.values.violation(value.detach())
+        if self.values is None or value.numel() == 0:
+            return value
+        def judged(problem: str | None) -> str | None:
+            return problem and f"{where} returned {what}{_form(value, device_ok)} with {problem}, expected {what}{self}"
+        if isinstance(self.values, (Ids, Counts)) and _deferring((value,)):
+            _defer_extremes(value.detach(), lambda low, high: judged(self.values.judge(low, high)))
+            return value
+        problem = judged(self.values.violation(value.detach()))
         if problem is not None:
-            raise BoundaryViolation(f"{where} returned {what}{_form(value, device_ok)} with {problem}, "
-                                    f"expected {what}{self}")
+            raise BoundaryViolation(problem)
         return value
 
 

@@ -724,6 +724,131 @@ def test_S5_cuda_inputs_are_checked_with_one_read_back_as_on_the_cpu(host_copies
                                                                [1.0] * 5)
 
 
+# ----------------------------------------------------------------------------- deferred checks
+DEVICES = [pytest.param("cpu", id="cpu"),
+           pytest.param("cuda", id="cuda-host-copies", marks=pytest.mark.gpu),
+           pytest.param("cuda-counted", id="cuda-counted-on-the-device", marks=pytest.mark.gpu)]
+
+
+def _deferred_device(name: str, monkeypatch) -> torch.device:
+    """The device of a deferred-checks test; ``cuda-counted``: CUDA with no host copies; ``cpu``:
+    CPU tensors' checks queued as CUDA ones are (a block checks them as each call returns)."""
+    import conformance.boundary as boundary
+
+    if name == "cuda-counted":
+        monkeypatch.setattr(boundary, "HOST_COPY_ELEMENTS", 0)
+    if name == "cpu":
+        monkeypatch.setattr(boundary, "_deferring", lambda tensors: boundary._DEFERRED.checks is not None)
+    return torch.device(name.removesuffix("-counted"))
+
+
+class Scheduler:
+    """A PrefixScheduler returning ``lengths[i]`` at its ``i``-th call; ``writes[i]`` (if any)
+    writes into the confidences at that call."""
+
+    def __init__(self, lengths, writes=None):
+        self.lengths, self.writes, self.calls = lengths, writes or {}, 0
+
+    def schedule(self, confidences, sps):
+        write = self.writes.get(self.calls)
+        if write is not None:
+            write(confidences)
+        self.calls += 1
+        return self.lengths[self.calls - 1]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deferred_checks_judge_every_call_as_outside_a_block_and_name_the_call(device, monkeypatch):
+    """In a deferred_checks block each call's checks are those outside it: a value out of range
+    or an input written in place fails when the block ends, with the message it has outside and
+    the number of the first failing call; a NaN that stays NaN is unchanged; a wrong form fails
+    at once. Nothing fails inside the block before it reads back."""
+    from conformance.boundary import deferred_checks
+
+    device = _deferred_device(device, monkeypatch)
+    good, bad = torch.tensor([1], device=device), torch.tensor([3], device=device)
+    confidences = torch.tensor([[0.5, math.nan]], dtype=torch.float64, device=device)
+    renan = {1: lambda x: x.copy_(torch.where(torch.isnan(x), -x, x))}  # -NaN over NaN: unchanged
+    scheduler = validating(c.PrefixScheduler, Scheduler([good, good, bad, good, bad], renan))
+    with violation(f"PrefixScheduler.schedule returned int64 [1] with values in [3, 3], expected int64 [1] on "
+                   f"{device} with values in [0, 2] (call 3 of a deferred_checks block)"):
+        with deferred_checks():
+            outs = [scheduler.schedule(confidences, [1.0, 0.5, 0.45]) for _ in range(5)]
+            assert outs[2] is bad  # returned as is: judged when the block reads back
+    writes = {3: lambda x: x[0, 0].fill_(0.25)}
+    scheduler = validating(c.PrefixScheduler, Scheduler([good] * 5 + [bad], writes))
+    with violation("PrefixScheduler.schedule changed its argument confidences in place (SPEC S5: inputs stay "
+                   "unchanged): first change at [0, 0]: 0.5 -> 0.25 (1 of 2 elements differ) (call 4 of a "
+                   "deferred_checks block)"):
+        with deferred_checks():
+            for _ in range(6):
+                scheduler.schedule(confidences.clone(), [1.0, 0.5, 0.45])
+    float_lengths = validating(c.PrefixScheduler, Scheduler([good, good.double()]))
+    with deferred_checks():
+        float_lengths.schedule(confidences, [1.0, 0.5, 0.45])
+        with violation("PrefixScheduler.schedule returned float64 [1], expected int64 [1]"):
+            float_lengths.schedule(confidences, [1.0, 0.5, 0.45])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deferred_checks_read_back_once_per_batch_of_checks(device, monkeypatch):
+    """A block of executor steps reads its checks back every DEFERRED_CHECKS_PER_READ checks
+    and at its end, never per call; a violation found at a read within the block is raised
+    there, naming its call."""
+    import conformance.boundary as boundary
+    from conformance.boundary import deferred_checks
+
+    device = _deferred_device(device, monkeypatch)
+    reads, read_back = [], boundary._read_back
+    monkeypatch.setattr(boundary, "_read_back", lambda values: reads.append(len(values)) or read_back(values))
+    synchronized, synchronize = [], torch.cuda.Stream.synchronize
+    monkeypatch.setattr(torch.cuda.Stream, "synchronize", lambda self: synchronized.append(self) or synchronize(self))
+    monkeypatch.setattr(boundary, "DEFERRED_CHECKS_PER_READ", 10)  # a step queues two: its input and its output
+    lengths = [torch.tensor([2, 5], device=device)] * 12 + [torch.tensor([2, 6], device=device)] * 20
+    executor = validating(c.SimulatedAcceptance, Canned(FakeExecutor(None, None))).executor(3.5, "match-expected",
+                                                                                            4, 0)
+    executor._impl._impl.step = lambda drafts: lengths.pop(0)
+    drafts = torch.arange(8, device=device).reshape(2, 4)
+    with deferred_checks():
+        for _ in range(12):
+            executor.step(drafts)
+    assert len(reads) <= 3 and len(synchronized) <= 3, (reads, synchronized)  # at steps 5 and 10, and the end
+    reads.clear()
+    synchronized.clear()
+    with violation("expected int64 [2] on " + str(device) + " with values in [1, 5] (call 1 of a deferred_checks"):
+        with deferred_checks():
+            for step in range(20):
+                executor.step(drafts)
+    assert step == 4  # raised at the first read, after the fifth step
+    assert boundary._DEFERRED.checks is None and boundary._PENDING.calls == []
+
+
+def test_a_deferred_block_checks_cpu_tensors_as_each_call_returns():
+    from conformance.boundary import deferred_checks
+
+    scheduler = validating(c.PrefixScheduler, Scheduler([ids(1), ids(3), ids(1)]))
+    with deferred_checks():
+        scheduler.schedule(torch.zeros(1, 2, dtype=torch.float64), [1.0, 0.5, 0.45])
+        with violation("PrefixScheduler.schedule returned int64 [1] with values in [3, 3], expected int64 [1] on cpu "
+                       "with values in [0, 2]"):
+            scheduler.schedule(torch.zeros(1, 2, dtype=torch.float64), [1.0, 0.5, 0.45])
+
+
+def test_a_violation_in_a_deferred_block_outranks_the_exception_that_left_it(monkeypatch):
+    from conformance.boundary import deferred_checks
+
+    _deferred_device("cpu", monkeypatch)
+    scheduler = validating(c.PrefixScheduler, Scheduler([ids(3)]))
+    with violation("(call 1 of a deferred_checks block)") as raised:
+        with deferred_checks():
+            scheduler.schedule(torch.zeros(1, 2, dtype=torch.float64), [1.0, 0.5, 0.45])
+            raise KeyError("the test's own error")
+    assert isinstance(raised.value.__context__, KeyError)
+    with pytest.raises(KeyError):  # no violation: the block's own exception leaves it
+        with deferred_checks():
+            raise KeyError("the test's own error")
+
+
 class WritesItsOwnBuffers(FakeSession):
     """A FoldedSession that copies its inputs into static buffers and overwrites ``out`` /
     ``corrected_out`` on every replay (SPEC S4), views of which the caller still holds."""
