@@ -30,7 +30,9 @@ lists, tuples and mappings such as a ``state_dict``, fields of dataclasses, para
 buffers of an ``nn.Module`` such as the S9 tiny models), and after the call has returned
 compares each with its clone exactly (``torch.equal``; a NaN that stays NaN is unchanged).
 A CUDA tensor of at most ``HOST_COPY_ELEMENTS`` is copied to the host instead, before and
-after the call, both copies read with the call's one wait on the device.
+after the call, both copies read with the call's one wait on the device. Inside a
+:func:`deferred_checks` block (a case's loop of thousands of serial calls) the CUDA checks
+are read back in batches, not after each call.
 A change fails the case, naming the argument and its first changed element::
 
     SimulatedBonus.simulated_bonus changed its argument target_logits in place (SPEC S5: inputs

@@ -37,9 +37,11 @@ def case_costs() -> dict[str, float]:
     return seconds
 
 
-def order_key(case_id: str, latency_bound: bool, loses_context: bool = False) -> tuple[bool, bool, float]:
-    """Sort key of a case: latency-bound cases first, then the longest measured first; last,
-    the cases whose ledger entry expects them to lose the CUDA context
-    (``ExpectedFailure.loses_cuda_context``), since every later case of their process cannot
-    run and goes again to a fresh one (``conformance.cuda_context``)."""
-    return (not latency_bound, loses_context, -case_costs().get(case_id, 0.0))
+def order_key(case_id: str, latency_bound: bool, loses_context: bool = False, *,
+              latency_last: bool = False) -> tuple[bool, bool, float]:
+    """Sort key of a case: latency-bound cases first (last where ``latency_last``: they run
+    alone after the others), then the longest measured first; after them, the cases whose
+    ledger entry expects them to lose the CUDA context (``ExpectedFailure.loses_cuda_context``),
+    since every later case of their process cannot run and goes again to a fresh one
+    (``conformance.cuda_context``)."""
+    return (latency_bound if latency_last else not latency_bound, loses_context, -case_costs().get(case_id, 0.0))

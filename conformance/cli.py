@@ -197,11 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "failure's replay line names it; a legacy key conformance/test_x.py::test_y[id] is deprecated)")
     run.add_argument("--latency-bound", choices=("alone", "apart", "with-others"), default=None,
                      help="with workers, the latency_bound cases (thousands of serial calls, each read back from "
-                     "the device): 'alone' runs them after the others, in one process of their own, where no other "
-                     "process's kernels delay each read-back; 'apart' runs them after the others too, each in a "
-                     f"process of its own (at most {LATENCY_WORKERS} at once: their kernels are small; not yet "
-                     "timed on a GPU); 'with-others' runs them first among the others (default: alone with "
-                     "--device cuda, with-others on cpu, where they would leave cores idle)")
+                     "the device): 'alone' runs them once every other case has finished and every other worker has "
+                     "stopped, one after another on one worker, where no other process's kernels delay each "
+                     "read-back; 'apart' runs them after the others in a second session, each in a process of its "
+                     f"own (at most {LATENCY_WORKERS} at once); 'with-others' runs them first among the others "
+                     "(default: alone with --device cuda, with-others on cpu, where they would leave cores idle)")
     run.add_argument("--tracebacks", action="store_true",
                      help="print each failing case's pytest traceback, and a statistical failure's worst bins, on "
                      "the console too (junit.xml and report.md always hold them)")
@@ -404,13 +404,13 @@ def _fresh_report_dir(report: Path | None) -> Path | None:
 LATENCY_WORKERS = 4
 
 
-def _latency_workers(latency: str, held: dict[str, int] | None, workers: str) -> str:
-    """xdist workers of the latency-bound phase: none ('alone', or one case), else one a case,
-    at most :data:`LATENCY_WORKERS` and the run's ``workers`` (``held``: the cases per section
-    the parallel phase left to it; None when it did not say)."""
+def _latency_workers(held: dict[str, int] | None, workers: str) -> str:
+    """xdist workers of the latency-bound phase of ``--latency-bound apart``: one a case, at
+    most :data:`LATENCY_WORKERS` and the run's ``workers``, none for one case (``held``: the
+    cases per section the parallel phase left to it; None when it did not say)."""
     cases = sum((held or {}).values())
     limit = LATENCY_WORKERS if workers == "auto" else min(LATENCY_WORKERS, int(workers))
-    return "0" if latency == "alone" or cases < 2 or limit < 2 else str(min(cases, limit))
+    return "0" if cases < 2 or limit < 2 else str(min(cases, limit))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -426,12 +426,15 @@ def run(args: argparse.Namespace) -> int:
     extra = ([f"--dspark-budget={args.budget}"] if args.budget is not None else []) + pytest_args
     sessions = [report_dir / "junit-parallel.xml", report_dir / "junit-serial.xml"]
 
+    latency = args.latency_bound or ("alone" if args.device == "cuda" else "with-others")
+
     def command(cases: list[str] | None, json_file: Path, junit: Path, *, phase: str = "all",
                 workers: str = args.workers, shard: tuple[int, int] | None = args.shard) -> list[str]:
         return pytest_command(
             impl=args.impl, device=args.device, json_path=json_file, junit_path=junit, seed=args.seed,
             workers=workers, keyword=args.keyword, cases=cases, extra=extra, phase=phase,
             console="progress+tracebacks" if args.tracebacks else "progress", shard=shard,
+            latency="alone" if latency == "alone" else "with-others",
         )
 
     # A case run again names its case, which the shard's partition of that one case would drop.
@@ -440,17 +443,16 @@ def run(args: argparse.Namespace) -> int:
 
     errors: list[str] = []  # pytest's ERROR: lines (a usage error's cause), for results.json
     with interruptible() as interrupts:
-        latency = args.latency_bound or ("alone" if args.device == "cuda" else "with-others")
-        if args.workers == "0" or latency == "with-others":
+        if args.workers == "0" or latency != "apart":  # one session ('alone': conformance.handout)
             cmd = command(args.cases, json_path, sessions[0])
             returncode, payload = run_suite(cmd, json_path, errors=errors)
-        else:  # the latency-bound cases after the others: alone in one process, or apart
+        else:  # the latency-bound cases after the others, each in a process of its own
             cmd = command(args.cases, json_path, sessions[0], phase="parallel")
             serial_json = report_dir / "results-serial.json"
             phases = [run_suite(cmd, json_path, errors=errors)]
             held = (phases[0][1] or {}).get("held_for_other_phase")
             if phases[0][0] != ExitCode.USAGE_ERROR and held != {}:  # a usage error is the same in both phases
-                workers = _latency_workers(latency, held, args.workers)
+                workers = _latency_workers(held, args.workers)
                 phases.append(run_suite(command(args.cases, serial_json, sessions[1], phase="serial",
                                                 workers=workers), serial_json, errors=errors))
             serial_json.unlink(missing_ok=True)

@@ -52,8 +52,11 @@ made none), ``reliability``, ``replay`` (one command that reruns it) and ``failu
 from __future__ import annotations
 
 import difflib
+import functools
 import json
+import shutil
 import sys
+import tempfile
 import warnings
 from collections import Counter
 from collections.abc import Iterable
@@ -80,6 +83,8 @@ _SUITE_DIR = Path(__file__).resolve().parent
 SUITE_BUG_TYPES = (NameError, ImportError, SyntaxError)  # with UnboundLocalError, ModuleNotFoundError
 _LOSES_CONTEXT = pytest.StashKey[bool]()  # the item's ledger entry expects a lost CUDA context
 PHASES = ("all", "parallel", "serial")
+#: Where the suite's ``latency_bound`` cases run among the others (``--dspark-latency-bound``).
+LATENCY_PLACES = ("with-others", "alone")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -94,6 +99,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dspark-phase", default="all", choices=PHASES,
                     help="'parallel': leave out the latency_bound cases; 'serial': only those (the runner's two "
                     "phases: on a GPU shared by parallel workers every round trip waits on their kernels)")
+    group.addoption("--dspark-latency-bound", default="with-others", choices=LATENCY_PLACES,
+                    help="'with-others': the latency_bound cases first among the others; 'alone': last, and with "
+                    "--dspark-impl under xdist's load scheduling, only once every other case has finished and every "
+                    "other worker has stopped, one after another on one worker (conformance.handout)")
     group.addoption("--dspark-shard", default=None, metavar="I/N",
                     help="run only shard I of N (1 <= I <= N) of the cases the selection keeps (-k, -m, "
                     "--dspark-case): their case ids sorted and dealt round-robin, so N shards run each case once")
@@ -127,6 +136,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--dspark-shard: {exc}") from exc
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "dspark_session")
+    if _runs_alone(config) and _is_xdist_controller(config):
+        session.alone_ids = Path(tempfile.mkdtemp(prefix="dspark-alone-")) / "node-ids.json"
     if config.getoption("--dspark-progress") and not hasattr(config, "workerinput"):  # the process that prints
         from .progress import SectionProgress
 
@@ -138,6 +149,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def _runs_alone(config: pytest.Config) -> bool:
+    """Whether the runner's latency-bound cases run alone (``--dspark-latency-bound alone``
+    with ``--dspark-impl``)."""
+    return config.getoption("--dspark-impl") is not None and config.getoption("--dspark-latency-bound") == "alone"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None and session.alone_ids is not None:
+        shutil.rmtree(session.alone_ids.parent, ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -297,6 +320,9 @@ def _select_cases(config: pytest.Config, items: list[pytest.Item], suite: list[p
 
 #: The worker output key under which an xdist worker sends the controller its cases left to the other phase.
 _HELD_KEY = "dspark_held_for_other_phase"
+#: The worker input key naming the file where a worker writes the node ids of the cases to run
+#: alone (``--dspark-latency-bound alone``), read by the controller's scheduling.
+_ALONE_KEY = "dspark_alone_ids"
 #: ... and the selection its shard was dealt from (``conformance.shards.selection_digest``).
 _SHARD_KEY = "dspark_shard_selection"
 
@@ -316,7 +342,7 @@ def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[py
     ``workeroutput``): the runner skips a phase that would have none, and the report counts
     the cases an interrupted run never ran."""
     phase = config.getoption("--dspark-phase")
-    _longest_first(items)
+    _longest_first(items, latency_last=config.getoption("--dspark-latency-bound") == "alone")
     session = run_session(config)
     suite = [item for item in items if is_suite_item(item)]
     if session.shard is not None and suite:
@@ -334,15 +360,22 @@ def pytest_collection_modifyitems_by_phase(config: pytest.Config, items: list[py
     session.held_for_other_phase = _by_section(item.name for item in held)
     if hasattr(config, "workeroutput"):
         config.workeroutput[_HELD_KEY] = session.held_for_other_phase
+    alone_ids = getattr(config, "workerinput", {}).get(_ALONE_KEY)
+    if alone_ids is not None:
+        from .handout import write_node_ids  # imports xdist: only under xdist
+
+        write_node_ids(alone_ids, [item.nodeid for item in items
+                                   if is_suite_item(item) and item.get_closest_marker("latency_bound") is not None])
 
 
-def _longest_first(items: list[pytest.Item]) -> None:
+def _longest_first(items: list[pytest.Item], *, latency_last: bool) -> None:
     """Sort the suite's items in place by :func:`conformance.case_order.order_key` (the
-    runner's xdist workers take them in this order: ``conformance.handout``); other items keep
-    their places."""
+    runner's xdist workers take them in this order: ``conformance.handout``), the
+    latency-bound ones last where ``latency_last``, else first; other items keep their places."""
     slots = [i for i, item in enumerate(items) if is_suite_item(item)]
     ordered = sorted((items[i] for i in slots), key=lambda item: order_key(
-        item_case_id(item), item.get_closest_marker("latency_bound") is not None, item.stash.get(_LOSES_CONTEXT, False)))
+        item_case_id(item), item.get_closest_marker("latency_bound") is not None, item.stash.get(_LOSES_CONTEXT, False),
+        latency_last=latency_last))
     for slot, item in zip(slots, ordered):
         items[slot] = item
 
@@ -356,11 +389,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's controller: hand the runner's cases out longest first
     (``conformance.handout``) where the run names ``--dspark-impl`` and deals by ``load``;
     None (xdist's own scheduling) in any other run."""
-    if not run_session(config).impl_given or config.getvalue("dist") != "load":
+    session = run_session(config)
+    if not session.impl_given or config.getvalue("dist") != "load":
         return None
-    from .handout import LongestFirstScheduling  # imports xdist: only under xdist
+    from .handout import LongestFirstScheduling, read_node_ids  # imports xdist: only under xdist
 
-    return LongestFirstScheduling(config, log)
+    alone = None if session.alone_ids is None else functools.partial(read_node_ids, session.alone_ids)
+    return LongestFirstScheduling(config, log, alone=alone)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist's controller, a worker starting: where the latency-bound cases run alone, the file
+    in which it writes their node ids as it collects."""
+    path = run_session(node.config).alone_ids
+    if path is not None:
+        node.workerinput[_ALONE_KEY] = str(path)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -51,12 +51,13 @@ def pytest_command(
     *, impl: str, device: str, json_path: Path, junit_path: Path | None = None, seed: int | None = None,
     workers: str = "auto", keyword: str | None = None, extra: list[str] | None = None,
     cases: list[str] | None = None, phase: str = "all", console: str = "pytest", shard: tuple[int, int] | None = None,
+    latency: str = "with-others",
 ) -> list[str]:
     """The pytest command line behind every subcommand: one adapter, the whole suite or only
     the given case ids (``conformance.seeds``; as results.json names them); ``phase`` is
-    the plugin's ``--dspark-phase``; ``console`` one of :data:`CONSOLES`; ``shard`` ``(I, N)``
-    its ``--dspark-shard`` (``conformance.shards``). Run it with
-    :data:`PYTEST_ENV` (:func:`run_suite` does)."""
+    the plugin's ``--dspark-phase``, ``latency`` its ``--dspark-latency-bound``; ``console``
+    one of :data:`CONSOLES`; ``shard`` ``(I, N)`` its ``--dspark-shard``
+    (``conformance.shards``). Run it with :data:`PYTEST_ENV` (:func:`run_suite` does)."""
     cmd = [
         # The host's configuration stays out: without "-c", pytest adopts the first pytest.ini /
         # pyproject.toml above SUITE_DIR and the conftest.py files on the way, which for a
@@ -80,6 +81,8 @@ def pytest_command(
         cmd.append(f"--dspark-shard={shard[0]}/{shard[1]}")
     if phase != "all":
         cmd.append(f"--dspark-phase={phase}")
+    if latency != "with-others":
+        cmd.append(f"--dspark-latency-bound={latency}")
     cmd += CONSOLES[console]
     return cmd + list(extra or [])
 

@@ -67,6 +67,9 @@ class RunSession:
         #: dealt from (``conformance.shards.selection_digest``; None: not known)
         self.shard: tuple[int, int] | None = None
         self.shard_selection: dict[str, Any] | None = None
+        #: xdist's controller with ``--dspark-latency-bound alone``: the file where the workers
+        #: write the node ids of the cases to run alone (``conformance.handout``)
+        self.alone_ids: Path | None = None
 
     @property
     def adapter(self) -> "Adapter":

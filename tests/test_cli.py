@@ -694,13 +694,13 @@ def test_an_interrupt_before_the_first_record_still_reports_interrupted(tmp_path
     assert json.loads((tmp_path / "results.json").read_text())["tests"] == []
 
 
-def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
+def test_latency_bound_cases_run_alone_after_the_others_in_one_session(tmp_path):
     """With workers and ``--latency-bound alone`` (the default with ``--device cuda``), the run
-    is two pytest sessions: every case but the latency_bound ones in
-    parallel, then those in one process; results.json and junit.xml hold both, the parallel
-    records first; pytest's own --junitxml gets a copy of that junit.xml (handed to both
-    sessions, the serial one would overwrite the parallel one's file). At --budget 0.1 the three
-    latency-bound cases take a tenth of their steps: the phases are the same."""
+    is one pytest session whose xdist scheduling (``conformance.handout``) keeps the
+    latency_bound cases back until every other case and worker has finished, then runs them
+    on one worker: their records come last, all on one worker, and results.json and
+    junit.xml hold one session; pytest's own --junitxml gets a copy of that junit.xml. At
+    --budget 0.1 the three latency-bound cases take a tenth of their steps."""
     code, out = _run(tmp_path / "report", "-k", S6_EXECUTOR, "--budget", "0.1", "--latency-bound", "alone", "--",
                      f"--junitxml={tmp_path / 'ci.xml'}", workers="2")
     assert code == cli.EXIT_PASS, out
@@ -709,11 +709,27 @@ def test_latency_bound_cases_run_alone_after_the_parallel_phase(tmp_path):
     assert len(serial) == 3 and serial == list(range(len(cases) - 3, len(cases))), cases
     junit = ET.parse(tmp_path / "report" / "junit.xml").getroot()
     suites = junit.findall("testsuite")
-    assert [int(s.get("tests")) for s in suites] == [len(cases) - 3, 3], ET.tostring(junit)[:2000]
-    assert [c.get("name") for c in suites[1].iter("testcase")] == [case.split("::")[-1] for case in cases[-3:]]
+    assert [int(s.get("tests")) for s in suites] == [len(cases)], ET.tostring(junit)[:2000]
     assert (tmp_path / "ci.xml").read_bytes() == (tmp_path / "report" / "junit.xml").read_bytes()
     assert not list((tmp_path / "report").glob("junit-*.xml"))
     assert "junit.xml also at" in out
+
+
+def test_latency_bound_cases_run_alone_wait_for_every_other_worker_to_stop(tmp_path):
+    """The same, told by the workers' own logs: each latency-bound case starts after every other
+    case has ended and after the other worker has stopped, and all three run on one worker."""
+    log = tmp_path / "log"
+    code, out = _run(tmp_path / "report", "-k", S6_EXECUTOR, "--budget", "0.1", "--latency-bound", "alone", "--",
+                     "-p", "tests.timeline_plugin", f"--timeline={log}", workers="2")
+    assert code == cli.EXIT_PASS, out
+    events = [line.split(" ", 3) for line in log.read_text().splitlines()]  # time worker event nodeid
+    bound = ("redraws_every_step", "executor_multinomial_law")
+    starts = [(float(t), w) for t, w, e, n in events if e == "start" and any(b in n for b in bound)]
+    others_end = max(float(t) for t, w, e, n in events if e == "end" and not any(b in n for b in bound))
+    worker = {w for _, w in starts}
+    assert len(starts) == 3 and len(worker) == 1, events
+    stopped = [float(t) for t, w, e, n in events if e == "stop" and w not in worker]
+    assert stopped and min(t for t, _ in starts) >= max(others_end, *stopped), events
 
 
 def test_latency_bound_cases_run_apart_each_in_a_process_of_its_own(tmp_path):
@@ -728,14 +744,12 @@ def test_latency_bound_cases_run_apart_each_in_a_process_of_its_own(tmp_path):
     assert len(serial) == 3 and serial == list(range(len(cases) - 3, len(cases))), cases
 
 
-@pytest.mark.parametrize("latency, held, workers, expected", [
-    ("alone", {"S6": 3, "S8": 1}, "auto", "0"), ("apart", {"S6": 3, "S8": 1}, "auto", "4"),
-    ("apart", {"S6": 3, "S8": 1}, "16", "4"), ("apart", {"S6": 3, "S8": 1}, "3", "3"),
-    ("apart", {"S6": 2}, "16", "2"), ("apart", {"S8": 1}, "16", "0"), ("apart", None, "16", "0"),
-    ("apart", {"S6": 3}, "1", "0"),
+@pytest.mark.parametrize("held, workers, expected", [
+    ({"S6": 3, "S8": 1}, "auto", "4"), ({"S6": 3, "S8": 1}, "16", "4"), ({"S6": 3, "S8": 1}, "3", "3"),
+    ({"S6": 2}, "16", "2"), ({"S8": 1}, "16", "0"), (None, "16", "0"), ({"S6": 3}, "1", "0"),
 ])
-def test_the_latency_bound_phase_has_a_worker_a_case_at_most_four(latency, held, workers, expected):
-    assert cli._latency_workers(latency, held, workers) == expected
+def test_the_apart_phase_has_a_worker_a_case_at_most_four(held, workers, expected):
+    assert cli._latency_workers(held, workers) == expected
 
 
 def test_cases_are_handed_out_longest_first(tmp_path):

@@ -34,32 +34,52 @@ class _Worker:
         self.shutting_down = True
 
 
-def _scheduler(pytester: pytest.Pytester, scheduling: type, workers: int, items: int):
+def _scheduler(pytester: pytest.Pytester, scheduling: type, workers: int, items: int, **kwargs):
     config = pytester.parseconfig(f"--tx={workers}*popen")
-    sched = scheduling(config)
+    sched = scheduling(config, **kwargs)
     nodes = [_Worker(f"gw{i}") for i in range(workers)]
     for node in nodes:
         sched.add_node(node)
-        sched.add_node_collection(node, [f"test_x.py::test_case[{i}]" for i in range(items)])
+        sched.add_node_collection(node, _ids(items))
     sched.schedule()
     return sched, nodes
 
 
+def _ids(items: int) -> list[str]:
+    return [f"test_x.py::test_case[{i}]" for i in range(items)]
+
+
 def _makespan(sched, nodes: list[_Worker], seconds: list[float]) -> tuple[float, dict[str, list[int]]]:
-    """Run the items of ``seconds`` (by collection index) as xdist's workers would; return
-    when the last ends and the items each worker ran, in order."""
+    """Run the items of ``seconds`` (by collection index) as xdist's workers would (a worker
+    told to stop exits once it has run what it holds, and the scheduler hears of it; once the
+    scheduler says the tests are finished, every worker is told to stop); return
+    when the last ends and the items each worker ran, in order (``sched.started``: when each
+    item started, ``sched.exited``: when each worker exited)."""
     ran: dict[str, list[int]] = {node.name: [] for node in nodes}
     running: list[tuple[float, int, int]] = []  # (end, worker number, item)
     busy: set[int] = set()
+    live = set(range(len(nodes)))
+    sched.started, sched.exited = {}, {}
 
     def start(now: float) -> None:
+        if sched.tests_finished:  # xdist's controller after each event: stop every worker
+            for node in nodes:
+                node.shutdown()
         for number, node in enumerate(nodes):
             ready = len(node.held) >= HELD or (node.shutting_down and node.held)
             if number not in busy and ready:
                 item = node.held.pop(0)
                 ran[node.name].append(item)
                 busy.add(number)
+                sched.started[item] = now
                 heapq.heappush(running, (now + seconds[item], number, item))
+        for number in sorted(live - busy):
+            if nodes[number].shutting_down and not nodes[number].held:
+                live.discard(number)
+                sched.exited[nodes[number].name] = now
+                sched.remove_node(nodes[number])
+                start(now)
+                return
 
     start(0.0)
     now = 0.0
@@ -69,6 +89,7 @@ def _makespan(sched, nodes: list[_Worker], seconds: list[float]) -> tuple[float,
         sched.mark_test_complete(nodes[number], item, seconds[item])
         start(now)
     assert sorted(i for items in ran.values() for i in items) == list(range(len(seconds)))
+    assert not live and sched.tests_finished
     return now, ran
 
 
@@ -120,3 +141,48 @@ def test_the_runner_asks_xdist_for_it_and_a_plain_xdist_run_does_not(pytester):
     assert chosen("--dspark-impl=reference") is LongestFirstScheduling
     assert chosen("--dspark-device=cpu") is LoadScheduling  # the suite without --dspark-impl: xdist's own
     assert chosen("--dspark-impl=reference", "--dist=worksteal") is WorkStealingScheduling
+
+
+@pytest.mark.parametrize("alone", [[20, 21, 22], [22], [3, 21]], ids=["three-last", "one-last", "two-anywhere"])
+def test_cases_run_alone_start_once_every_other_case_and_worker_has_finished(pytester, alone):
+    """Items kept back to run alone (the latency-bound cases of ``--latency-bound alone``) run
+    one after another on one worker, the first starting when every other item has ended and
+    every other worker has exited; xdist counts the run finished only after them."""
+    seconds = [8.0, 7.0, 6.0, 5.0] + [1.0] * 16 + [3.0, 2.0, 4.0]
+    sched, nodes = _scheduler(pytester, LongestFirstScheduling, workers=4, items=len(seconds),
+                              alone=lambda: [_ids(len(seconds))[i] for i in alone])
+    assert not sched.tests_finished
+    end, ran = _makespan(sched, nodes, seconds)
+    (worker,) = [name for name, items in ran.items() if set(alone) <= set(items)]
+    assert ran[worker][-len(alone):] == alone
+    others_end = max(sched.started[i] + seconds[i] for i in range(len(seconds)) if i not in alone)
+    assert sched.started[alone[0]] == max(others_end, *(t for w, t in sched.exited.items() if w != worker))
+    assert end == sched.started[alone[0]] + sum(seconds[i] for i in alone)
+
+
+def test_cases_run_alone_with_nothing_else_selected_run_on_one_worker(pytester):
+    sched, nodes = _scheduler(pytester, LongestFirstScheduling, workers=3, items=2, alone=lambda: _ids(2))
+    end, ran = _makespan(sched, nodes, [2.0, 3.0])
+    assert end == 5.0 and sorted(ran.values()) == [[], [], [0, 1]]
+
+
+def test_the_last_worker_lost_gives_its_kept_back_cases_to_the_next_worker(pytester):
+    """A crash of the worker running the kept-back items: the item it was running is the crash
+    item, the others it held are kept back again, and a worker that joins later runs them."""
+    sched, nodes = _scheduler(pytester, LongestFirstScheduling, workers=2, items=5, alone=lambda: _ids(5)[2:])
+    for node in nodes:  # each runs its head item (0, 1) and reports it
+        node.held.pop(0)
+    sched.mark_test_complete(nodes[0], 0)
+    sched.mark_test_complete(nodes[1], 1)
+    last, other = (nodes[0], nodes[1]) if sched.last_worker is nodes[0] else (nodes[1], nodes[0])
+    assert other.shutting_down and not last.shutting_down and not sched.tests_finished
+    sched.remove_node(other)
+    assert last.held == [2, 3, 4] and last.shutting_down
+    last.held.pop(0)  # runs 2 and dies in it
+    assert sched.remove_node(last) == "test_x.py::test_case[2]"
+    assert sched.kept_back == [3, 4] and not sched.tests_finished
+    fresh = _Worker("gw2")
+    sched.add_node(fresh)
+    sched.add_node_collection(fresh, _ids(5))
+    sched.schedule()
+    assert fresh.held == [3, 4] and fresh.shutting_down
