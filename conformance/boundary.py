@@ -743,15 +743,19 @@ class Expected:
             raise BoundaryViolation(f"{where} returned {what}{_form(value, device_ok)}, expected {what}{self}")
         if self.values is None or value.numel() == 0:
             return value
-        def judged(problem: str | None) -> str | None:
-            return problem and f"{where} returned {what}{_form(value, device_ok)} with {problem}, expected {what}{self}"
         if isinstance(self.values, (Ids, Counts)) and _deferring((value,)):
-            _defer_extremes(value.detach(), lambda low, high: judged(self.values.judge(low, high)))
+            rule = self.values
+            _defer_extremes(value.detach(), lambda low, high: self._said(where, what, value, rule.judge(low, high)))
             return value
-        problem = judged(self.values.violation(value.detach()))
+        problem = self._said(where, what, value, self.values.violation(value.detach()))
         if problem is not None:
             raise BoundaryViolation(problem)
         return value
+
+    def _said(self, where: str, what: str, value: torch.Tensor, problem: str | None) -> str | None:
+        """The violation a value rule found in ``value`` (of the right form), in words; None for none."""
+        return None if problem is None else (f"{where} returned {what}{_form(value, True)} with {problem}, "
+                                             f"expected {what}{self}")
 
 
 def _pair(where: str, value: Any, names: Sequence[str]) -> tuple:
