@@ -94,15 +94,19 @@ class LongestFirstScheduling(LoadScheduling):
             self.check_schedule(node)
 
     def check_schedule(self, node: Any, duration: float = 0) -> None:
-        """Fill ``node`` up to :data:`HELD` items from the head of the order; once none is
-        left, make it the last worker if items are kept back and there is none yet, else tell
-        it to stop (``duration``, xdist's hint, is not needed: the order is set)."""
+        """Fill ``node`` up to :data:`HELD` items from the head of the order, telling it to stop
+        once it has the last; once none is left, make it the last worker if items are kept
+        back and there is none yet, else tell it to stop (``duration``, xdist's hint, is not
+        needed: the order is set)."""
         if node.shutting_down:
             return
-        if self.pending:
-            while self.pending and len(self.node2pending[node]) < HELD:
-                self._hand(node, self.pending.pop(0))
-        elif node is self.last_worker or (self.last_worker is None and self.kept_back):
+        if node is self.last_worker:
+            self._release()
+        elif self.pending:
+            self._fill(node)
+            if not self.pending:  # its last items: it runs them and stops (nothing else may end its wait)
+                node.shutdown()
+        elif self.last_worker is None and self.kept_back:
             self.last_worker = node
             self._release()
         else:
@@ -125,20 +129,30 @@ class LongestFirstScheduling(LoadScheduling):
         return crashed
 
     def _release(self) -> None:
-        """The last worker's items: while it holds other items, the first kept-back one as its
-        next (a worker runs an item once it holds the next); once it holds no other item and
-        every other worker has gone, all the rest and the order to stop."""
+        """The last worker's items. While it holds other items: more from the head of the order,
+        else the first kept-back one as its next (a worker runs an item once it holds the next).
+        Once it holds no other item: nothing while another worker is up (items given back by a
+        crashed worker are for them, or for the worker xdist starts in its place), then, alone,
+        what is left of the others, all the kept-back items after them, and the order to stop."""
         node = self.last_worker
         held = self.node2pending[node]
         if any(i not in self._alone for i in held):
-            if len(held) < HELD and self.kept_back:
+            if self.pending:
+                self._fill(node)
+            elif len(held) < HELD and self.kept_back:
                 self._hand(node, self.kept_back.pop(0))
             return
         if len(self.node2pending) > 1:
             return
-        while self.kept_back:
-            self._hand(node, self.kept_back.pop(0))
+        for index in [*self.pending, *self.kept_back]:
+            self._hand(node, index)
+        self.pending.clear()
+        self.kept_back.clear()
         node.shutdown()
+
+    def _fill(self, node: Any) -> None:
+        while self.pending and len(self.node2pending[node]) < HELD:
+            self._hand(node, self.pending.pop(0))
 
     def _hand(self, node: Any, index: int) -> None:
         self.node2pending[node].append(index)

@@ -129,6 +129,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if session.impl_given and getattr(config.option, "dist", None) == "each":
         raise pytest.UsageError("--dist each: runs every case on every xdist worker, where a verdict counts each case "
                                 "once; leave --dist to the runner (or use load, worksteal, loadfile)")
+    dist = getattr(config.option, "dist", None)
+    if _runs_alone(config) and _is_xdist_controller(config) and dist != "load":
+        raise pytest.UsageError(f"--dist {dist}: the latency-bound cases run alone (--dspark-latency-bound alone, the "
+                                "runner's --latency-bound default on CUDA) only with xdist's load scheduling; leave "
+                                "--dist to the runner, or run them --latency-bound with-others")
     if config.getoption("--dspark-shard") is not None:
         try:
             session.shard = parse_shard(config.getoption("--dspark-shard"))

@@ -1019,6 +1019,19 @@ def test_dist_each_is_a_usage_error(tmp_path):
     assert "--dist each: runs every case on every xdist worker" in out, out
 
 
+@pytest.mark.parametrize("dist", ["worksteal", "loadfile"])
+def test_cases_run_alone_need_xdists_load_scheduling(tmp_path, dist):
+    """With another ``--dist`` (after ``--``) the latency-bound cases would run beside the others
+    while the run says they ran alone: the run stops before any case, naming the option."""
+    code, out = _run(tmp_path / "report", "-k", CHEAP_S6, "--latency-bound", "alone", "--", "--dist", dist,
+                     workers="2")
+    assert code == cli.EXIT_INFRA, out
+    assert f"--dist {dist}: the latency-bound cases run alone (--dspark-latency-bound alone" in out, out
+    code, out = _run(tmp_path / "with-others", "-k", CHEAP_S6, "--latency-bound", "with-others", "--", "--dist", dist,
+                     workers="2")
+    assert code == cli.EXIT_PASS, out
+
+
 def test_an_unknown_case_id_with_workers_is_the_same_usage_error_as_without(tmp_path):
     """An xdist worker's usage error (here an unknown ``--case``) reaches the run as pytest's
     ``ERROR:`` line and exit status 4, as without workers, not as xdist's internal error."""

@@ -186,3 +186,48 @@ def test_the_last_worker_lost_gives_its_kept_back_cases_to_the_next_worker(pytes
     sched.add_node_collection(fresh, _ids(5))
     sched.schedule()
     assert fresh.held == [3, 4] and fresh.shutting_down
+
+
+def test_cases_given_back_by_a_crash_never_start_a_kept_back_case_beside_another_worker(pytester):
+    """A worker that crashes in the other cases gives back the case it held next. The last
+    worker, holding its first kept-back case, does not take it (holding two, it would start the
+    kept-back case beside the workers still up); the case goes to a worker xdist starts in the
+    crashed one's place, or, once the last worker is alone, before the kept-back cases."""
+    sched, (gw0, gw1, gw2) = _scheduler(pytester, LongestFirstScheduling, workers=3, items=8,
+                                        alone=lambda: _ids(8)[6:])
+    assert [gw0.held, gw1.held, gw2.held] == [[0, 5], [1, 4], [2, 3]] and sched.last_worker is gw0
+    for node in (gw0, gw1, gw2):
+        node.held.pop(0)  # each runs its first case
+    sched.mark_test_complete(gw0, 0)
+    assert gw0.held == [5, 6]  # its next case, then the first kept-back one
+    gw0.held.pop(0)
+    sched.mark_test_complete(gw0, 5)  # gw0 holds 6 and waits: a worker runs a case once it holds the next
+    assert sched.remove_node(gw2) == "test_x.py::test_case[2]"  # gw2 dies running 2; 3 is given back
+    assert gw0.held == [6] and sched.pending == [3]
+    fresh = _Worker("gw3")  # xdist's replacement takes it
+    sched.add_node(fresh)
+    sched.add_node_collection(fresh, _ids(8))
+    sched.schedule()
+    assert fresh.held == [3] and fresh.shutting_down and gw0.held == [6]
+    fresh.held.pop(0)
+    sched.mark_test_complete(fresh, 3)
+    sched.remove_node(fresh)
+    assert gw0.held == [6] and not gw0.shutting_down  # gw1 is still running 1
+    sched.mark_test_complete(gw1, 1)
+    gw1.held.pop(0)
+    sched.mark_test_complete(gw1, 4)
+    sched.remove_node(gw1)
+    assert gw0.held == [6, 7] and gw0.shutting_down
+
+
+def test_without_a_replacement_the_given_back_cases_run_before_the_kept_back_ones(pytester):
+    sched, (gw0, gw1) = _scheduler(pytester, LongestFirstScheduling, workers=2, items=6, alone=lambda: _ids(6)[4:])
+    assert [gw0.held, gw1.held] == [[0, 3], [1, 2]] and gw1.shutting_down
+    gw0.held.pop(0)
+    sched.mark_test_complete(gw0, 0)
+    gw0.held.pop(0)
+    sched.mark_test_complete(gw0, 3)
+    assert gw0.held == [4]
+    gw1.held.pop(0)
+    sched.remove_node(gw1)  # dies running 1, gives back 2; no worker replaces it
+    assert gw0.held == [4, 2, 5] and gw0.shutting_down and sched.pending == [] and sched.kept_back == []

@@ -47,9 +47,13 @@ def test_sections_with_selected_cases_that_never_ran_read_interrupted_not_pass(t
     rows = {row.section: row for row in matrix.run_rows(payload)}
     assert (rows["S5"].verdict, rows["S6"].verdict, rows["S8"].verdict) == ("FAIL", "INTERRUPTED", "INTERRUPTED")
     assert (rows["S6"].not_run, rows["S8"].not_run) == (27, 3)
-    assert "30 of the 32 selected cases did not run" in matrix.format_matrix(payload)
+    line = "30 of the 32 selected cases did not run (the run was interrupted before them)"
+    assert line in matrix.format_matrix(payload)
     markdown.write_markdown(payload, tmp_path / "report.md")
-    assert "30 of the 32 selected cases did not run" in (tmp_path / "report.md").read_text()
+    assert line in (tmp_path / "report.md").read_text()
+    stopped = dict(payload, exit_status=1)  # -x, --maxfail, or xdist's worker restarts spent: no interrupt
+    assert ("30 of the 32 selected cases did not run (the run stopped before them: -x or --maxfail, or xdist stopped "
+            "restarting crashed workers)") in matrix.format_matrix(stopped)
     # A record missing from a run pytest calls complete is no PASS either.
     complete = dict(payload, tests=[record], exit_status=0, selected_by_section={"S6": 2})
     assert matrix.overall(matrix.run_rows(complete), complete) == "INTERRUPTED"

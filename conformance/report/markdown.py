@@ -49,7 +49,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
     """Write the matrix, the non-passing tests with reasons and replays, and the statistics."""
     rows = run_rows(payload)
     cells = table(rows)
-    missing = not_run_line(rows)
+    missing = not_run_line(rows, payload)
     part = shard_text(payload)
     out = [
         f"# DSpark conformance: `{payload['impl']}` on {payload['device']}",

@@ -129,13 +129,16 @@ def run_rows(payload: dict[str, Any]) -> list[SectionRow]:
     return summarize(payload["tests"], payload.get("selected_by_section"))
 
 
-def not_run_line(rows: list[SectionRow]) -> str | None:
-    """One line counting the selected cases that have no record, or None if every one has."""
+def not_run_line(rows: list[SectionRow], payload: dict[str, Any]) -> str | None:
+    """One line counting the selected cases that have no record and saying why (``payload``:
+    the run's results.json), or None if every one has."""
     missing = sum(row.not_run for row in rows)
     if not missing:
         return None
     total = missing + sum(sum(row.counts.values()) for row in rows)
-    return f"{missing} of the {total} selected cases did not run (the run was interrupted before them)"
+    why = ("the run was interrupted before them" if interrupted(payload) else
+           "the run stopped before them: -x or --maxfail, or xdist stopped restarting crashed workers")
+    return f"{missing} of the {total} selected cases did not run ({why})"
 
 
 #: What a skip's reason says kept the case from running, first match wins (the reasons the
@@ -326,7 +329,7 @@ def format_matrix(payload: dict[str, Any], *, details: bool = False) -> str:
                      f"min {min(powers):.4f} over {len(powers)} assertions"
                      + (f"; WARNING: {low} below {LOW_POWER:g}, where a pass says little (raise --budget)"
                         if low else ""))
-    missing = not_run_line(rows)
+    missing = not_run_line(rows, payload)
     if missing:
         lines.append(missing)
     lines.extend(engine_notices(payload))
