@@ -94,22 +94,23 @@ class LongestFirstScheduling(LoadScheduling):
             self.check_schedule(node)
 
     def check_schedule(self, node: Any, duration: float = 0) -> None:
-        """Fill ``node`` up to :data:`HELD` items from the head of the order, telling it to stop
-        once it has the last; once none is left, make it the last worker if items are kept
-        back and there is none yet, else tell it to stop (``duration``, xdist's hint, is not
-        needed: the order is set)."""
+        """Fill ``node`` up to :data:`HELD` items from the head of the order; once none is left,
+        make it the last worker if items are kept back and there is none (the first, or the
+        one that went down), else tell it to stop (``duration``, xdist's hint, is not needed:
+        the order is set)."""
         if node.shutting_down:
             return
         if node is self.last_worker:
             self._release()
-        elif self.pending:
+            return
+        if self.pending:
             self._fill(node)
-            if not self.pending:  # its last items: it runs them and stops (nothing else may end its wait)
-                node.shutdown()
-        elif self.last_worker is None and self.kept_back:
+            if self.pending:
+                return
+        if self.last_worker is None and self.kept_back:
             self.last_worker = node
             self._release()
-        else:
+        else:  # it runs what it holds and stops (nothing else may end a wait for a next item)
             node.shutdown()
 
     def remove_node(self, node: Any) -> str | None:
@@ -132,8 +133,9 @@ class LongestFirstScheduling(LoadScheduling):
         """The last worker's items. While it holds other items: more from the head of the order,
         else the first kept-back one as its next (a worker runs an item once it holds the next).
         Once it holds no other item: nothing while another worker is up (items given back by a
-        crashed worker are for them, or for the worker xdist starts in its place), then, alone,
-        what is left of the others, all the kept-back items after them, and the order to stop."""
+        crashed worker are for them, or for the worker xdist starts in its place); then, alone,
+        after the kept-back item it holds, what is left of the others, the other kept-back
+        items and the order to stop."""
         node = self.last_worker
         held = self.node2pending[node]
         if any(i not in self._alone for i in held):

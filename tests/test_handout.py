@@ -231,3 +231,24 @@ def test_without_a_replacement_the_given_back_cases_run_before_the_kept_back_one
     gw1.held.pop(0)
     sched.remove_node(gw1)  # dies running 1, gives back 2; no worker replaces it
     assert gw0.held == [4, 2, 5] and gw0.shutting_down and sched.pending == [] and sched.kept_back == []
+
+
+def test_a_worker_in_place_of_a_lost_last_worker_becomes_the_last_worker(pytester):
+    """The last worker dies before its kept-back cases: the worker xdist starts in its place
+    takes the case it held next and, after it, the kept-back ones (none is left unrun)."""
+    sched, (gw0, gw1) = _scheduler(pytester, LongestFirstScheduling, workers=2, items=5, alone=lambda: _ids(5)[3:])
+    assert [gw0.held, gw1.held] == [[0, 2], [1]] and sched.last_worker is gw0 and gw1.shutting_down
+    gw1.held.pop(0)
+    sched.mark_test_complete(gw1, 1)
+    sched.remove_node(gw1)
+    gw0.held.pop(0)
+    assert sched.remove_node(gw0) == "test_x.py::test_case[0]"  # dies running 0, gives back 2
+    assert sched.last_worker is None and sched.pending == [2] and sched.kept_back == [3, 4]
+    fresh = _Worker("gw2")
+    sched.add_node(fresh)
+    sched.add_node_collection(fresh, _ids(5))
+    sched.schedule()
+    assert sched.last_worker is fresh and fresh.held == [2, 3] and not fresh.shutting_down
+    fresh.held.pop(0)
+    sched.mark_test_complete(fresh, 2)
+    assert fresh.held == [3, 4] and fresh.shutting_down and sched.tests_finished is False
