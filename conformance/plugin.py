@@ -28,6 +28,9 @@ Options:
 * ``--dspark-budget FACTOR``   scale statistical sample sizes (runtime vs power; alpha fixed).
 * ``--dspark-shard I/N``       run only shard I of N of the selected cases (``conformance.shards``:
   the selected case ids sorted and dealt round-robin; taken before ``--dspark-phase``);
+* ``--dspark-latency-bound alone`` the ``latency_bound`` cases last, and under the runner's
+  xdist scheduling alone on one worker once every other case and worker has finished
+  (``conformance.handout``; default ``with-others``: first among the others);
 * ``--dspark-progress``       a line per SPEC section as its cases finish, in place of the
   dots, and the suite cases' tracebacks left to the reports (``conformance.progress``);
   ``--dspark-tracebacks`` prints those too.
@@ -126,10 +129,10 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from exc
     session = RunSession(config)
-    if session.impl_given and getattr(config.option, "dist", None) == "each":
+    dist = getattr(config.option, "dist", None)
+    if session.impl_given and dist == "each":
         raise pytest.UsageError("--dist each: runs every case on every xdist worker, where a verdict counts each case "
                                 "once; leave --dist to the runner (or use load, worksteal, loadfile)")
-    dist = getattr(config.option, "dist", None)
     if _runs_alone(config) and _is_xdist_controller(config) and dist != "load":
         raise pytest.UsageError(f"--dist {dist}: the latency-bound cases run alone (--dspark-latency-bound alone, the "
                                 "runner's --latency-bound default on CUDA) only with xdist's load scheduling; leave "
