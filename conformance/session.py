@@ -27,6 +27,9 @@ SESSION_KEY = pytest.StashKey["RunSession"]()
 CASE_PROPERTY = "dspark_case"  # user property that marks a suite test's report, with its case id
 #: User property of xdist's report of a case whose worker died running it (its only report).
 CRASH_PROPERTY = "dspark_worker_crashed"
+#: The most characters of a failed case's traceback its record keeps (``reason``): its last
+#: whole lines, where the assertion and its message are.
+REASON_CHARS = 2000
 
 
 class RunSession:
@@ -194,8 +197,18 @@ def _reason(report: pytest.TestReport) -> str:
     if report.skipped and isinstance(report.longrepr, tuple):
         return report.longrepr[2].removeprefix("Skipped: ")
     if report.failed:
-        return str(getattr(report, "longreprtext", ""))[-2000:]
+        return _last_lines(str(getattr(report, "longreprtext", "")), REASON_CHARS)
     return getattr(report, "wasxfail", "")
+
+
+def _last_lines(text: str, limit: int) -> str:
+    """The last whole lines of ``text`` within ``limit`` characters (the end of the last line
+    where it alone is longer)."""
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    cut = tail.find("\n")
+    return tail if cut == -1 or cut == len(tail) - 1 else tail[cut + 1:]
 
 
 def run_session(config: pytest.Config) -> RunSession:

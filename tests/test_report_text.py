@@ -270,3 +270,20 @@ def test_a_replay_line_and_the_header_carry_the_settings_the_run_depends_on():
                                               "--device cpu --seed 7 --case S5/a")
     payload = _payload(_record("S5/a"), replay_env={"DSPARK_TOY_LEDGER": "off"})
     assert matrix.format_matrix(payload).splitlines()[0].endswith(" wall=1.0s DSPARK_TOY_LEDGER=off")
+
+
+def test_a_failure_reason_keeps_the_tracebacks_last_whole_lines():
+    """A trial found results.json's reason starting mid-line ("max(value))"): the record keeps
+    the traceback's last lines whole, within REASON_CHARS."""
+    from types import SimpleNamespace
+
+    from conformance.session import REASON_CHARS, _reason
+
+    lines = [f"    frame {i}: value = compute(max(value))" for i in range(200)] + ["E   AssertionError: the end"]
+    text = "\n".join(lines)
+    reason = _reason(SimpleNamespace(skipped=False, failed=True, longreprtext=text))
+    assert len(reason) <= REASON_CHARS and text.endswith(reason) and reason.startswith("    frame ")
+    assert ("\n" + reason) in text  # it starts where a line starts
+    one_line = "x" * (3 * REASON_CHARS)
+    assert _reason(SimpleNamespace(skipped=False, failed=True, longreprtext=one_line)) == one_line[-REASON_CHARS:]
+    assert _reason(SimpleNamespace(skipped=False, failed=True, longreprtext="short")) == "short"
