@@ -225,12 +225,17 @@ def _capturing(tensors: dict[str, torch.Tensor]) -> bool:
     return any(t.is_cuda for t in tensors.values()) and torch.cuda.is_current_stream_capturing()
 
 
+def _same_form(before: torch.Tensor | _HostCopy, after: torch.Tensor) -> bool:
+    """Same dtype, shape and device (a tensor of another form has changed, whatever its values)."""
+    return (before.dtype, before.shape, before.device) == (after.dtype, after.shape, after.device)
+
+
 def _change(before: torch.Tensor | _HostCopy, after: torch.Tensor, copy: torch.Tensor | None = None) -> str | None:
     """How ``after`` differs from ``before`` (its snapshot from before the call), or None.
     Exact (``torch.equal``): every changed value counts, except a NaN that stays NaN (its
     payload aside) and a zero that changes sign; a new dtype, shape or device counts too.
     ``copy``: ``after``'s host copy, read with ``before``'s where that is a :class:`_HostCopy`."""
-    if (before.dtype, before.shape, before.device) != (after.dtype, after.shape, after.device):
+    if not _same_form(before, after):
         return (f"{_name(before.dtype)} {list(before.shape)} on {before.device} became "
                 f"{_name(after.dtype)} {list(after.shape)} on {after.device}")
     if isinstance(before, _HostCopy):
@@ -305,7 +310,7 @@ def _read(*values: torch.Tensor, wait: torch.device | None = None) -> list[float
     for index, (_, before, after) in enumerate(checks):
         for path, snapshot in before.items():
             now = after.get(path)
-            if now is None or (snapshot.dtype, snapshot.shape, snapshot.device) != (now.dtype, now.shape, now.device):
+            if now is None or not _same_form(snapshot, now):
                 continue  # judged by _change's form test
             if isinstance(snapshot, _HostCopy):
                 copies[index, path] = now.detach().to("cpu", non_blocking=True)
@@ -313,11 +318,9 @@ def _read(*values: torch.Tensor, wait: torch.device | None = None) -> list[float
                 counted.append((index, path))
     differing = [(checks[i][1][path] != checks[i][2][path].detach()).sum() for i, path in counted]  # int64
     read = _read_back([*differing, *values])  # waits on the current stream of their device
-    waited = {torch.cuda.current_stream(v.device) for v in (*differing, *values) if v.is_cuda}
     devices = {checks[i][1][path].device for i, path in copies} | {wait} - {None}
     streams = {checks[i][1][path].stream for i, path in copies} | {torch.cuda.current_stream(d) for d in devices}
-    for stream in streams - waited:
-        stream.synchronize()
+    _wait_for(streams, read_back=[*differing, *values])
     unchanged = {key for key, count in zip(counted, read) if count == 0}
     unchanged |= {(i, path) for (i, path), copy in copies.items()
                   if _change(checks[i][1][path], checks[i][2][path], copy) is None}
@@ -325,6 +328,14 @@ def _read(*values: torch.Tensor, wait: torch.device | None = None) -> list[float
         _check_unchanged(where, before, after, {path for i, path in unchanged if i == index},
                          {path: copy for (i, path), copy in copies.items() if i == index})
     return read[len(differing):]
+
+
+def _wait_for(streams: set[torch.cuda.Stream], *, read_back: Sequence[torch.Tensor]) -> None:
+    """Wait on each of ``streams`` that the read-back of ``read_back`` (:func:`_read_back`, which
+    waits on the current stream of their device) has not waited on already."""
+    waited = {torch.cuda.current_stream(v.device) for v in read_back if v.is_cuda}
+    for stream in streams - waited:
+        stream.synchronize()
 
 
 def _read_back(values: list[torch.Tensor]) -> list[float | int]:
@@ -434,8 +445,8 @@ def _defer_unchanged(where: str, before: dict[str, torch.Tensor | _HostCopy], af
     gone or of a new form is judged at once (no value to read)."""
     for path, snapshot in before.items():
         now = after.get(path)
-        if now is None or (snapshot.dtype, snapshot.shape, snapshot.device) != (now.dtype, now.shape, now.device):
-            _check_unchanged(where, {path: snapshot}, after, set(), {})
+        if now is None or not _same_form(snapshot, now):
+            _check_unchanged(where, {path: snapshot}, after, set(), {})  # raises: gone, or of a new form
         now = now.detach()
         if isinstance(snapshot, _HostCopy):
             copy = now.to("cpu", non_blocking=True)
@@ -467,9 +478,7 @@ def _read_deferred() -> None:
     checks, _DEFERRED.checks = _DEFERRED.checks, []
     values = [v for check in checks for v in check.values]
     read = _read_back(values)
-    waited = {torch.cuda.current_stream(v.device) for v in values if v.is_cuda}
-    for stream in {s for check in checks for s in check.streams} - waited:
-        stream.synchronize()
+    _wait_for({s for check in checks for s in check.streams}, read_back=values)
     offset = 0
     for check in checks:
         problem = check.judge(read[offset:offset + len(check.values)])
