@@ -698,11 +698,15 @@ def test_latency_bound_cases_run_alone_after_the_others_in_one_session(tmp_path)
     """With workers and ``--latency-bound alone`` (the default with ``--device cuda``), the run
     is one pytest session whose xdist scheduling (``conformance.handout``) keeps the
     latency_bound cases back until every other case and worker has finished, then runs them
-    on one worker: their records come last, all on one worker, and results.json and
-    junit.xml hold one session; pytest's own --junitxml gets a copy of that junit.xml. At
-    --budget 0.1 the three latency-bound cases take a tenth of their steps."""
+    on one worker: their records come last, and results.json and junit.xml hold one session;
+    pytest's own --junitxml gets a copy of that junit.xml. The workers' own logs
+    (``tests.timeline_plugin``) show each latency-bound case starting after every other case
+    has ended and after the other worker has stopped, all three on one worker. At --budget 0.1
+    the three latency-bound cases take a tenth of their steps."""
+    log = tmp_path / "log"
     code, out = _run(tmp_path / "report", "-k", S6_EXECUTOR, "--budget", "0.1", "--latency-bound", "alone", "--",
-                     f"--junitxml={tmp_path / 'ci.xml'}", workers="2")
+                     f"--junitxml={tmp_path / 'ci.xml'}", "-p", "tests.timeline_plugin", f"--timeline={log}",
+                     workers="2")
     assert code == cli.EXIT_PASS, out
     cases = [t["nodeid"] for t in json.loads((tmp_path / "report" / "results.json").read_text())["tests"]]
     serial = [i for i, case in enumerate(cases) if "redraws_every_step" in case or "executor_multinomial_law" in case]
@@ -713,15 +717,6 @@ def test_latency_bound_cases_run_alone_after_the_others_in_one_session(tmp_path)
     assert (tmp_path / "ci.xml").read_bytes() == (tmp_path / "report" / "junit.xml").read_bytes()
     assert not list((tmp_path / "report").glob("junit-*.xml"))
     assert "junit.xml also at" in out
-
-
-def test_latency_bound_cases_run_alone_wait_for_every_other_worker_to_stop(tmp_path):
-    """The same, told by the workers' own logs: each latency-bound case starts after every other
-    case has ended and after the other worker has stopped, and all three run on one worker."""
-    log = tmp_path / "log"
-    code, out = _run(tmp_path / "report", "-k", S6_EXECUTOR, "--budget", "0.1", "--latency-bound", "alone", "--",
-                     "-p", "tests.timeline_plugin", f"--timeline={log}", workers="2")
-    assert code == cli.EXIT_PASS, out
     events = [line.split(" ", 3) for line in log.read_text().splitlines()]  # time worker event nodeid
     bound = ("redraws_every_step", "executor_multinomial_law")
     starts = [(float(t), w) for t, w, e, n in events if e == "start" and any(b in n for b in bound)]
