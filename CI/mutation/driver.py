@@ -64,9 +64,11 @@ SECTION_TESTS = {
     # base-logits matmul of proposal.py is reached through the S9 loop (tiny_models).
     "proposal": ("S1", ("conformance/suite/test_proposal.py", "conformance/suite/test_speculative.py")),
     # markov.py also builds the heads of S1's layouts, S4's folded sessions and S9's rounds, whose
-    # files catch 50 of its S2-only survivors (docs/mutation/README.md, session 8).
+    # files catch 50 of its S2-only survivors (docs/mutation/README.md, session 8); S9's loop is
+    # the only caller that hands a head a weight generator (the reference's tiny draft).
     "markov": ("S2", ("conformance/suite/test_markov.py", "conformance/suite/test_proposal.py",
-                      "conformance/suite/test_folded.py", "conformance/suite/test_round.py")),
+                      "conformance/suite/test_folded.py", "conformance/suite/test_round.py",
+                      "conformance/suite/test_speculative.py")),
     # S3's and S5's degenerate inputs and invariances, and S9's round, have their own files.
     "sampling": ("S3", ("conformance/suite/test_sampling.py", "conformance/suite/test_degenerate.py")),
     "tiled_sampling": ("S3", ("conformance/suite/test_sampling.py", "conformance/suite/test_degenerate.py")),
