@@ -18,7 +18,7 @@ The plugin therefore (SPEC S0 "reporting"):
 
 from __future__ import annotations
 
-__all__ = ["CudaContextLost", "is_context_error", "lost_cases", "synchronize"]
+__all__ = ["CudaContextLost", "is_context_error", "is_out_of_memory", "lost_cases", "out_of_memory_cases", "synchronize"]
 
 _NOT_RUN = "not run: the CUDA context of this process was lost by "
 
@@ -99,16 +99,28 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-#: ``results.json``'s failure type of a case that ran the device out of memory.
+#: The type name of PyTorch's caching allocator's error (``torch.OutOfMemoryError``).
 OUT_OF_MEMORY = "OutOfMemoryError"
+#: How torch words the CUDA runtime's ``cudaErrorMemoryAllocation`` (a ``torch.AcceleratorError``,
+#: a ``RuntimeError`` before torch 2.9): an allocation outside the caching allocator failed (a
+#: library's workspace, a CUDA graph's memory pool, an engine's own buffers).
+_RUNTIME_OUT_OF_MEMORY = "CUDA error: out of memory"
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the device ran out of memory: ``torch.OutOfMemoryError`` or the
+    CUDA runtime's out-of-memory error, which leaves the context usable. Beside other xdist
+    workers on one card, either may be their memory, not the case's (SGLang 0.5.23's
+    ``S4/gpu-replay/sequence-float32`` raised the runtime's at 16 workers on an H100)."""
+    return type(exc).__name__ == OUT_OF_MEMORY or _RUNTIME_OUT_OF_MEMORY in str(exc)
 
 
 def out_of_memory_cases(records: list[dict]) -> list[str]:
-    """The case ids of the records (``results.json`` ``tests``) of cases that failed with
-    ``torch.OutOfMemoryError``: beside other workers on one card, that may be their memory,
-    not the case's."""
+    """The case ids of the records (``results.json`` ``tests``) of cases that failed because
+    the device ran out of memory (their ``failure``'s ``out_of_memory``, :func:`is_out_of_memory`):
+    beside other workers on one card, that may be their memory, not the case's."""
     return [r["case"] for r in records
-            if r["outcome"] == "failed" and (r.get("failure") or {}).get("type") == OUT_OF_MEMORY]
+            if r["outcome"] == "failed" and (r.get("failure") or {}).get("out_of_memory")]
 
 
 def lost_cases(records: list[dict]) -> list[str]:

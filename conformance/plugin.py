@@ -70,7 +70,7 @@ import pytest
 
 from . import budget
 from .case_order import order_key
-from .cuda_context import CudaContextLost, is_context_error, release_cached_memory, synchronize
+from .cuda_context import CudaContextLost, is_context_error, is_out_of_memory, release_cached_memory, synchronize
 from .sections import section_of
 from .seeds import resolve_case, seed_of_case
 from .shards import parse_shard, selection_digest, shard_cases
@@ -523,12 +523,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
 
 
 def _failure(excinfo: pytest.ExceptionInfo) -> dict[str, Any]:
-    """The exception's type, and whether it is a bug of the suite itself: a programming
-    error (undefined name, failed import) raised in the suite's own code, which no output
-    of an implementation can cause. The kill matrix does not count those as kills."""
+    """The exception's type; whether it is a bug of the suite itself: a programming error
+    (undefined name, failed import) raised in the suite's own code, which no output of an
+    implementation can cause (the kill matrix does not count those as kills); and whether
+    the device ran out of memory (the main job runs such a case again alone)."""
     innermost = Path(str(excinfo.traceback[-1].path)) if excinfo.traceback else None
     in_suite = innermost is not None and _SUITE_DIR in innermost.parents
-    return {"type": excinfo.typename, "suite_bug": in_suite and excinfo.errisinstance(SUITE_BUG_TYPES)}
+    return {"type": excinfo.typename, "suite_bug": in_suite and excinfo.errisinstance(SUITE_BUG_TYPES),
+            "out_of_memory": is_out_of_memory(excinfo.value)}
 
 
 # ----------------------------------------------------------------------------- fixtures

@@ -3,12 +3,25 @@
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from conformance import runner
-from conformance.cuda_context import OUT_OF_MEMORY
+from conformance.cuda_context import OUT_OF_MEMORY, is_out_of_memory, out_of_memory_cases
+from conformance.plugin import _failure
 
 
 def _record(case: str, outcome: str, failure: str | None = None) -> dict:
-    return {"case": case, "outcome": outcome, "reason": "", "failure": failure and {"type": failure}}
+    return {"case": case, "outcome": outcome, "reason": "",
+            "failure": failure and {"type": failure, "out_of_memory": failure == OUT_OF_MEMORY}}
+
+
+def _failure_of(error: BaseException) -> dict:
+    """The plugin's failure record of ``error`` as a case raises it."""
+    try:
+        raise error
+    except BaseException as raised:  # noqa: BLE001 - whatever the case raised is the input
+        return _failure(pytest.ExceptionInfo.from_exception(raised))
 
 
 def _stub_run_suite(monkeypatch, fresh: list[dict]) -> list[list[str]]:
@@ -39,6 +52,30 @@ def test_cases_that_ran_out_of_cuda_memory_beside_other_workers_run_again_alone(
         ("S4/big", "passed"), ("S5/wrong", "failed"), ("S3/fine", "passed"), ("S4/big-too", "passed")]
     assert all("alone" in r["first_attempt"] for r in merged["tests"] if r["case"].startswith("S4/"))
     assert not any("first_attempt" in r for r in merged["tests"] if not r["case"].startswith("S4/"))
+
+
+@pytest.mark.parametrize("error", [
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    # the CUDA runtime's cudaErrorMemoryAllocation, as SGLang 0.5.23's S4/gpu-replay/sequence-float32
+    # raised it at 16 workers on an H100 (session 31)
+    torch.AcceleratorError("CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation' in ..."),
+    RuntimeError("CUDA error: out of memory"),  # the same before torch 2.9
+])
+def test_a_failure_the_device_ran_out_of_memory_for_is_out_of_memory_and_runs_again_alone(error):
+    failure = _failure_of(error)
+    assert failure["out_of_memory"] and is_out_of_memory(error)
+    record = {"case": "S4/big", "outcome": "failed", "reason": "", "failure": failure}
+    assert out_of_memory_cases([record, _record("S5/wrong", "failed", "AssertionError")]) == ["S4/big"]
+
+
+@pytest.mark.parametrize("error", [
+    torch.AcceleratorError("CUDA error: an illegal memory access was encountered"),
+    RuntimeError("Triton Error [CUDA]: out of resource: shared memory"),  # a kernel's limit, not the card's memory
+    AssertionError("tokens differ at 3 of 64 rows"),
+])
+def test_other_failures_are_not_out_of_memory(error):
+    assert not _failure_of(error)["out_of_memory"]
+    assert not is_out_of_memory(error)
 
 
 def test_a_case_out_of_memory_alone_keeps_its_failure_and_no_run_starts_without_one(tmp_path, monkeypatch):
