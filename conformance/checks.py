@@ -13,9 +13,10 @@ To add a check: a ``check_<what>(name, value, ...)`` that returns the value it a
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["check_int", "check_float", "check_choice", "check_tensor"]
 
@@ -74,6 +75,8 @@ def check_tensor(name: str, value: object, *, ndim: int | None = None,
     Raises:
         TypeError: not a tensor, or a dtype not in ``dtypes``. ValueError: wrong rank or shape.
     """
+    import torch  # here, not at the top: the reports check numbers without importing torch (3.9 s on an H100 host)
+
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
     if dtypes is not None and value.dtype not in tuple(dtypes):

@@ -53,6 +53,18 @@ def test_run_reference_section_passes_and_writes_reports(tmp_path):
     assert (tmp_path / "junit.xml").exists()
 
 
+def test_the_command_leaves_torch_to_its_pytest_session(tmp_path):
+    """The command's own process imports no torch, its reports included: only the pytest
+    session it starts needs it (torch's import took 3.9 s of a one-case run's 12 s on an H100
+    host, session 31, and the command paid it again for report.html's number checks)."""
+    cmd = [sys.executable, "-X", "importtime", "-m", "conformance.cli", "run", "--workers", "0", "--report",
+           str(tmp_path), "--case", "S1/vocab/one-token"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == cli.EXIT_PASS, proc.stdout + proc.stderr
+    imported = {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "conformance.report.html" in imported and "torch" not in imported, sorted(imported)
+
+
 def test_the_hosts_pytest_plugins_stay_out_unless_named(tmp_path):
     """An environment's auto-loaded pytest plugin (here one that records its loading and
     fails every case) does not join the suite's pytest: the runner names its plugins
