@@ -25,6 +25,7 @@ import importlib
 import importlib.machinery
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -354,6 +355,13 @@ def _write_junit(report_dir: Path, sessions: list[Path], copy_to: Path | None, *
 
 #: What a run writes into its report directory (the plots are inside report.html).
 _REPORT_FILES = ("results.json", "results-serial.json", "report.md", "report.html", "junit.xml")
+#: The JUnit files of a run's pytest sessions (merged into junit.xml): only these are removed,
+#: never another file of that directory.
+_SESSION_JUNIT = re.compile(r"junit-(parallel|serial|rerun-[0-9]+)\.xml")
+
+
+def _session_junit_files(report_dir: Path) -> list[Path]:
+    return [path for path in report_dir.glob("junit-*.xml") if _SESSION_JUNIT.fullmatch(path.name)]
 
 
 def _infra_error(report_dir: Path, payload: dict | None, message: str, *, cause: str | None = None,
@@ -375,7 +383,7 @@ def _infra_error(report_dir: Path, payload: dict | None, message: str, *, cause:
                   **({"shard": list(shard)} if shard and not payload else {}))
     try:
         (report_dir / "results.json").write_text(json.dumps(record, indent=1))
-        for partial in report_dir.glob("junit-*.xml"):
+        for partial in _session_junit_files(report_dir):
             partial.unlink()
     except OSError as exc:
         print(f"dspark-conformance: --report {report_dir}: results.json not written ({exc})", file=sys.stderr)
@@ -392,7 +400,7 @@ def _fresh_report_dir(report: Path | None) -> Path | None:
         print(f"dspark-conformance: --report {report_dir}: cannot make the directory ({exc})", file=sys.stderr)
         return None
     try:  # a previous run's reports must not outlive this run's failure
-        for stale in _REPORT_FILES + tuple(path.name for path in report_dir.glob("junit-*.xml")):
+        for stale in _REPORT_FILES + tuple(path.name for path in _session_junit_files(report_dir)):
             (report_dir / stale).unlink(missing_ok=True)
     except OSError as exc:
         print(f"dspark-conformance: --report {report_dir}: cannot replace its reports ({exc})", file=sys.stderr)

@@ -487,9 +487,11 @@ def test_a_run_without_verdict_replaces_the_previous_reports(tmp_path):
     (tmp_path / "report.md").write_text("overall **PASS**")
     (tmp_path / "report.html").write_text("PASS")
     (tmp_path / "junit-parallel.xml").write_text("<testsuites/>")
+    (tmp_path / "junit-rerun-2.xml").write_text("<testsuites/>")
+    (tmp_path / "junit-mine.xml").write_text("<testsuites/>")  # the user's own file stays (a new user's trial)
     code, out = _run(tmp_path, "--impl", "no_such_module_anywhere:make", "-k", "test_S6_")
     assert code == cli.EXIT_INFRA, out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"], out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junit-mine.xml", "results.json"], out
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["overall"] == "ERROR" and payload["exit_code"] == cli.EXIT_INFRA and payload["tests"] == []
     assert payload["exit_status"] == pytest.ExitCode.USAGE_ERROR  # pytest's own, as the README says
