@@ -230,19 +230,34 @@ def _case_ids(suite: list[pytest.Item]) -> dict[int, str]:
 _USAGE_ERROR_KEY = "dspark_usage_error"
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Select and prepare the suite's cases (:func:`_prepare_suite`). In an xdist worker a
-    usage error (an unknown ``--dspark-case``, a bad seed, no CUDA) leaves nothing to run and
-    goes to the controller, which ends the run with it (xdist's controller takes a worker's
-    failed collection hook as an internal error, the message lost)."""
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Any:
+    """Select and prepare the suite's cases (:func:`_prepare_suite`), before the other
+    plugins' hooks (pytest's ``-k`` / ``-m`` deselection among them). In an xdist worker a
+    usage error of any of them (an unknown ``--dspark-case``, a bad seed, no CUDA, a ``-k``
+    expression that does not parse) leaves nothing to run and goes to the controller, which
+    ends the run with it (xdist's controller takes a worker's failed collection hook as an
+    internal error, the message lost)."""
+    worker = hasattr(config, "workeroutput")
     try:
         _prepare_suite(config, items)
     except pytest.UsageError as exc:
-        if not hasattr(config, "workeroutput"):
+        if not worker:
             raise
-        config.workeroutput[_USAGE_ERROR_KEY] = str(exc)
-        _deselect(config, items, list(items))
+        _hand_over_usage_error(config, items, exc)
+    try:
+        return (yield)
+    except pytest.UsageError as exc:
+        if not worker:
+            raise
+        _hand_over_usage_error(config, items, exc)
+
+
+def _hand_over_usage_error(config: pytest.Config, items: list[pytest.Item], error: pytest.UsageError) -> None:
+    """An xdist worker's usage error: nothing of its collection runs, and the controller gets
+    the first such error to end the run with."""
+    config.workeroutput.setdefault(_USAGE_ERROR_KEY, str(error))
+    _deselect(config, items, list(items))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1049,3 +1049,7 @@ def test_an_unknown_case_id_with_workers_is_the_same_usage_error_as_without(tmp_
         assert code == cli.EXIT_INFRA, out
         assert "ERROR: --dspark-case: no collected case has the case id 'S7/sts/basic'; did you mean" in out, out
         assert "INTERNALERROR" not in out and "pytest exited 4" in out, out
+    # another plugin's usage error in a worker too: pytest's own -k expression (a new user's trial)
+    code, out = _run(tmp_path / "k", "-k", "and or", workers="2")
+    assert code == cli.EXIT_INFRA, out
+    assert "ERROR: Wrong expression passed to '-k': and or" in out and "INTERNALERROR" not in out, out
