@@ -81,6 +81,18 @@ def _renderings(payload, tmp_path):
     return matrix.format_matrix(payload), (tmp_path / "report.md").read_text(), html.render_html(payload)
 
 
+def test_every_rendering_states_the_budget_and_the_power_reached(tmp_path):
+    # A new user's trial: --budget 0.1 warned of power 0.0018 on the console only; report.md
+    # and report.html said a plain PASS.
+    stats = [{"name": f"S6/a/{i}", "passed": True, "power_at_min_effect": power} for i, power in enumerate((0.0018, 0.4))]
+    low = _payload(_record("S6/a", stats=stats), budget=0.1)
+    for text in _renderings(low, tmp_path):
+        assert "power at the declared minimum effects (budget x0.1): min 0.0018 over 2 assertions" in text
+        assert "WARNING: 2 below 0.5, where a pass says little (raise --budget)" in text
+    for text in _renderings(_payload(_record("S6/a")), tmp_path):  # no statistical assertion: no line
+        assert "power at the declared" not in text
+
+
 def test_the_time_column_says_it_sums_case_durations_not_wall_time(tmp_path):
     # A fresh-user trial: "time s" summed 766 s of cases over the workers of a 478 s run.
     payload = _payload(_record("S6/a", duration=0.8), _record("S6/b", duration=0.8))

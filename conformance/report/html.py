@@ -252,6 +252,7 @@ def _header(payload: dict, rows: list[report.SectionRow]) -> str:
         ("tests", str(len(payload["tests"]))),
         ("coverage", _e(coverage.removeprefix("coverage: "))
          + "".join(f"<br><strong>{_e(line)}</strong>" for line in warning)),
+        *(("power", _e(line)) for line in filter(None, [report.power_line(payload)])),
         ("capabilities", _e(capabilities)),
         *(("notice", f"<strong>{_e(line)}</strong>") for line in report.engine_notices(payload)),
         *(("error", f"<strong>{_e(line)}</strong>") for line in report.collection_error_lines(payload)),

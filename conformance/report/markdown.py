@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.report.matrix import (
-    DECIDING, TIME_NOTE, collection_error_lines, coverage_lines, engine_notices, not_run_line, overall, run_rows,
-    shard_text, short_reason, table, worst_bins,
+    DECIDING, TIME_NOTE, collection_error_lines, coverage_lines, engine_notices, not_run_line, overall, power_line,
+    run_rows, shard_text, short_reason, table, worst_bins,
 )
 
 #: The order of report.md's "Not passed" list: what fails a run, then INCONCLUSIVE, then the rest.
@@ -60,6 +60,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         f"{f'{part}; ' if part else ''}capabilities: {', '.join(payload['capabilities']) or 'none'}; "
         f"overall **{overall(rows, payload)}**.",
         *(line for coverage in coverage_lines(rows, payload["tests"]) for line in ("", f"{coverage}.")),
+        *(["", f"{power}."] if (power := power_line(payload)) else []),
         *(["", "Offered but unable to run here (their cases skip): "
            + "; ".join(f"{cap} ({why})" for cap, why in payload["cannot_run_here"].items()) + "."]
           if payload.get("cannot_run_here") else []),

@@ -268,6 +268,20 @@ def statistical_powers(tests: Iterable[dict[str, Any]]) -> list[float]:
             if s.get("power_at_min_effect") == s.get("power_at_min_effect")]  # NaN != NaN
 
 
+def power_line(payload: dict[str, Any]) -> str | None:
+    """The run's budget and the smallest power its statistical assertions reached at their
+    declared minimum effects, with a warning where some fell below :data:`LOW_POWER`; None
+    for a run without statistical assertions. Every rendering (console, report.md,
+    report.html) states it."""
+    powers = statistical_powers(payload["tests"])
+    if not powers:
+        return None
+    low = sum(power < LOW_POWER for power in powers)
+    return (f"statistical power at the declared minimum effects (budget x{payload.get('budget', 1.0):g}): "
+            f"min {min(powers):.4f} over {len(powers)} assertions"
+            + (f"; WARNING: {low} below {LOW_POWER:g}, where a pass says little (raise --budget)" if low else ""))
+
+
 def collection_error_lines(payload: dict[str, Any]) -> list[str]:
     """One line per suite module that could not be collected (none where all were)."""
     return [f"COLLECTION ERROR: {e['module']}: {e['error']} (none of its cases ran)"
@@ -322,13 +336,9 @@ def format_matrix(payload: dict[str, Any], *, details: bool = False) -> str:
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     lines.append(TIME_NOTE)
-    powers = statistical_powers(payload["tests"])
-    if powers:
-        low = sum(power < LOW_POWER for power in powers)
-        lines.append(f"statistical power at the declared minimum effects (budget x{payload.get('budget', 1.0):g}): "
-                     f"min {min(powers):.4f} over {len(powers)} assertions"
-                     + (f"; WARNING: {low} below {LOW_POWER:g}, where a pass says little (raise --budget)"
-                        if low else ""))
+    power = power_line(payload)
+    if power:
+        lines.append(power)
     missing = not_run_line(rows, payload)
     if missing:
         lines.append(missing)
