@@ -6,10 +6,11 @@ imports nothing of the suite by itself. A run asks for the suite when its argume
 command line and ``addopts``) hold a ``--dspark-`` option, a path inside the suite's package
 or a ``conformance.suite`` module name (``--pyargs``); ``dspark-conformance`` always passes
 the options. Other runs (an engine team's own tests) never import the suite's ``conformance``
-package, so a project with a ``conformance`` package of its own imports its own, and gets
-none of the suite's fixtures. A run that asks for the suite where another ``conformance``
-comes first on ``sys.path`` is a usage error that names it (``dspark-conformance`` refuses
-to start there too).
+package through the plugin and get none of the suite's fixtures; which ``conformance`` a
+project's own tests import, where the project has one too, is Python's choice by
+``sys.path`` (docs/VENDORS.md section 7). A run that asks for the suite where another
+``conformance`` comes first on ``sys.path`` is a usage error that names it
+(``dspark-conformance`` refuses to start there too).
 """
 
 from __future__ import annotations
