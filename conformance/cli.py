@@ -11,9 +11,9 @@ Exit codes (the gate contract, also used by ``CI/gate.sh``):
 
 ====  ==========================================================================
 0     PASS: every applicable test passed (skips name missing capabilities), at least one ran
-1     FAIL: a test failed, errored, or a strict expected failure passed
-2     INCONCLUSIVE: nothing failed, but some path under test never executed, or no case ran (SKIP)
-3     infrastructure error: bad usage, adapter failed to load, nothing collected, interrupted
+1     FAIL: a test failed or errored (its worker process dying included), or a strict expected failure passed
+2     INCONCLUSIVE: nothing failed, but a path under test never ran, an offered capability did not load, or no case ran
+3     infrastructure error: bad usage, adapter failed to load, nothing or a suite module not collected, interrupted
 ====  ==========================================================================
 """
 

@@ -291,7 +291,7 @@ def _prepare_suite(config: pytest.Config, items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"--dspark-seed: expected an integer in [0, 2^64), got {session.base_seed}")
 
     if not torch.cuda.is_available():
-        skip_gpu = pytest.mark.skip(reason="gpu tier: CUDA is not available")
+        skip_gpu = pytest.mark.skip(reason="needs CUDA (a case marked gpu), which this machine does not have")
         for item in suite:
             if item.get_closest_marker("gpu") is not None:
                 item.add_marker(skip_gpu)
