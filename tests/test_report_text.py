@@ -93,6 +93,16 @@ def test_every_rendering_states_the_budget_and_the_power_reached(tmp_path):
         assert "power at the declared" not in text
 
 
+def test_every_rendering_names_an_offered_capability_that_cannot_run_here_and_why(tmp_path):
+    # A new user's trial: SGLang on CPU said why its folded sampler skipped in report.md only.
+    payload = _payload(_record("S4/a", "skipped", reason="Skipped: cannot run here"),
+                       cannot_run_here={"FoldedDraft": "needs a CUDA build of torch"})
+    for text in _renderings(payload, tmp_path):
+        assert "nable to run here" in text and "FoldedDraft (needs a CUDA build of torch)" in text
+    for text in _renderings(_payload(_record("S4/a")), tmp_path):
+        assert "nable to run here" not in text
+
+
 def test_the_time_column_says_it_sums_case_durations_not_wall_time(tmp_path):
     # A fresh-user trial: "time s" summed 766 s of cases over the workers of a 478 s run.
     payload = _payload(_record("S6/a", duration=0.8), _record("S6/b", duration=0.8))

@@ -254,6 +254,8 @@ def _header(payload: dict, rows: list[report.SectionRow]) -> str:
          + "".join(f"<br><strong>{_e(line)}</strong>" for line in warning)),
         *(("power", _e(line)) for line in filter(None, [report.power_line(payload)])),
         ("capabilities", _e(capabilities)),
+        *(("unable to run here", _e(line.partition(": ")[2]))
+          for line in filter(None, [report.cannot_run_here_line(payload)])),
         *(("notice", f"<strong>{_e(line)}</strong>") for line in report.engine_notices(payload)),
         *(("error", f"<strong>{_e(line)}</strong>") for line in report.collection_error_lines(payload)),
     ]

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.report.matrix import (
-    DECIDING, TIME_NOTE, collection_error_lines, coverage_lines, engine_notices, not_run_line, overall, power_line,
-    run_rows, shard_text, short_reason, table, worst_bins,
+    DECIDING, TIME_NOTE, cannot_run_here_line, collection_error_lines, coverage_lines, engine_notices, not_run_line,
+    overall, power_line, run_rows, shard_text, short_reason, table, worst_bins,
 )
 
 #: The order of report.md's "Not passed" list: what fails a run, then INCONCLUSIVE, then the rest.
@@ -61,9 +61,7 @@ def write_markdown(payload: dict[str, Any], path: Path) -> None:
         f"overall **{overall(rows, payload)}**.",
         *(line for coverage in coverage_lines(rows, payload["tests"]) for line in ("", f"{coverage}.")),
         *(["", f"{power}."] if (power := power_line(payload)) else []),
-        *(["", "Offered but unable to run here (their cases skip): "
-           + "; ".join(f"{cap} ({why})" for cap, why in payload["cannot_run_here"].items()) + "."]
-          if payload.get("cannot_run_here") else []),
+        *(["", f"{offered[0].upper()}{offered[1:]}."] if (offered := cannot_run_here_line(payload)) else []),
         *(["", f"{missing}."] if missing else []),
         *(line for error in collection_error_lines(payload) for line in ("", f"**{html.escape(error, quote=False)}**")),
         *(line for notice in engine_notices(payload) for line in ("", f"**{html.escape(notice, quote=False)}**")),

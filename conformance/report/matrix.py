@@ -282,6 +282,16 @@ def power_line(payload: dict[str, Any]) -> str | None:
             + (f"; WARNING: {low} below {LOW_POWER:g}, where a pass says little (raise --budget)" if low else ""))
 
 
+def cannot_run_here_line(payload: dict[str, Any]) -> str | None:
+    """The capabilities the implementation offers that cannot run on this machine, each with
+    its reason (results.json ``cannot_run_here``; their cases skip); None where there are none."""
+    offered = payload.get("cannot_run_here") or {}
+    if not offered:
+        return None
+    return "offered but unable to run here (their cases skip): " + "; ".join(
+        f"{capability} ({why})" for capability, why in offered.items())
+
+
 def collection_error_lines(payload: dict[str, Any]) -> list[str]:
     """One line per suite module that could not be collected (none where all were)."""
     return [f"COLLECTION ERROR: {e['module']}: {e['error']} (none of its cases ran)"
@@ -344,6 +354,7 @@ def format_matrix(payload: dict[str, Any], *, details: bool = False) -> str:
         lines.append(missing)
     lines.extend(engine_notices(payload))
     lines.extend(coverage_lines(rows, payload["tests"]))
+    lines.extend(filter(None, [cannot_run_here_line(payload)]))
     lines.extend(collection_error_lines(payload))
     lines.append(f"overall: {overall(rows, payload)}")
     for record in payload["tests"]:
