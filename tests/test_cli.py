@@ -123,7 +123,7 @@ def test_missing_capability_is_a_named_skip(tmp_path):
     # Every S5 case needs a capability the toy lacks (verifiers, and since issue 16 also the
     # step samplers, Markov block and tensor-parallel round of the invariance cases).
     assert all(t["reason"].startswith("capability ") and " not offered by toy:only-simulated" in t["reason"]
-               or t["reason"].startswith("gpu tier") for t in skips), {t["reason"] for t in skips}
+               or t["reason"].startswith("needs CUDA") for t in skips), {t["reason"] for t in skips}
     assert any(t["reason"].startswith(named) for t in skips)
 
 
