@@ -18,7 +18,9 @@ The plugin therefore (SPEC S0 "reporting"):
 
 from __future__ import annotations
 
-__all__ = ["CudaContextLost", "is_context_error", "is_out_of_memory", "lost_cases", "out_of_memory_cases", "synchronize"]
+__all__ = [
+    "CudaContextLost", "is_context_error", "is_out_of_memory", "lost_cases", "out_of_memory_cases", "synchronize",
+]
 
 _NOT_RUN = "not run: the CUDA context of this process was lost by "
 

@@ -54,6 +54,7 @@ made none), ``reliability``, ``replay`` (one command that reruns it) and ``failu
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import json
@@ -62,7 +63,7 @@ import sys
 import tempfile
 import warnings
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -238,26 +239,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     expression that does not parse) leaves nothing to run and goes to the controller, which
     ends the run with it (xdist's controller takes a worker's failed collection hook as an
     internal error, the message lost)."""
-    worker = hasattr(config, "workeroutput")
-    try:
+    with _usage_error_to_controller(config, items):
         _prepare_suite(config, items)
-    except pytest.UsageError as exc:
-        if not worker:
-            raise
-        _hand_over_usage_error(config, items, exc)
-    try:
+    with _usage_error_to_controller(config, items):
         return (yield)
+
+
+@contextlib.contextmanager
+def _usage_error_to_controller(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """In an xdist worker, a usage error raised inside leaves nothing of the collection to run,
+    and the controller gets the first such error to end the run with; elsewhere it propagates."""
+    try:
+        yield
     except pytest.UsageError as exc:
-        if not worker:
+        if not hasattr(config, "workeroutput"):
             raise
-        _hand_over_usage_error(config, items, exc)
-
-
-def _hand_over_usage_error(config: pytest.Config, items: list[pytest.Item], error: pytest.UsageError) -> None:
-    """An xdist worker's usage error: nothing of its collection runs, and the controller gets
-    the first such error to end the run with."""
-    config.workeroutput.setdefault(_USAGE_ERROR_KEY, str(error))
-    _deselect(config, items, list(items))
+        config.workeroutput.setdefault(_USAGE_ERROR_KEY, str(exc))
+        _deselect(config, items, list(items))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -922,7 +922,8 @@ def test_S3_law_case_names_a_float_step_sampler_one_row_too_long(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (record,) = json.loads((tmp_path / "results.json").read_text())["tests"]
-    assert record["outcome"] == "failed" and record["failure"] == {"type": "BoundaryViolation", "suite_bug": False, "out_of_memory": False}
+    assert record["outcome"] == "failed"
+    assert record["failure"] == {"type": "BoundaryViolation", "suite_bug": False, "out_of_memory": False}
     found = re.search(r"StepSampler\.sample returned float32 \[(\d+)\], expected int64 \[(\d+)\] on cpu "
                       r"with ids in \[0, 8\)", record["reason"])
     assert found and int(found[1]) == int(found[2]) + 1, record["reason"]

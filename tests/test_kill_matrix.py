@@ -80,10 +80,12 @@ def _failure_raised_in(filename: str, source: str) -> dict:
 
 def test_programming_errors_in_the_suite_are_suite_bugs_not_kills():
     in_suite = str(_SUITE_DIR / "test_made_up.py")
-    assert _failure_raised_in(in_suite, "undefined_name") == {"type": "NameError", "suite_bug": True, "out_of_memory": False}
+    assert _failure_raised_in(in_suite, "undefined_name") == {
+        "type": "NameError", "suite_bug": True, "out_of_memory": False}
     assert _failure_raised_in(in_suite, "import no_such_module_here")["suite_bug"]
     # an assertion, or a suite-side error an implementation's output can cause, is a kill
-    assert _failure_raised_in(in_suite, "assert 1 == 2") == {"type": "AssertionError", "suite_bug": False, "out_of_memory": False}
+    assert _failure_raised_in(in_suite, "assert 1 == 2") == {
+        "type": "AssertionError", "suite_bug": False, "out_of_memory": False}
     assert not _failure_raised_in(in_suite, "[0][3]")["suite_bug"]
     # a NameError inside the implementation (the mutant crashed) is a kill too
     assert not _failure_raised_in(str(_SUITE_DIR.parent / "fixtures" / "x.py"), "undefined_name")["suite_bug"]

@@ -84,7 +84,8 @@ def _renderings(payload, tmp_path):
 def test_every_rendering_states_the_budget_and_the_power_reached(tmp_path):
     # A new user's trial: --budget 0.1 warned of power 0.0018 on the console only; report.md
     # and report.html said a plain PASS.
-    stats = [{"name": f"S6/a/{i}", "passed": True, "power_at_min_effect": power} for i, power in enumerate((0.0018, 0.4))]
+    stats = [{"name": f"S6/a/{i}", "passed": True, "power_at_min_effect": power}
+             for i, power in enumerate((0.0018, 0.4))]
     low = _payload(_record("S6/a", stats=stats), budget=0.1)
     for text in _renderings(low, tmp_path):
         assert "power at the declared minimum effects (budget x0.1): min 0.0018 over 2 assertions" in text
